@@ -1,0 +1,63 @@
+# Ayatori — developer entry points. `make help` lists them.
+SHELL := /usr/bin/env bash
+.SHELLFLAGS := -euo pipefail -c
+.DEFAULT_GOAL := help
+
+include integration/tools/versions.env
+
+TOOLS_CACHE ?= $(or $(AYATORI_TOOLS_CACHE),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/ayatori/tools)
+export AYATORI_TOOLS_CACHE := $(TOOLS_CACHE)
+CONTROLLER_GEN := $(TOOLS_CACHE)/controller-gen-$(CONTROLLER_TOOLS_VERSION)/controller-gen
+GO_TEST_FLAGS ?=
+
+.PHONY: help
+help: ## Show this help.
+	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-14s %s\n", $$1, $$2}'
+
+##@ Build tools and servers
+
+.PHONY: tools
+tools: ## Build every pinned tool and test server that is missing from the cache.
+	@integration/tools/build.sh
+
+$(CONTROLLER_GEN):
+	@integration/tools/build.sh controller-gen
+
+##@ Code generation
+
+.PHONY: generate
+generate: $(CONTROLLER_GEN) ## Generate deepcopy code for the API types.
+	$(CONTROLLER_GEN) object paths="./api/..."
+
+.PHONY: manifests
+manifests: $(CONTROLLER_GEN) ## Generate CRDs (deploy/crd) and RBAC (deploy/rbac).
+	$(CONTROLLER_GEN) crd paths="./api/..." output:crd:artifacts:config=deploy/crd/bases
+	$(CONTROLLER_GEN) rbac:roleName=ayatori-manager paths="./projectors/..." paths="./executors/..." paths="./cmd/..." output:rbac:artifacts:config=deploy/rbac
+
+.PHONY: verify
+verify: generate manifests lint ## Regenerate everything and fail on any diff.
+	@if ! git diff --quiet -- api deploy || [[ -n "$$(git ls-files --others --exclude-standard -- api deploy)" ]]; then \
+		echo "generated files are out of date; run 'make generate manifests' and commit:"; \
+		git diff --stat -- api deploy; git ls-files --others --exclude-standard -- api deploy; exit 1; fi
+	@echo "verify: generated files are up to date"
+
+##@ Quality
+
+.PHONY: lint
+lint: ## gofmt check and go vet.
+	@out="$$(gofmt -l $$(git ls-files '*.go'))"; if [[ -n "$$out" ]]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	go vet ./...
+
+.PHONY: build
+build: ## Build the binaries into bin/.
+	go build -o bin/ ./cmd/...
+
+##@ Tests
+
+.PHONY: test-unit
+test-unit: ## Fast loop: unit tests only (no servers).
+	go test $(GO_TEST_FLAGS) -short ./...
+
+.PHONY: test
+test: tools ## Unit + envtest + integration tests on real servers.
+	go test $(GO_TEST_FLAGS) -count=1 -timeout 25m ./...

@@ -1,0 +1,35 @@
+package v1alpha1
+
+// ConditionReady is the only condition type the database kinds promise.
+// Automation must read it (for example `kubectl wait --for=condition=Ready`)
+// instead of status.phase.
+const ConditionReady = "Ready"
+
+// Condition reasons of the Ready condition (api-reference.md "Condition").
+// A Ready=True condition always carries ReasonReady; in-progress work is
+// Unknown/ReasonReconciling; a known unmet contract is False with one of the
+// other reasons.
+const (
+	// ReasonReconciling: work is in progress (both kinds).
+	ReasonReconciling = "Reconciling"
+	// ReasonReady: converged (both kinds).
+	ReasonReady = "Ready"
+	// ReasonInvalidSpec: the spec can not be satisfied until it is changed (both kinds).
+	ReasonInvalidSpec = "InvalidSpec"
+	// ReasonImmutableField: an immutable Tenant field was changed after the first external write.
+	ReasonImmutableField = "ImmutableField"
+	// ReasonDependencyUnavailable: a backend is unreachable; retried automatically (both kinds).
+	ReasonDependencyUnavailable = "DependencyUnavailable"
+	// ReasonAuthenticationFailed: admin credentials or TLS identity were rejected (Instance).
+	ReasonAuthenticationFailed = "AuthenticationFailed"
+	// ReasonInsufficientPrivileges: the admin role lacks a required privilege (Instance).
+	ReasonInsufficientPrivileges = "InsufficientPrivileges"
+	// ReasonInstanceNotReady: the referenced Instance is missing, deleting or not Ready (Tenant).
+	ReasonInstanceNotReady = "InstanceNotReady"
+	// ReasonConflict: a name or ownership conflict needs a human (Tenant).
+	ReasonConflict = "Conflict"
+	// ReasonProvisioningFailed: a provisioning step failed; retried with back-off (Tenant).
+	ReasonProvisioningFailed = "ProvisioningFailed"
+	// ReasonCredentialProjectionFailed: ESO has not projected the credential Secret (Tenant).
+	ReasonCredentialProjectionFailed = "CredentialProjectionFailed"
+)

@@ -1,0 +1,200 @@
+package integration
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// process is one server child process. Its output goes to a log file so a
+// failed start can report the tail of the log.
+type process struct {
+	name    string
+	cmd     *exec.Cmd
+	logPath string
+	logFile *os.File
+	done    chan struct{}
+	waitErr error
+}
+
+// processSpec describes how to start a child process.
+type processSpec struct {
+	name    string
+	path    string
+	args    []string
+	env     []string // appended to os.Environ()
+	dir     string
+	logPath string
+	// credential runs the child as another OS user (root only).
+	credential *syscall.Credential
+}
+
+func startProcess(spec processSpec) (*process, error) {
+	lf, err := os.OpenFile(spec.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("%s: open log: %w", spec.name, err)
+	}
+	cmd := exec.Command(spec.path, spec.args...)
+	cmd.Dir = spec.dir
+	cmd.Env = append(os.Environ(), spec.env...)
+	cmd.Stdout = lf
+	cmd.Stderr = lf
+	// Pdeathsig: if the test binary dies (even by SIGKILL) the kernel kills
+	// the server too, so no process outlives its harness.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true, Credential: spec.credential}
+	if err := cmd.Start(); err != nil {
+		lf.Close()
+		return nil, fmt.Errorf("%s: start %s: %w", spec.name, spec.path, err)
+	}
+	p := &process{name: spec.name, cmd: cmd, logPath: spec.logPath, logFile: lf, done: make(chan struct{})}
+	go func() {
+		p.waitErr = cmd.Wait()
+		lf.Close()
+		close(p.done)
+	}()
+	return p, nil
+}
+
+// pid returns the process ID.
+func (p *process) pid() int { return p.cmd.Process.Pid }
+
+// exited reports whether the process has ended.
+func (p *process) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// stop sends sig, waits up to grace for exit, then SIGKILLs the process group.
+func (p *process) stop(sig syscall.Signal, grace time.Duration) {
+	if p == nil || p.exited() {
+		return
+	}
+	_ = p.cmd.Process.Signal(sig)
+	select {
+	case <-p.done:
+	case <-time.After(grace):
+		_ = syscall.Kill(-p.pid(), syscall.SIGKILL)
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	}
+}
+
+// kill stops the process abruptly (SIGKILL), as a crash would.
+func (p *process) kill() {
+	if p == nil || p.exited() {
+		return
+	}
+	_ = syscall.Kill(-p.pid(), syscall.SIGKILL)
+	_ = p.cmd.Process.Kill()
+	<-p.done
+}
+
+// logTail returns the last n lines of the process log.
+func (p *process) logTail(n int) string { return fileTail(p.logPath, n) }
+
+func fileTail(path string, n int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Sprintf("(no log: %v)", err)
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// startError wraps a start failure with the tail of the server log.
+func (p *process) startError(err error) error {
+	return fmt.Errorf("%s did not start: %w\n--- last lines of %s ---\n%s", p.name, err, p.logPath, p.logTail(30))
+}
+
+// waitReady polls check until it succeeds, the process exits or timeout passes.
+func (p *process) waitReady(timeout time.Duration, check func() error) error {
+	deadline := time.Now().Add(timeout)
+	var last error
+	for time.Now().Before(deadline) {
+		if p.exited() {
+			return p.startError(fmt.Errorf("process exited early: %v", p.waitErr))
+		}
+		if last = check(); last == nil {
+			return nil
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return p.startError(fmt.Errorf("not ready after %s: %w", timeout, last))
+}
+
+// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
+func FreePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// The cleanup registry stops every server on SIGINT/SIGTERM, so an
+// interrupted `go test` leaves no process or temp dir behind.
+var (
+	cleanupMu   sync.Mutex
+	cleanupFns  = map[int]func(){}
+	cleanupNext int
+	signalOnce  sync.Once
+)
+
+func registerCleanup(fn func()) (unregister func()) {
+	signalOnce.Do(func() {
+		ch := make(chan os.Signal, 1)
+		signal.Notify(ch, syscall.SIGINT, syscall.SIGTERM)
+		go func() {
+			s := <-ch
+			fmt.Fprintf(os.Stderr, "integration: %v received, stopping servers\n", s)
+			runAllCleanups()
+			os.Exit(130)
+		}()
+	})
+	cleanupMu.Lock()
+	defer cleanupMu.Unlock()
+	id := cleanupNext
+	cleanupNext++
+	cleanupFns[id] = fn
+	return func() {
+		cleanupMu.Lock()
+		defer cleanupMu.Unlock()
+		delete(cleanupFns, id)
+	}
+}
+
+func runAllCleanups() {
+	cleanupMu.Lock()
+	fns := make([]func(), 0, len(cleanupFns))
+	for id := len(cleanupFns) + cleanupNext; id >= 0; id-- {
+		if fn, ok := cleanupFns[id]; ok {
+			fns = append(fns, fn)
+		}
+	}
+	cleanupFns = map[int]func(){}
+	cleanupMu.Unlock()
+	for _, fn := range fns {
+		fn()
+	}
+}
+
+// errNotRoot is returned by helpers that need to switch OS users.
+var errNotRoot = errors.New("not running as root")
+
+// Tail returns the last n lines of a log file, for failure messages.
+func Tail(path string, n int) string { return fileTail(path, n) }

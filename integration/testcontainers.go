@@ -1,0 +1,17 @@
+package integration
+
+import (
+	"context"
+	"errors"
+)
+
+// newPostgresContainer and newOpenBaoContainer are the testcontainers
+// provider. See testcontainers_provider.go.
+var (
+	newPostgresContainer = func(context.Context, PostgresOptions) (*Postgres, error) {
+		return nil, errors.New("testcontainers provider: PostgreSQL container not available in this build")
+	}
+	newOpenBaoContainer = func(context.Context) (*OpenBao, error) {
+		return nil, errors.New("testcontainers provider: OpenBao container not available in this build")
+	}
+)

@@ -1,0 +1,105 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sync"
+	"testing"
+)
+
+var printProviderOnce sync.Once
+
+// Servers skips t in -short mode (the unit-test loop) and otherwise prints,
+// once per test binary, which provider the harness chose.
+func Servers(t testing.TB) Provider {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("needs real servers; skipped in -short mode (make test-unit)")
+	}
+	p, reason, err := SelectProvider()
+	if err != nil {
+		t.Fatal(err)
+	}
+	printProviderOnce.Do(func() {
+		fmt.Fprintf(os.Stderr, "integration: provider %s (%s)\n", p, reason)
+	})
+	return p
+}
+
+// StartControlPlane starts kube-apiserver + etcd for t and stops it on cleanup.
+func StartControlPlane(t testing.TB, opts ControlPlaneOptions) *ControlPlane {
+	t.Helper()
+	Servers(t)
+	cp, err := NewControlPlane(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cp.Close)
+	return cp
+}
+
+// StartNATS starts an embedded JetStream server for t.
+func StartNATS(t testing.TB) *NATS {
+	t.Helper()
+	Servers(t)
+	n, err := NewNATS(NATSOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(n.Close)
+	return n
+}
+
+// StartPostgres starts a TLS-only PostgreSQL cluster for t.
+func StartPostgres(t testing.TB, opts PostgresOptions) *Postgres {
+	t.Helper()
+	p := Servers(t)
+	var (
+		pg  *Postgres
+		err error
+	)
+	if p == ProviderTestcontainers {
+		pg, err = newPostgresContainer(context.Background(), opts)
+	} else {
+		pg, err = NewPostgres(context.Background(), opts)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pg.Close)
+	return pg
+}
+
+// StartOpenBao starts an OpenBao-compatible server with KV v2 at "kv" for t.
+func StartOpenBao(t testing.TB) *OpenBao {
+	t.Helper()
+	p := Servers(t)
+	var (
+		ob  *OpenBao
+		err error
+	)
+	if p == ProviderTestcontainers {
+		ob, err = newOpenBaoContainer(context.Background())
+	} else {
+		ob, err = NewOpenBao(context.Background())
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ob.Close)
+	return ob
+}
+
+// StartExternalSecrets starts the ESO controller against cp (started with
+// ExternalSecretsCRDs) with a Ready ClusterSecretStore at ob.
+func StartExternalSecrets(t testing.TB, cp *ControlPlane, ob *OpenBao, opts ExternalSecretsOptions) *ExternalSecrets {
+	t.Helper()
+	Servers(t)
+	e, err := NewExternalSecrets(context.Background(), cp, ob, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Close)
+	return e
+}
