@@ -1,0 +1,276 @@
+package journal
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Outcome is what an executor reports for one intent.
+type Outcome struct {
+	Result  Result
+	Payload any
+}
+
+// Handler executes one intent idempotently. A nil error means the outcome
+// is recorded (whatever its class). A non-nil error means "transient, try
+// again": no outcome is recorded, the intent is redelivered with back-off,
+// and once MaxDeliver is reached a Failed outcome with reason
+// RetriesExhausted is recorded instead. Errors may implement
+// `Reason() string` to give that outcome a more precise reason; their text
+// is never written to the journal.
+type Handler func(ctx context.Context, intent Record) (Outcome, error)
+
+// ConsumerConfig configures an executor's durable pull consumer.
+type ConsumerConfig struct {
+	// Durable is the consumer name, e.g. "executor-database-v1". Consumer
+	// settings are mostly immutable in JetStream: change the name (version
+	// suffix) when changing filters or limits.
+	Durable string
+	// Domains limits the consumer to intents of these domains (subject
+	// token, see Domain); empty means every domain.
+	Domains []string
+	// AckWait is how long an unacknowledged delivery waits before
+	// redelivery (default 30s). Long operations are kept alive by
+	// in-progress heartbeats every AckWait/3.
+	AckWait time.Duration
+	// MaxDeliver bounds deliveries of one intent (default 5).
+	MaxDeliver int
+	// BackOff are the delays before redelivering after a transient failure,
+	// indexed by delivery count (default 1s, 5s, 15s, 30s; the last repeats).
+	BackOff []time.Duration
+	// Concurrency is how many intents run at once (default 4).
+	Concurrency int
+}
+
+func (c *ConsumerConfig) defaults() {
+	if c.AckWait == 0 {
+		c.AckWait = 30 * time.Second
+	}
+	if c.MaxDeliver == 0 {
+		c.MaxDeliver = 5
+	}
+	if len(c.BackOff) == 0 {
+		c.BackOff = []time.Duration{time.Second, 5 * time.Second, 15 * time.Second, 30 * time.Second}
+	}
+	if c.Concurrency == 0 {
+		c.Concurrency = 4
+	}
+}
+
+// EnsureConsumer creates or updates the durable intent consumer (idempotent).
+func (s *Store) EnsureConsumer(ctx context.Context, cfg ConsumerConfig) (jetstream.Consumer, error) {
+	cfg.defaults()
+	if cfg.Durable == "" {
+		return nil, errors.New("journal: consumer needs a durable name")
+	}
+	var filters []string
+	if len(cfg.Domains) == 0 {
+		filters = []string{fmt.Sprintf("%s.*.*.%s", s.cfg.SubjectPrefix, TypeIntent)}
+	}
+	for _, d := range cfg.Domains {
+		filters = append(filters, fmt.Sprintf("%s.%s.*.%s", s.cfg.SubjectPrefix, d, TypeIntent))
+	}
+	cons, err := s.stream.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
+		Durable:        cfg.Durable,
+		Description:    "Ayatori executor intents",
+		FilterSubjects: filters,
+		AckPolicy:      jetstream.AckExplicitPolicy,
+		AckWait:        cfg.AckWait,
+		MaxDeliver:     cfg.MaxDeliver,
+		DeliverPolicy:  jetstream.DeliverAllPolicy,
+		MaxAckPending:  1000,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("journal: create or update consumer %s: %w", cfg.Durable, err)
+	}
+	return cons, nil
+}
+
+// Consume runs the executor loop until ctx is done: it pulls intents from
+// the durable consumer and, for each one,
+//  1. acks it without re-executing when its outcome already exists
+//     (a redelivery after a crash, or a late ack);
+//  2. records a Failed outcome (UndecodableIntent / UnknownOperation) for a
+//     poison intent instead of letting it vanish;
+//  3. runs the handler with in-progress heartbeats every AckWait/3;
+//  4. appends the outcome, then acks.
+func (s *Store) Consume(ctx context.Context, cfg ConsumerConfig, handlers map[string]Handler) error {
+	cfg.defaults()
+	cons, err := s.EnsureConsumer(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	iter, err := cons.Messages(jetstream.PullMaxMessages(cfg.Concurrency * 2))
+	if err != nil {
+		return fmt.Errorf("journal: consume: %w", err)
+	}
+	go func() {
+		<-ctx.Done()
+		iter.Stop()
+	}()
+	sem := make(chan struct{}, cfg.Concurrency)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for {
+		m, err := iter.Next()
+		if err != nil {
+			if ctx.Err() != nil || errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+				return nil
+			}
+			return fmt.Errorf("journal: consume: %w", err)
+		}
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			s.handle(ctx, cfg, m, handlers)
+		}()
+	}
+}
+
+type reasoner interface{ Reason() string }
+
+func (s *Store) handle(ctx context.Context, cfg ConsumerConfig, m jetstream.Msg, handlers map[string]Handler) {
+	md, err := m.Metadata()
+	if err != nil {
+		_ = m.Term()
+		return
+	}
+	rec, derr := DecodeRecord(m.Data(), md.Sequence.Stream)
+	if derr != nil || rec.Type != TypeIntent {
+		s.poison(ctx, m, md.Sequence.Stream)
+		return
+	}
+	if md.NumDelivered == 1 {
+		s.cfg.Metrics.observeDelivery(s.cfg.Clock.Now().Sub(rec.Time))
+	}
+	// 1. Outcome exists: ack without re-executing.
+	if done, err := s.hasRecord(ctx, rec.Object.UID, OutcomeID(rec.ID)); err != nil {
+		_ = m.NakWithDelay(cfg.backoff(md.NumDelivered))
+		return
+	} else if done {
+		_ = m.DoubleAck(ctx)
+		return
+	}
+	h, ok := handlers[rec.Operation]
+	if !ok {
+		s.finish(ctx, cfg, m, rec, Outcome{Result: Result{Class: Failed, Reason: ReasonUnknownOperation,
+			Message: fmt.Sprintf("no executor handles operation %s", rec.Operation)}}, md.NumDelivered)
+		return
+	}
+	// 3. Run with heartbeats.
+	hbCtx, stop := context.WithCancel(ctx)
+	go func() {
+		t := time.NewTicker(cfg.AckWait / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-hbCtx.Done():
+				return
+			case <-t.C:
+				_ = m.InProgress()
+			}
+		}
+	}()
+	out, herr := h(ctx, rec)
+	stop()
+	if herr != nil {
+		if ctx.Err() != nil {
+			return // shutting down: leave it for redelivery
+		}
+		if int(md.NumDelivered) >= cfg.MaxDeliver {
+			reason := ReasonRetriesExhausted
+			var r reasoner
+			if errors.As(herr, &r) && r.Reason() != "" {
+				reason = r.Reason()
+			}
+			s.finish(ctx, cfg, m, rec, Outcome{Result: Result{Class: Failed, Reason: reason,
+				Message: fmt.Sprintf("gave up after %d deliveries (%s)", md.NumDelivered, ReasonRetriesExhausted)}}, md.NumDelivered)
+			return
+		}
+		_ = m.NakWithDelay(cfg.backoff(md.NumDelivered))
+		return
+	}
+	s.finish(ctx, cfg, m, rec, out, md.NumDelivered)
+}
+
+// finish appends the outcome of rec and acks the message.
+func (s *Store) finish(ctx context.Context, cfg ConsumerConfig, m jetstream.Msg, rec Record, out Outcome, delivered uint64) {
+	o, err := NewOutcome(rec, out.Result, out.Payload)
+	if err == nil {
+		o.Actor = s.cfg.Actor
+		_, err = s.Append(ctx, &o)
+	}
+	if err != nil {
+		if errors.Is(err, ErrInvalidRecord) {
+			// The executor produced an invalid outcome: record that instead.
+			o2, _ := NewOutcome(rec, Result{Class: Failed, Reason: "InvalidOutcome", Message: "the executor produced an invalid outcome record"}, nil)
+			if _, err2 := s.Append(ctx, &o2); err2 == nil {
+				_ = m.DoubleAck(ctx)
+				return
+			}
+		}
+		_ = m.NakWithDelay(cfg.backoff(delivered))
+		return
+	}
+	s.cfg.Metrics.countOutcome(rec.Operation, out.Result.Class)
+	_ = m.DoubleAck(ctx)
+}
+
+// poison records a Failed outcome for an undecodable intent, keyed by the
+// UID in its subject, then acks it. A message without a usable subject is
+// terminated (it can not be attributed to any object).
+func (s *Store) poison(ctx context.Context, m jetstream.Msg, seq uint64) {
+	parts := strings.Split(strings.TrimPrefix(m.Subject(), s.cfg.SubjectPrefix+"."), ".")
+	if len(parts) != 3 {
+		_ = m.Term()
+		return
+	}
+	causation := m.Headers().Get(jetstream.MsgIDHeader)
+	if causation == "" {
+		causation = fmt.Sprintf("%s/seq%d", parts[1], seq)
+	}
+	intent := Record{ID: causation, Operation: "Unknown", Attempt: 1,
+		Object: ObjectRef{Group: parts[0], Kind: "Unknown", Name: "unknown", UID: parts[1]}}
+	o, _ := NewOutcome(intent, Result{Class: Failed, Reason: ReasonUndecodableIntent,
+		Message: fmt.Sprintf("intent at stream sequence %d could not be decoded", seq)}, nil)
+	if _, err := s.Append(ctx, &o); err != nil {
+		if errors.Is(err, ErrInvalidRecord) {
+			_ = m.Term()
+			return
+		}
+		_ = m.Nak()
+		return
+	}
+	_ = m.DoubleAck(ctx)
+}
+
+func (c ConsumerConfig) backoff(delivered uint64) time.Duration {
+	i := int(delivered) - 1
+	if i < 0 {
+		i = 0
+	}
+	if i >= len(c.BackOff) {
+		i = len(c.BackOff) - 1
+	}
+	return c.BackOff[i]
+}
+
+// hasRecord reports whether the UID's journal holds a record with this ID.
+func (s *Store) hasRecord(ctx context.Context, uid, id string) (bool, error) {
+	lock := s.uidLock(uid)
+	lock.Lock()
+	defer lock.Unlock()
+	st, err := s.refresh(ctx, uid)
+	if err != nil {
+		return false, err
+	}
+	_, ok := st.ids[id]
+	return ok, nil
+}

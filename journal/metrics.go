@@ -1,0 +1,56 @@
+package journal
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics are the journal's own Prometheus metrics. Labels carry only
+// operation names and result classes, never object data or values.
+type Metrics struct {
+	// AppendSeconds: time from Append call to server ack (incl. the read-first check).
+	AppendSeconds prometheus.Histogram
+	// DeliverySeconds: time from an intent's record time to its delivery to an executor.
+	DeliverySeconds prometheus.Histogram
+	// Outcomes counts outcomes appended by executors, by operation and result class.
+	Outcomes *prometheus.CounterVec
+}
+
+// NewMetrics creates the metrics and registers them with reg (if not nil).
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	buckets := prometheus.ExponentialBuckets(0.0001, 2, 18) // 0.1 ms .. ~13 s
+	m := &Metrics{
+		AppendSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "ayatori_journal_append_seconds", Help: "Latency of journal appends until the server ack.", Buckets: buckets,
+		}),
+		DeliverySeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "ayatori_journal_intent_delivery_seconds", Help: "Time from an intent's append to its delivery to an executor.", Buckets: buckets,
+		}),
+		Outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ayatori_journal_outcomes_total", Help: "Outcomes appended by executors.",
+		}, []string{"operation", "result"}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.AppendSeconds, m.DeliverySeconds, m.Outcomes)
+	}
+	return m
+}
+
+func (m *Metrics) observeAppend(d time.Duration) {
+	if m != nil {
+		m.AppendSeconds.Observe(d.Seconds())
+	}
+}
+
+func (m *Metrics) observeDelivery(d time.Duration) {
+	if m != nil && d >= 0 {
+		m.DeliverySeconds.Observe(d.Seconds())
+	}
+}
+
+func (m *Metrics) countOutcome(op string, class ResultClass) {
+	if m != nil {
+		m.Outcomes.WithLabelValues(op, string(class)).Inc()
+	}
+}

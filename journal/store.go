@@ -1,0 +1,518 @@
+package journal
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"k8s.io/utils/clock"
+)
+
+// Defaults of the journal stream (docs/journal.md "Stream").
+const (
+	DefaultStreamName    = "AYATORI_JOURNAL"
+	DefaultSubjectPrefix = "ayatori.journal"
+	DefaultMaxAge        = 30 * 24 * time.Hour
+	// DefaultDuplicateWindow is JetStream's Nats-Msg-Id de-duplication
+	// window. Idempotency never depends on it (Append reads first).
+	DefaultDuplicateWindow = 2 * time.Minute
+	// StreamConfigVersion is stored in the stream metadata; bump it when
+	// the stream settings this code expects change.
+	StreamConfigVersion = "1"
+	metadataConfigKey   = "ayatori.ddupan.top/journal-config-version"
+	metadataSchemaKey   = "ayatori.ddupan.top/journal-schema-version"
+)
+
+// Config configures a Store.
+type Config struct {
+	// StreamName defaults to DefaultStreamName.
+	StreamName string
+	// SubjectPrefix defaults to DefaultSubjectPrefix. Subjects are
+	// <prefix>.<domain>.<uid>.<type>.
+	SubjectPrefix string
+	// MaxAge is how long records are kept (default 30 days), so they
+	// outlive the CR for forensics.
+	MaxAge time.Duration
+	// DuplicateWindow is the server-side Nats-Msg-Id window (default 2m).
+	DuplicateWindow time.Duration
+	// Replicas of the stream (default 1).
+	Replicas int
+	// Actor is written into every record this store appends (which
+	// manager/executor instance); defaults to "unknown".
+	Actor string
+	// Clock stamps record times (default: the real clock).
+	Clock clock.PassiveClock
+	// Metrics receives append/delivery latencies (optional).
+	Metrics *Metrics
+}
+
+func (c *Config) defaults() {
+	if c.StreamName == "" {
+		c.StreamName = DefaultStreamName
+	}
+	if c.SubjectPrefix == "" {
+		c.SubjectPrefix = DefaultSubjectPrefix
+	}
+	if c.MaxAge == 0 {
+		c.MaxAge = DefaultMaxAge
+	}
+	if c.DuplicateWindow == 0 {
+		c.DuplicateWindow = DefaultDuplicateWindow
+	}
+	if c.Replicas == 0 {
+		c.Replicas = 1
+	}
+	if c.Actor == "" {
+		c.Actor = "unknown"
+	}
+	if c.Clock == nil {
+		c.Clock = clock.RealClock{}
+	}
+}
+
+// Store appends and reads journal records on one JetStream stream.
+// It is safe for concurrent use.
+type Store struct {
+	cfg    Config
+	nc     *nats.Conn
+	js     jetstream.JetStream
+	stream jetstream.Stream
+
+	mu   sync.Mutex
+	uids map[string]*uidState
+	// uidLocks serialises appends per UID inside this process, so two
+	// goroutines never race on one UID's expected sequence.
+	uidLocks map[string]*sync.Mutex
+}
+
+// uidState caches what this process knows of one UID's records.
+type uidState struct {
+	lastSeq uint64
+	ids     map[string]uint64 // record ID -> sequence
+}
+
+// ErrConflict is returned by Append when the UID's journal moved past the
+// sequence the caller decided on (Nats-Expected-Last-Subject-Sequence
+// mismatch). The caller must re-read the UID's records and decide again.
+var ErrConflict = errors.New("journal: conflict: the object's journal changed since it was read")
+
+// StreamConfig returns the JetStream stream configuration for cfg: file
+// storage, retention by age, direct get, and the de-duplication window.
+// The server must run with sync_interval: always (or replicas) so that an
+// acknowledged record survives a host crash.
+func StreamConfig(cfg Config) jetstream.StreamConfig {
+	cfg.defaults()
+	return jetstream.StreamConfig{
+		Name:        cfg.StreamName,
+		Description: "Ayatori operation journal: intents, outcomes and notes per object UID",
+		Subjects:    []string{cfg.SubjectPrefix + ".>"},
+		Storage:     jetstream.FileStorage,
+		Retention:   jetstream.LimitsPolicy,
+		Discard:     jetstream.DiscardOld,
+		MaxAge:      cfg.MaxAge,
+		Duplicates:  cfg.DuplicateWindow,
+		Replicas:    cfg.Replicas,
+		AllowDirect: true,
+		DenyDelete:  true,
+		Metadata: map[string]string{
+			metadataConfigKey: StreamConfigVersion,
+			metadataSchemaKey: strconv.Itoa(SchemaVersion),
+		},
+	}
+}
+
+// Open creates or updates the journal stream (idempotent) and returns a Store.
+func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Store, error) {
+	cfg.defaults()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("journal: %w", err)
+	}
+	stream, err := js.CreateOrUpdateStream(ctx, StreamConfig(cfg))
+	if err != nil {
+		return nil, fmt.Errorf("journal: create or update stream %s: %w", cfg.StreamName, err)
+	}
+	return &Store{cfg: cfg, nc: nc, js: js, stream: stream, uids: map[string]*uidState{}, uidLocks: map[string]*sync.Mutex{}}, nil
+}
+
+// OpenExisting binds to an existing journal stream without changing it (for
+// read-only tools).
+func OpenExisting(ctx context.Context, nc *nats.Conn, cfg Config) (*Store, error) {
+	cfg.defaults()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("journal: %w", err)
+	}
+	stream, err := js.Stream(ctx, cfg.StreamName)
+	if err != nil {
+		return nil, fmt.Errorf("journal: stream %s: %w", cfg.StreamName, err)
+	}
+	return &Store{cfg: cfg, nc: nc, js: js, stream: stream, uids: map[string]*uidState{}, uidLocks: map[string]*sync.Mutex{}}, nil
+}
+
+// Config returns the effective configuration.
+func (s *Store) Config() Config { return s.cfg }
+
+// JetStream returns the underlying JetStream context.
+func (s *Store) JetStream() jetstream.JetStream { return s.js }
+
+// Subject returns the subject of a record: <prefix>.<domain>.<uid>.<type>.
+func (s *Store) Subject(obj ObjectRef, typ RecordType) (string, error) {
+	d, err := Domain(obj.Group)
+	if err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("%s.%s.%s.%s", s.cfg.SubjectPrefix, d, obj.UID, typ), nil
+}
+
+// uidFilter matches every record of one UID, in any domain and of any type.
+func (s *Store) uidFilter(uid string) string {
+	return fmt.Sprintf("%s.*.%s.*", s.cfg.SubjectPrefix, uid)
+}
+
+// AppendOption tunes one Append.
+type AppendOption func(*appendOptions)
+
+type appendOptions struct {
+	expected    *uint64
+	maxRetries  int
+	allowReplay bool
+}
+
+// ExpectLastSequence makes Append fail with ErrConflict unless the UID's
+// last record is still at seq (0: the UID has no records). Projectors pass
+// the sequence of the records they decided on.
+func ExpectLastSequence(seq uint64) AppendOption {
+	return func(o *appendOptions) { o.expected = &seq }
+}
+
+// AppendResult reports what Append did.
+type AppendResult struct {
+	// Sequence of the record in the stream (the existing one on Duplicate).
+	Sequence uint64
+	// Duplicate is true when a record with the same ID already existed and
+	// nothing was written.
+	Duplicate bool
+}
+
+// Append writes rec and returns after the server acknowledged it (the
+// server fsyncs before acking when run with sync_interval: always).
+//
+// Guarantees (docs/journal.md "Guarantees"):
+//   - idempotent by record ID: the ID is sent as Nats-Msg-Id, and Append
+//     first reads the UID's records, so a record whose ID exists is never
+//     written twice, however long after the server's dedupe window;
+//   - per-UID optimistic concurrency: the publish carries the UID's last
+//     sequence (Nats-Expected-Last-Subject-Sequence over the UID's
+//     subjects); with ExpectLastSequence a moved journal yields ErrConflict,
+//     without it Append re-reads and retries a few times.
+//
+// Append fills in SchemaVersion, Actor and Time when they are zero and
+// validates the record first; an invalid record returns ErrInvalidRecord
+// and nothing is written.
+func (s *Store) Append(ctx context.Context, rec *Record, opts ...AppendOption) (AppendResult, error) {
+	o := appendOptions{maxRetries: 5}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if rec.SchemaVersion == 0 {
+		rec.SchemaVersion = SchemaVersion
+	}
+	if rec.Actor == "" {
+		rec.Actor = s.cfg.Actor
+	}
+	if rec.Time.IsZero() {
+		rec.Time = s.cfg.Clock.Now().UTC()
+	}
+	rec.Sequence = 0
+	if err := rec.Validate(); err != nil {
+		return AppendResult{}, err
+	}
+	subject, err := s.Subject(rec.Object, rec.Type)
+	if err != nil {
+		return AppendResult{}, err
+	}
+	data, err := json.Marshal(rec)
+	if err != nil {
+		return AppendResult{}, fmt.Errorf("journal: encode record: %w", err)
+	}
+	lock := s.uidLock(rec.Object.UID)
+	lock.Lock()
+	defer lock.Unlock()
+
+	start := time.Now()
+	for attempt := 0; ; attempt++ {
+		st, err := s.refresh(ctx, rec.Object.UID)
+		if err != nil {
+			return AppendResult{}, err
+		}
+		if seq, ok := st.ids[rec.ID]; ok {
+			return AppendResult{Sequence: seq, Duplicate: true}, nil
+		}
+		expected := st.lastSeq
+		if o.expected != nil {
+			if *o.expected != st.lastSeq {
+				return AppendResult{}, fmt.Errorf("%w (expected last sequence %d, now %d)", ErrConflict, *o.expected, st.lastSeq)
+			}
+			expected = *o.expected
+		}
+		msg := nats.NewMsg(subject)
+		msg.Data = data
+		msg.Header.Set(jetstream.MsgIDHeader, rec.ID)
+		msg.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(expected, 10))
+		msg.Header.Set("Nats-Expected-Last-Subject-Sequence-Subject", s.uidFilter(rec.Object.UID))
+		ack, err := s.js.PublishMsg(ctx, msg)
+		if err != nil {
+			var apiErr *jetstream.APIError
+			if errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence {
+				s.forget(rec.Object.UID)
+				if o.expected != nil || attempt >= o.maxRetries {
+					return AppendResult{}, fmt.Errorf("%w (expected last sequence %d)", ErrConflict, expected)
+				}
+				continue
+			}
+			return AppendResult{}, fmt.Errorf("journal: append %s: %w", rec.ID, err)
+		}
+		if ack.Duplicate {
+			// The server saw this Nats-Msg-Id inside its window: the record
+			// exists. Re-read to learn its sequence.
+			s.forget(rec.Object.UID)
+			st, err := s.refresh(ctx, rec.Object.UID)
+			if err != nil {
+				return AppendResult{}, err
+			}
+			return AppendResult{Sequence: st.ids[rec.ID], Duplicate: true}, nil
+		}
+		st.lastSeq = ack.Sequence
+		st.ids[rec.ID] = ack.Sequence
+		s.cfg.Metrics.observeAppend(time.Since(start))
+		return AppendResult{Sequence: ack.Sequence}, nil
+	}
+}
+
+func (s *Store) uidLock(uid string) *sync.Mutex {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	l, ok := s.uidLocks[uid]
+	if !ok {
+		if len(s.uidLocks) > 100_000 {
+			s.uidLocks = map[string]*sync.Mutex{}
+		}
+		l = &sync.Mutex{}
+		s.uidLocks[uid] = l
+	}
+	return l
+}
+
+func (s *Store) forget(uid string) {
+	s.mu.Lock()
+	delete(s.uids, uid)
+	s.mu.Unlock()
+}
+
+// refresh brings the cached state of uid up to date with the server: one
+// direct "last message of the UID's subjects" lookup, and a read of the
+// records after the cached sequence only when the journal moved.
+func (s *Store) refresh(ctx context.Context, uid string) (*uidState, error) {
+	last, err := s.lastSeq(ctx, uid)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	st, ok := s.uids[uid]
+	if !ok {
+		if len(s.uids) > 100_000 {
+			s.uids = map[string]*uidState{}
+		}
+		st = &uidState{ids: map[string]uint64{}}
+		s.uids[uid] = st
+	}
+	s.mu.Unlock()
+	if last == st.lastSeq {
+		return st, nil
+	}
+	recs, err := s.readFrom(ctx, uid, st.lastSeq+1, false)
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range recs {
+		st.ids[r.ID] = r.Sequence
+		if r.Sequence > st.lastSeq {
+			st.lastSeq = r.Sequence
+		}
+	}
+	if st.lastSeq < last {
+		st.lastSeq = last
+	}
+	return st, nil
+}
+
+// directGetRequest is JetStream's direct get request body.
+type directGetRequest struct {
+	LastBySubject string `json:"last_by_subj,omitempty"`
+}
+
+// lastSeq returns the sequence of the UID's last record (0: none), with one
+// direct get over the UID's subject wildcard.
+func (s *Store) lastSeq(ctx context.Context, uid string) (uint64, error) {
+	m, err := s.directLast(ctx, uid)
+	if err != nil || m == nil {
+		return 0, err
+	}
+	return strconv.ParseUint(m.Header.Get(jetstream.SequenceHeader), 10, 64)
+}
+
+func (s *Store) directLast(ctx context.Context, uid string) (*nats.Msg, error) {
+	body, _ := json.Marshal(directGetRequest{LastBySubject: s.uidFilter(uid)})
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+	}
+	m, err := s.nc.RequestWithContext(ctx, "$JS.API.DIRECT.GET."+s.cfg.StreamName, body)
+	if err != nil {
+		return nil, fmt.Errorf("journal: read last record of %s: %w", uid, err)
+	}
+	switch m.Header.Get("Status") {
+	case "":
+		return m, nil
+	case "404":
+		return nil, nil
+	default:
+		return nil, fmt.Errorf("journal: read last record of %s: status %s %s", uid, m.Header.Get("Status"), m.Header.Get("Description"))
+	}
+}
+
+// Read returns every record of one UID in stream order (per-subject lookup
+// through an ordered consumer filtered on the UID's subjects, not a stream
+// scan). Undecodable records are skipped (Scan and `ayatori-journal verify`
+// report them); a record with a newer schema version is an ErrNewerSchema
+// error, never skipped.
+func (s *Store) Read(ctx context.Context, uid string) ([]Record, error) {
+	return s.readFrom(ctx, uid, 1, true)
+}
+
+// Latest returns the UID's last record, or nil when it has none.
+func (s *Store) Latest(ctx context.Context, uid string) (*Record, error) {
+	m, err := s.directLast(ctx, uid)
+	if err != nil || m == nil {
+		return nil, err
+	}
+	seq, _ := strconv.ParseUint(m.Header.Get(jetstream.SequenceHeader), 10, 64)
+	r, err := DecodeRecord(m.Data, seq)
+	if err != nil {
+		return nil, err
+	}
+	return &r, nil
+}
+
+func (s *Store) readFrom(ctx context.Context, uid string, startSeq uint64, strict bool) ([]Record, error) {
+	var out []Record
+	err := s.eachMsg(ctx, []string{s.uidFilter(uid)}, startSeq, nil, func(data []byte, _ nats.Header, seq uint64) error {
+		r, err := DecodeRecord(data, seq)
+		if err != nil {
+			if strict && errors.Is(err, ErrNewerSchema) {
+				return err
+			}
+			return nil
+		}
+		out = append(out, r)
+		return nil
+	})
+	return out, err
+}
+
+// ScanOptions select the records Scan delivers.
+type ScanOptions struct {
+	// Filters are subject filters; empty means the whole stream.
+	Filters []string
+	// Since starts at the first record stored at or after this time.
+	Since *time.Time
+	// StartSequence starts at this stream sequence (ignored with Since).
+	StartSequence uint64
+}
+
+// Scan delivers every record selected by opts, in stream order, to fn,
+// decoding each one; an undecodable record is passed as an error with its
+// sequence (fn decides whether to stop by returning an error). It stops at
+// the end of the stream as it was when the scan started.
+func (s *Store) Scan(ctx context.Context, opts ScanOptions, fn func(Record, error) error) error {
+	filters := opts.Filters
+	if len(filters) == 0 {
+		filters = []string{s.cfg.SubjectPrefix + ".>"}
+	}
+	return s.eachMsg(ctx, filters, opts.StartSequence, opts.Since, func(data []byte, _ nats.Header, seq uint64) error {
+		return fn(DecodeRecord(data, seq))
+	})
+}
+
+// ScanRaw delivers every stored message of the stream (data and headers),
+// decodable or not; used by the secret canary scan.
+func (s *Store) ScanRaw(ctx context.Context, fn func(data []byte, hdr nats.Header, seq uint64) error) error {
+	return s.eachMsg(ctx, []string{s.cfg.SubjectPrefix + ".>"}, 0, nil, fn)
+}
+
+// eachMsg delivers every message matching filters from startSeq (or since)
+// to fn, through an ordered consumer; it stops at the end of the stream as
+// it was when it started.
+func (s *Store) eachMsg(ctx context.Context, filters []string, startSeq uint64, since *time.Time, fn func([]byte, nats.Header, uint64) error) error {
+	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: filters, DeliverPolicy: jetstream.DeliverAllPolicy}
+	if since != nil {
+		cfg.DeliverPolicy = jetstream.DeliverByStartTimePolicy
+		cfg.OptStartTime = since
+	} else if startSeq > 1 {
+		cfg.DeliverPolicy = jetstream.DeliverByStartSequencePolicy
+		cfg.OptStartSeq = startSeq
+	}
+	cons, err := s.stream.OrderedConsumer(ctx, cfg)
+	if err != nil {
+		return fmt.Errorf("journal: read: %w", err)
+	}
+	pending := cons.CachedInfo().NumPending
+	for pending > 0 {
+		// The messages exist already, so a fetch of exactly the pending
+		// count returns as soon as they are delivered.
+		batch, err := cons.Fetch(int(min(pending, 1000)), jetstream.FetchMaxWait(5*time.Second))
+		if err != nil {
+			return fmt.Errorf("journal: read: %w", err)
+		}
+		got := 0
+		for m := range batch.Messages() {
+			got++
+			md, err := m.Metadata()
+			if err != nil {
+				return fmt.Errorf("journal: read: %w", err)
+			}
+			if err := fn(m.Data(), m.Headers(), md.Sequence.Stream); err != nil {
+				return err
+			}
+			pending = md.NumPending
+		}
+		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
+			return fmt.Errorf("journal: read: %w", err)
+		}
+		if got == 0 {
+			return fmt.Errorf("journal: read: %d records pending but none delivered", pending)
+		}
+	}
+	return nil
+}
+
+// DecodeRecord decodes and validates one stored record.
+func DecodeRecord(data []byte, seq uint64) (Record, error) {
+	var r Record
+	if err := json.Unmarshal(data, &r); err != nil {
+		return Record{}, fmt.Errorf("%w at sequence %d: %v", ErrInvalidRecord, seq, err)
+	}
+	r.Sequence = seq
+	if err := r.Validate(); err != nil {
+		return r, fmt.Errorf("sequence %d: %w", seq, err)
+	}
+	return r, nil
+}

@@ -1,0 +1,53 @@
+package journal
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// WatchOutcomes streams every outcome of the given domain (subject token,
+// e.g. "database"; empty: all) appended after the call, until ctx is done.
+// Projectors turn each record into a reconcile request for
+// record.Object (namespace/name), for example through a controller-runtime
+// channel source. Delivery is at-most-once per process start (an ordered
+// consumer); projectors also reconcile every object on start, so nothing is
+// missed across restarts.
+func (s *Store) WatchOutcomes(ctx context.Context, domain string) (<-chan Record, error) {
+	if domain == "" {
+		domain = "*"
+	}
+	cons, err := s.stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{fmt.Sprintf("%s.%s.*.%s", s.cfg.SubjectPrefix, domain, TypeOutcome)},
+		DeliverPolicy:  jetstream.DeliverNewPolicy,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("journal: watch: %w", err)
+	}
+	out := make(chan Record, 256)
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		md, err := m.Metadata()
+		if err != nil {
+			return
+		}
+		r, err := DecodeRecord(m.Data(), md.Sequence.Stream)
+		if err != nil {
+			return
+		}
+		select {
+		case out <- r:
+		case <-ctx.Done():
+		}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("journal: watch: %w", err)
+	}
+	go func() {
+		<-ctx.Done()
+		cc.Stop()
+		<-cc.Closed()
+		close(out)
+	}()
+	return out, nil
+}
