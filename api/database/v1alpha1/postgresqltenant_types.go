@@ -38,7 +38,6 @@ type TenantCredential struct {
 // instanceRef, database, loginRole and credential.secretName are immutable
 // once the Tenant has left phase Pending (the first external write);
 // extensions may only grow.
-//
 type PostgreSQLTenantSpec struct {
 	// instanceRef is the name of the cluster-scoped PostgreSQLInstance.
 	// +required
@@ -171,8 +170,8 @@ type PostgreSQLTenantStatus struct {
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 // +kubebuilder:validation:XValidation:rule="size(self.spec.instanceRef) + size(self.metadata.name) <= 241",message="spec.instanceRef and metadata.name together must not exceed 241 characters"
-// +kubebuilder:validation:XValidation:rule="!has(oldSelf.status) || !has(oldSelf.status.phase) || oldSelf.status.phase == 'Pending' || (self.spec.instanceRef == oldSelf.spec.instanceRef && (has(self.spec.database) ? self.spec.database : '') == (has(oldSelf.spec.database) ? oldSelf.spec.database : '') && (has(self.spec.loginRole) ? self.spec.loginRole : '') == (has(oldSelf.spec.loginRole) ? oldSelf.spec.loginRole : ''))",message="spec.instanceRef, spec.database and spec.loginRole are immutable after provisioning started"
-// +kubebuilder:validation:XValidation:rule="!has(oldSelf.status) || !has(oldSelf.status.phase) || oldSelf.status.phase == 'Pending' || ((has(self.spec.credential) && has(self.spec.credential.secretName) ? self.spec.credential.secretName : '') == (has(oldSelf.spec.credential) && has(oldSelf.spec.credential.secretName) ? oldSelf.spec.credential.secretName : ''))",message="spec.credential.secretName is immutable after provisioning started"
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.status) || !has(oldSelf.status.phase) || oldSelf.status.phase == 'Pending' || (self.spec.instanceRef == oldSelf.spec.instanceRef && (has(self.spec.database) ? self.spec.database : ”) == (has(oldSelf.spec.database) ? oldSelf.spec.database : ”) && (has(self.spec.loginRole) ? self.spec.loginRole : ”) == (has(oldSelf.spec.loginRole) ? oldSelf.spec.loginRole : ”))",message="spec.instanceRef, spec.database and spec.loginRole are immutable after provisioning started"
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.status) || !has(oldSelf.status.phase) || oldSelf.status.phase == 'Pending' || ((has(self.spec.credential) && has(self.spec.credential.secretName) ? self.spec.credential.secretName : ”) == (has(oldSelf.spec.credential) && has(oldSelf.spec.credential.secretName) ? oldSelf.spec.credential.secretName : ”))",message="spec.credential.secretName is immutable after provisioning started"
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.status) || !has(oldSelf.status.phase) || oldSelf.status.phase == 'Pending' || !has(oldSelf.spec.extensions) || (has(self.spec.extensions) && oldSelf.spec.extensions.all(e, e in self.spec.extensions))",message="spec.extensions may only grow after provisioning started (no extension is ever dropped)"
 type PostgreSQLTenant struct {
 	metav1.TypeMeta `json:",inline"`
