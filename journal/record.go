@@ -88,6 +88,17 @@ type Result struct {
 	Message string `json:"message,omitempty"`
 }
 
+// String renders Class or Class/Reason.
+func (r *Result) String() string {
+	if r == nil {
+		return ""
+	}
+	if r.Reason == "" {
+		return string(r.Class)
+	}
+	return string(r.Class) + "/" + r.Reason
+}
+
 // Record is the versioned journal envelope, stored as JSON, one record per
 // JetStream message (see docs/journal.md "Record schema").
 type Record struct {

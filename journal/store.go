@@ -508,7 +508,7 @@ func (s *Store) eachMsg(ctx context.Context, filters []string, startSeq uint64, 
 func DecodeRecord(data []byte, seq uint64) (Record, error) {
 	var r Record
 	if err := json.Unmarshal(data, &r); err != nil {
-		return Record{}, fmt.Errorf("%w at sequence %d: %v", ErrInvalidRecord, seq, err)
+		return Record{Sequence: seq}, fmt.Errorf("%w at sequence %d: %v", ErrInvalidRecord, seq, err)
 	}
 	r.Sequence = seq
 	if err := r.Validate(); err != nil {

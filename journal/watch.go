@@ -51,3 +51,32 @@ func (s *Store) WatchOutcomes(ctx context.Context, domain string) (<-chan Record
 	}()
 	return out, nil
 }
+
+// Follow delivers the records of one UID stored after afterSeq to fn, in
+// order, until ctx is done (for `ayatori-journal timeline --follow`).
+func (s *Store) Follow(ctx context.Context, uid string, afterSeq uint64, fn func(Record)) error {
+	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{s.uidFilter(uid)}, DeliverPolicy: jetstream.DeliverNewPolicy}
+	if afterSeq > 0 {
+		cfg.DeliverPolicy = jetstream.DeliverByStartSequencePolicy
+		cfg.OptStartSeq = afterSeq + 1
+	}
+	cons, err := s.stream.OrderedConsumer(ctx, cfg)
+	if err != nil {
+		return fmt.Errorf("journal: follow: %w", err)
+	}
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		md, err := m.Metadata()
+		if err != nil {
+			return
+		}
+		if r, err := DecodeRecord(m.Data(), md.Sequence.Stream); err == nil {
+			fn(r)
+		}
+	})
+	if err != nil {
+		return fmt.Errorf("journal: follow: %w", err)
+	}
+	<-ctx.Done()
+	cc.Stop()
+	return nil
+}

@@ -1,0 +1,82 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+
+	"github.com/spf13/cobra"
+
+	"git.ddupan.top/panxiao81/ayatori/journal"
+)
+
+func newExportCommand(g *globalOptions) *cobra.Command {
+	var sel objectSelector
+	var since, until string
+	cmd := &cobra.Command{
+		Use:   "export",
+		Short: "Write records as NDJSON (one object, a filter, or the whole stream) for offline analysis",
+		Long: `export writes one JSON record per line, in stream order, with its stream sequence ("seq").
+An undecodable stream message is written as {"seq":N,"invalid":true}. Every command reads
+such a file back with --from-file.`,
+		Example: `  ayatori-journal export > journal.ndjson
+  ayatori-journal export --uid 3f0c... > tenant.ndjson
+  ayatori-journal timeline --from-file tenant.ndjson --uid 3f0c...`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			sinceT, err := parseTimeFlag("since", since)
+			if err != nil {
+				return err
+			}
+			untilT, err := parseTimeFlag("until", until)
+			if err != nil {
+				return err
+			}
+			ctx, cancel := withTimeout(g)
+			defer cancel()
+			src, err := g.open(ctx)
+			if err != nil {
+				return err
+			}
+			defer src.close()
+			var recs []journal.Record
+			var bad []uint64
+			if sel.uid != "" || sel.name != "" {
+				uid, err := sel.resolve(ctx, src, cmd.ErrOrStderr())
+				if err != nil {
+					return err
+				}
+				recs, err = src.uid(ctx, uid)
+				if err != nil {
+					return err
+				}
+			} else if recs, bad, err = src.all(ctx, sinceT); err != nil {
+				return err
+			}
+			w := bufio.NewWriter(cmd.OutOrStdout())
+			enc := json.NewEncoder(w)
+			bi := 0
+			for _, r := range recs {
+				for bi < len(bad) && bad[bi] < r.Sequence {
+					_ = enc.Encode(map[string]any{"seq": bad[bi], "invalid": true})
+					bi++
+				}
+				if sel.kind != "" && sel.name == "" && r.Object.Kind != sel.kind ||
+					sel.namespace != "" && sel.name == "" && r.Object.Namespace != sel.namespace ||
+					sinceT != nil && r.Time.Before(*sinceT) || untilT != nil && r.Time.After(*untilT) {
+					continue
+				}
+				if err := enc.Encode(r); err != nil {
+					return err
+				}
+			}
+			for ; bi < len(bad); bi++ {
+				_ = enc.Encode(map[string]any{"seq": bad[bi], "invalid": true})
+			}
+			return w.Flush()
+		},
+	}
+	sel.flags(cmd)
+	cmd.Flags().StringVar(&since, "since", "", "only records at or after this time (RFC 3339 or a duration ago)")
+	cmd.Flags().StringVar(&until, "until", "", "only records at or before this time")
+	return cmd
+}

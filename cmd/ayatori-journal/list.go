@@ -1,0 +1,80 @@
+package main
+
+import (
+	"fmt"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"git.ddupan.top/panxiao81/ayatori/journal"
+)
+
+func newListCommand(g *globalOptions) *cobra.Command {
+	var kind, namespace, since, until, result string
+	cmd := &cobra.Command{
+		Use:   "list",
+		Short: "List the objects in the journal, newest activity first",
+		Example: `  ayatori-journal list --kind PostgreSQLTenant --since 2h
+  ayatori-journal list --result Failed -o json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			sinceT, err := parseTimeFlag("since", since)
+			if err != nil {
+				return err
+			}
+			untilT, err := parseTimeFlag("until", until)
+			if err != nil {
+				return err
+			}
+			switch result {
+			case "", "Succeeded", "Failed", "ResultUnknown", "pending":
+			default:
+				return fmt.Errorf("--result must be Succeeded, Failed, ResultUnknown or pending, got %q", result)
+			}
+			ctx, cancel := withTimeout(g)
+			defer cancel()
+			src, err := g.open(ctx)
+			if err != nil {
+				return err
+			}
+			defer src.close()
+			recs, _, err := src.all(ctx, sinceT)
+			if err != nil {
+				return err
+			}
+			var rows []journal.ObjectSummary
+			for _, s := range journal.Summaries(recs) {
+				switch {
+				case kind != "" && s.Object.Kind != kind,
+					namespace != "" && s.Object.Namespace != namespace,
+					untilT != nil && s.FirstTime.After(*untilT),
+					result == "pending" && s.Pending == 0,
+					result != "" && result != "pending" && string(s.LastResult) != result:
+					continue
+				}
+				rows = append(rows, s)
+			}
+			out := cmd.OutOrStdout()
+			if g.output == "json" {
+				return writeJSON(out, nonNil(rows))
+			}
+			tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+			fmt.Fprintln(tw, "LAST ACTIVITY\tKIND\tNAMESPACE\tNAME\tUID\tRECORDS\tPENDING\tLAST OPERATION\tLAST RESULT")
+			for _, s := range rows {
+				res := string(s.LastResult)
+				if s.LastReason != "" {
+					res += "/" + s.LastReason
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n", fmtTime(s.LastTime), s.Object.Kind, dash(s.Object.Namespace),
+					s.Object.Name, s.Object.UID, s.Records, s.Pending, s.LastOp, dash(res))
+			}
+			return tw.Flush()
+		},
+	}
+	cmd.Flags().StringVar(&kind, "kind", "", "only objects of this kind")
+	cmd.Flags().StringVarP(&namespace, "namespace", "n", "", "only objects in this namespace")
+	cmd.Flags().StringVar(&since, "since", "", "only records at or after this time (RFC 3339, or a duration ago such as 2h)")
+	cmd.Flags().StringVar(&until, "until", "", "only objects whose first record is at or before this time")
+	cmd.Flags().StringVar(&result, "result", "", "only objects whose last outcome is Succeeded, Failed or ResultUnknown, or that have pending intents (pending)")
+	return cmd
+}

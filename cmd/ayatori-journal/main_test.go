@@ -1,0 +1,259 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"git.ddupan.top/panxiao81/ayatori/integration"
+	"git.ddupan.top/panxiao81/ayatori/journal"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
+
+const (
+	instanceUID = "7d3c0e52-1c1a-4b8e-9a53-000000000001"
+	tenantUID   = "7d3c0e52-1c1a-4b8e-9a53-000000000002"
+	otherUID    = "7d3c0e52-1c1a-4b8e-9a53-000000000003"
+)
+
+func run(t *testing.T, args ...string) (string, string, int) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	cmd := newRootCommand(&out, &errb)
+	cmd.SetArgs(args)
+	err := cmd.Execute()
+	code := 0
+	if err != nil {
+		code = 1
+		var ec exitCoder
+		if errors.As(err, &ec) {
+			code = ec.ExitCode()
+		}
+		errb.WriteString("error: " + err.Error() + "\n")
+	}
+	return out.String(), errb.String(), code
+}
+
+func golden(t *testing.T, name, got string) {
+	t.Helper()
+	path := filepath.Join("testdata", name)
+	if *update {
+		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run with -update to create it)", err)
+	}
+	if string(want) != got {
+		t.Fatalf("%s differs from the output (run with -update to accept):\n--- got ---\n%s\n--- want ---\n%s", name, got, want)
+	}
+}
+
+// populate records a small incident into a real stream: an Instance that
+// became Ready, a Tenant whose CreateRole failed once and whose
+// CreateDatabase is still pending, and a second Tenant.
+func populate(t *testing.T, url string) {
+	t.Helper()
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	clk := clocktesting.NewFakePassiveClock(time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC))
+	ctx := context.Background()
+	manager, err := journal.Open(ctx, nc, journal.Config{Actor: "ayatori-manager-0", Clock: clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	executor, err := journal.Open(ctx, nc, journal.Config{Actor: "ayatori-manager-0/executor", Clock: clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inst := journal.ObjectRef{Group: "database.ayatori.ddupan.top", Kind: "PostgreSQLInstance", Name: "shared", UID: instanceUID, Generation: 1}
+	ten := journal.ObjectRef{Group: "database.ayatori.ddupan.top", Kind: "PostgreSQLTenant", Namespace: "netbox", Name: "netbox", UID: tenantUID, Generation: 1}
+	other := journal.ObjectRef{Group: "database.ayatori.ddupan.top", Kind: "PostgreSQLTenant", Namespace: "wiki", Name: "wiki", UID: otherUID, Generation: 2}
+	step := func(d time.Duration) { clk.SetTime(clk.Now().Add(d)) }
+	do := func(o journal.ObjectRef, op string, attempt int, res *journal.Result, payload any) {
+		t.Helper()
+		in, err := journal.NewIntent(o, op, "", attempt, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := manager.Append(ctx, &in); err != nil {
+			t.Fatal(err)
+		}
+		step(120 * time.Millisecond)
+		if res == nil {
+			return
+		}
+		out, err := journal.NewOutcome(in, *res, payload)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := executor.Append(ctx, &out); err != nil {
+			t.Fatal(err)
+		}
+		step(30 * time.Millisecond)
+	}
+	ok := &journal.Result{Class: journal.Succeeded}
+	do(inst, "ObserveInstance", 1, ok, nil)
+	do(inst, "BootstrapRegistry", 1, ok, nil)
+	step(2 * time.Second)
+	do(ten, "ClaimOwnership", 1, ok, nil)
+	do(ten, "WriteCredential", 1, ok, journal.CredentialWriteOutcome{Created: true})
+	do(ten, "CreateRole", 1, &journal.Result{Class: journal.Failed, Reason: "DependencyUnavailable", Message: "PostgreSQL connection refused"}, nil)
+	step(5 * time.Second)
+	do(ten, "CreateRole", 2, ok, nil)
+	do(other, "ClaimOwnership", 1, &journal.Result{Class: journal.Failed, Reason: "Conflict", Message: "database wiki is owned by another Tenant"}, nil)
+	do(ten, "CreateDatabase", 1, nil, nil)
+}
+
+func TestGolden(t *testing.T) {
+	n := integration.StartNATS(t)
+	populate(t, n.URL)
+	fixture := filepath.Join("testdata", "fixture.ndjson")
+	exported, stderr, code := run(t, "--server", n.URL, "export")
+	if code != 0 {
+		t.Fatalf("export: %s", stderr)
+	}
+	golden(t, "fixture.ndjson", exported)
+
+	cases := []struct {
+		name   string
+		args   []string
+		code   int
+		golden string
+	}{
+		{"timeline", []string{"timeline", "--uid", tenantUID}, 0, "timeline.txt"},
+		{"timeline by name json", []string{"timeline", "--kind", "PostgreSQLTenant", "-n", "netbox", "--name", "netbox", "-o", "json"}, 0, "timeline.json"},
+		{"replay", []string{"replay", "--uid", tenantUID}, 0, "replay.txt"},
+		{"replay json", []string{"replay", "--uid", instanceUID, "-o", "json"}, 0, "replay.json"},
+		{"verify stream", []string{"verify"}, 0, "verify.txt"},
+		{"verify one object json", []string{"verify", "--uid", tenantUID, "-o", "json"}, 0, "verify-uid.json"},
+		{"list", []string{"list"}, 0, "list.txt"},
+		{"list filtered", []string{"list", "--kind", "PostgreSQLTenant", "--result", "pending"}, 0, "list-pending.txt"},
+		{"list json", []string{"list", "--result", "Failed", "-o", "json"}, 0, "list-failed.json"},
+		{"export one object", []string{"export", "--uid", instanceUID}, 0, "export-instance.ndjson"},
+		{"unknown object", []string{"timeline", "--kind", "PostgreSQLTenant", "-n", "x", "--name", "y"}, 3, ""},
+		{"bad output", []string{"list", "-o", "yaml"}, 1, ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			live, lerr, lcode := run(t, append([]string{"--server", n.URL}, tc.args...)...)
+			file, ferr, fcode := run(t, append([]string{"--from-file", fixture}, tc.args...)...)
+			if lcode != tc.code || fcode != tc.code {
+				t.Fatalf("exit codes live=%d file=%d, want %d\n%s%s", lcode, fcode, tc.code, lerr, ferr)
+			}
+			if live != file {
+				t.Fatalf("live and --from-file output differ:\n%s\n---\n%s", live, file)
+			}
+			if tc.golden != "" {
+				golden(t, tc.golden, live)
+			}
+		})
+	}
+}
+
+// TestVerifyCatchesEachViolation runs verify on a fixture that breaks every
+// invariant once, with an undecodable message in the live stream too.
+func TestVerifyCatchesEachViolation(t *testing.T) {
+	n := integration.StartNATS(t)
+	nc, err := nats.Connect(n.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	ctx := context.Background()
+	clk := clocktesting.NewFakePassiveClock(time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC))
+	s, err := journal.Open(ctx, nc, journal.Config{Actor: "forger", Clock: clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ten := journal.ObjectRef{Group: "database.ayatori.ddupan.top", Kind: "PostgreSQLTenant", Namespace: "a", Name: "a", UID: tenantUID, Generation: 1}
+	job := journal.ObjectRef{Group: "execution.ayatori.ddupan.top", Kind: "Job", Namespace: "ci", Name: "build", UID: otherUID, Generation: 1}
+	app := func(r journal.Record) {
+		t.Helper()
+		clk.SetTime(clk.Now().Add(time.Second))
+		if _, err := s.Append(ctx, &r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mustIntent := func(o journal.ObjectRef, op string, attempt int) journal.Record {
+		r, err := journal.NewIntent(o, op, "", attempt, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	mustOutcome := func(in journal.Record, res journal.Result, payload any) journal.Record {
+		r, err := journal.NewOutcome(in, res, payload)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	// Two password-creating writes for one Tenant.
+	w1, w2 := mustIntent(ten, "WriteCredential", 1), mustIntent(ten, "WriteCredential", 2)
+	app(w1)
+	app(mustOutcome(w1, journal.Result{Class: journal.Succeeded}, journal.CredentialWriteOutcome{Created: true}))
+	app(w2)
+	app(mustOutcome(w2, journal.Result{Class: journal.Succeeded}, journal.CredentialWriteOutcome{Created: true}))
+	// An outcome without intent.
+	ghost := mustIntent(ten, "CreateRole", 1)
+	app(mustOutcome(ghost, journal.Result{Class: journal.Succeeded}, nil))
+	// One intent, two different results (a forged second outcome ID).
+	cd := mustIntent(ten, "CreateDatabase", 1)
+	app(cd)
+	app(mustOutcome(cd, journal.Result{Class: journal.Succeeded}, nil))
+	forged := mustOutcome(cd, journal.Result{Class: journal.Failed, Reason: "Conflict"}, nil)
+	forged.ID += "-forged"
+	app(forged)
+	// An Ensure after a terminal Job outcome.
+	e1, e2 := mustIntent(job, "Ensure", 1), mustIntent(job, "Ensure", 2)
+	app(e1)
+	app(mustOutcome(e1, journal.Result{Class: journal.Succeeded}, journal.TerminalOutcome{Terminal: true}))
+	app(e2)
+	// An undecodable message.
+	m := nats.NewMsg("ayatori.journal.database." + tenantUID + ".note")
+	m.Data = []byte("garbage")
+	js, _ := jetstream.New(nc)
+	if _, err := js.PublishMsg(ctx, m); err != nil {
+		t.Fatal(err)
+	}
+
+	out, _, code := run(t, "--server", n.URL, "verify")
+	if code != 1 {
+		t.Fatalf("verify exit code %d, want 1\n%s", code, out)
+	}
+	golden(t, "verify-violations.txt", out)
+	for _, rule := range []string{journal.RuleSecondPasswordWrite, journal.RuleOutcomeWithoutIntent, journal.RuleConflictingOutcomes,
+		journal.RuleEnsureAfterTerminal, journal.RuleUndecodableRecord} {
+		if !strings.Contains(out, rule) {
+			t.Errorf("verify did not report %s", rule)
+		}
+	}
+	// The same from an exported file.
+	exported, _, _ := run(t, "--server", n.URL, "export")
+	path := filepath.Join(t.TempDir(), "violations.ndjson")
+	if err := os.WriteFile(path, []byte(exported), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	fileOut, _, fcode := run(t, "--from-file", path, "verify")
+	if fcode != 1 || fileOut != out {
+		t.Fatalf("offline verify differs (exit %d):\n%s", fcode, fileOut)
+	}
+}

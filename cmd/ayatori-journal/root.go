@@ -1,0 +1,309 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/spf13/cobra"
+
+	"git.ddupan.top/panxiao81/ayatori/journal"
+)
+
+// globalOptions are the flags every subcommand shares.
+type globalOptions struct {
+	server   string
+	creds    string
+	nkey     string
+	tlsCA    string
+	tlsCert  string
+	tlsKey   string
+	stream   string
+	prefix   string
+	fromFile string
+	output   string
+	timeout  time.Duration
+}
+
+type exitCoder interface{ ExitCode() int }
+
+type exitError struct {
+	code int
+	msg  string
+}
+
+func (e *exitError) Error() string { return e.msg }
+func (e *exitError) ExitCode() int { return e.code }
+
+func asExitCoder(err error, target *exitCoder) bool { return errors.As(err, target) }
+
+func newRootCommand(stdout, stderr io.Writer) *cobra.Command {
+	g := &globalOptions{}
+	root := &cobra.Command{
+		Use:   "ayatori-journal",
+		Short: "Read Ayatori's operation journal for incident forensics",
+		Long: `ayatori-journal reads the operation journal (NATS JetStream) that records every
+intended external action (intent) and what came of it (outcome), keyed by object UID.
+
+Connect with --server (or NATS_URL) and the usual NATS credential options, or analyse
+an exported NDJSON file offline with --from-file.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	pf := root.PersistentFlags()
+	pf.StringVarP(&g.server, "server", "s", envOr("NATS_URL", nats.DefaultURL), "NATS server URL (env NATS_URL)")
+	pf.StringVar(&g.creds, "creds", os.Getenv("NATS_CREDS"), "NATS user credentials file (env NATS_CREDS)")
+	pf.StringVar(&g.nkey, "nkey", os.Getenv("NATS_NKEY"), "NATS NKey seed file (env NATS_NKEY)")
+	pf.StringVar(&g.tlsCA, "tlsca", os.Getenv("NATS_CA"), "CA file to verify the NATS server (env NATS_CA)")
+	pf.StringVar(&g.tlsCert, "tlscert", os.Getenv("NATS_CERT"), "client certificate file (env NATS_CERT)")
+	pf.StringVar(&g.tlsKey, "tlskey", os.Getenv("NATS_KEY"), "client key file (env NATS_KEY)")
+	pf.StringVar(&g.stream, "stream", journal.DefaultStreamName, "journal stream name")
+	pf.StringVar(&g.prefix, "subject-prefix", journal.DefaultSubjectPrefix, "journal subject prefix")
+	pf.StringVar(&g.fromFile, "from-file", "", "read records from an NDJSON file written by `export` instead of NATS")
+	pf.StringVarP(&g.output, "output", "o", "table", "output format: table or json")
+	pf.DurationVar(&g.timeout, "timeout", 30*time.Second, "overall timeout for reading the journal (not for --follow)")
+	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error {
+		if g.output != "table" && g.output != "json" {
+			return fmt.Errorf("--output must be table or json, got %q", g.output)
+		}
+		return nil
+	}
+	root.AddCommand(newTimelineCommand(g), newReplayCommand(g), newVerifyCommand(g), newListCommand(g), newExportCommand(g))
+	return root
+}
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
+
+// source is where records come from: a live stream or an exported file.
+type source interface {
+	// uid returns every record of one UID in order.
+	uid(ctx context.Context, uid string) ([]journal.Record, error)
+	// all returns every record (and the sequences of undecodable ones).
+	all(ctx context.Context, since *time.Time) ([]journal.Record, []uint64, error)
+	// follow streams records of uid after seq until ctx is done.
+	follow(ctx context.Context, uid string, after uint64, fn func(journal.Record)) error
+	close()
+}
+
+func (g *globalOptions) open(ctx context.Context) (source, error) {
+	if g.fromFile != "" {
+		return openFile(g.fromFile)
+	}
+	opts := []nats.Option{nats.Name("ayatori-journal"), nats.Timeout(10 * time.Second)}
+	if g.creds != "" {
+		opts = append(opts, nats.UserCredentials(g.creds))
+	}
+	if g.nkey != "" {
+		o, err := nats.NkeyOptionFromSeed(g.nkey)
+		if err != nil {
+			return nil, fmt.Errorf("--nkey: %w", err)
+		}
+		opts = append(opts, o)
+	}
+	if g.tlsCA != "" {
+		opts = append(opts, nats.RootCAs(g.tlsCA))
+	}
+	if g.tlsCert != "" || g.tlsKey != "" {
+		opts = append(opts, nats.ClientCert(g.tlsCert, g.tlsKey))
+	}
+	nc, err := nats.Connect(g.server, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("connect to %s: %w", g.server, err)
+	}
+	st, err := journal.OpenExisting(ctx, nc, journal.Config{StreamName: g.stream, SubjectPrefix: g.prefix})
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	return &natsSource{nc: nc, st: st}, nil
+}
+
+type natsSource struct {
+	nc *nats.Conn
+	st *journal.Store
+}
+
+func (n *natsSource) uid(ctx context.Context, uid string) ([]journal.Record, error) {
+	return n.st.Read(ctx, uid)
+}
+
+func (n *natsSource) all(ctx context.Context, since *time.Time) ([]journal.Record, []uint64, error) {
+	var recs []journal.Record
+	var bad []uint64
+	err := n.st.Scan(ctx, journal.ScanOptions{Since: since}, func(r journal.Record, err error) error {
+		if err != nil {
+			if errors.Is(err, journal.ErrNewerSchema) {
+				return err
+			}
+			bad = append(bad, r.Sequence)
+			return nil
+		}
+		recs = append(recs, r)
+		return nil
+	})
+	return recs, bad, err
+}
+
+func (n *natsSource) follow(ctx context.Context, uid string, after uint64, fn func(journal.Record)) error {
+	return n.st.Follow(ctx, uid, after, fn)
+}
+
+func (n *natsSource) close() { n.nc.Close() }
+
+// exportLine is one NDJSON line: a record, or a marker for an undecodable
+// stream message (invalid=true with its sequence).
+type exportLine struct {
+	journal.Record
+	Invalid bool `json:"invalid,omitempty"`
+}
+
+type fileSource struct {
+	recs []journal.Record
+	bad  []uint64
+}
+
+func openFile(path string) (*fileSource, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fs := &fileSource{}
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 16<<20)
+	line := 0
+	for sc.Scan() {
+		line++
+		if len(sc.Bytes()) == 0 {
+			continue
+		}
+		var l exportLine
+		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
+			return nil, fmt.Errorf("%s:%d: not an exported record: %v", path, line, err)
+		}
+		if l.Invalid {
+			fs.bad = append(fs.bad, l.Sequence)
+			continue
+		}
+		if err := l.Record.Validate(); err != nil {
+			if errors.Is(err, journal.ErrNewerSchema) {
+				return nil, fmt.Errorf("%s:%d: %w", path, line, err)
+			}
+			fs.bad = append(fs.bad, l.Sequence)
+			continue
+		}
+		fs.recs = append(fs.recs, l.Record)
+	}
+	return fs, sc.Err()
+}
+
+func (f *fileSource) uid(_ context.Context, uid string) ([]journal.Record, error) {
+	var out []journal.Record
+	for _, r := range f.recs {
+		if r.Object.UID == uid {
+			out = append(out, r)
+		}
+	}
+	return out, nil
+}
+
+func (f *fileSource) all(_ context.Context, since *time.Time) ([]journal.Record, []uint64, error) {
+	if since == nil {
+		return f.recs, f.bad, nil
+	}
+	var out []journal.Record
+	for _, r := range f.recs {
+		if !r.Time.Before(*since) {
+			out = append(out, r)
+		}
+	}
+	return out, f.bad, nil
+}
+
+func (f *fileSource) follow(context.Context, string, uint64, func(journal.Record)) error {
+	return errors.New("--follow needs a live server, not --from-file")
+}
+
+func (f *fileSource) close() {}
+
+// objectSelector picks one object by UID or by kind/namespace/name.
+type objectSelector struct {
+	uid, kind, namespace, name string
+}
+
+func (o *objectSelector) flags(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&o.uid, "uid", "", "object UID")
+	cmd.Flags().StringVar(&o.kind, "kind", "", "object kind (with --name), e.g. PostgreSQLTenant")
+	cmd.Flags().StringVarP(&o.namespace, "namespace", "n", "", "object namespace (with --name; empty for cluster-scoped)")
+	cmd.Flags().StringVar(&o.name, "name", "", "object name (with --kind)")
+}
+
+// resolve returns the UID to show. By name, the most recently active UID of
+// that kind/namespace/name wins (a recreated object has a new UID); the
+// others are listed on stderr.
+func (o *objectSelector) resolve(ctx context.Context, src source, stderr io.Writer) (string, error) {
+	if o.uid != "" {
+		if o.name != "" || o.kind != "" {
+			return "", errors.New("give either --uid or --kind/--name, not both")
+		}
+		return o.uid, nil
+	}
+	if o.name == "" || o.kind == "" {
+		return "", errors.New("select an object with --uid, or with --kind, --name and (for namespaced kinds) --namespace")
+	}
+	recs, _, err := src.all(ctx, nil)
+	if err != nil {
+		return "", err
+	}
+	var matches []journal.ObjectSummary
+	for _, s := range journal.Summaries(recs) {
+		if s.Object.Kind == o.kind && s.Object.Name == o.name && s.Object.Namespace == o.namespace {
+			matches = append(matches, s)
+		}
+	}
+	if len(matches) == 0 {
+		return "", &exitError{code: 3, msg: fmt.Sprintf("no records for %s %s/%s in the journal", o.kind, o.namespace, o.name)}
+	}
+	for _, m := range matches[1:] {
+		fmt.Fprintf(stderr, "note: older object with the same name: uid %s (last record %s)\n", m.Object.UID, m.LastTime.Format(time.RFC3339))
+	}
+	return matches[0].Object.UID, nil
+}
+
+func parseTimeFlag(name, v string) (*time.Time, error) {
+	if v == "" {
+		return nil, nil
+	}
+	if d, err := time.ParseDuration(v); err == nil {
+		t := time.Now().Add(-d)
+		return &t, nil
+	}
+	t, err := time.Parse(time.RFC3339, v)
+	if err != nil {
+		return nil, fmt.Errorf("--%s: want RFC 3339 time or a duration ago (e.g. 2h), got %q", name, v)
+	}
+	return &t, nil
+}
+
+func withTimeout(g *globalOptions) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), g.timeout)
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}

@@ -1,0 +1,241 @@
+package journal
+
+import (
+	"encoding/json"
+	"fmt"
+	"sort"
+	"time"
+)
+
+// TimelineRow is one line of an object's timeline: an intent paired with
+// its outcome, or a note, or an outcome whose intent is missing.
+type TimelineRow struct {
+	Time      time.Time  `json:"time"`
+	Type      RecordType `json:"type"`
+	Operation string     `json:"operation"`
+	Step      string     `json:"step,omitempty"`
+	Attempt   int        `json:"attempt"`
+	Gen       int64      `json:"generation"`
+	IntentSeq uint64     `json:"intentSeq,omitempty"`
+	// OutcomeSeq is 0 while the intent is pending.
+	OutcomeSeq uint64      `json:"outcomeSeq,omitempty"`
+	Result     ResultClass `json:"result,omitempty"`
+	Reason     string      `json:"reason,omitempty"`
+	Message    string      `json:"message,omitempty"`
+	// Duration from intent to outcome; 0 while pending.
+	Duration      time.Duration `json:"durationNanos,omitempty"`
+	Actor         string        `json:"actor"`
+	OutcomeActor  string        `json:"outcomeActor,omitempty"`
+	IntentID      string        `json:"intentId,omitempty"`
+	RecordID      string        `json:"recordId"`
+	Pending       bool          `json:"pending,omitempty"`
+	OrphanOutcome bool          `json:"orphanOutcome,omitempty"`
+}
+
+// Timeline pairs a UID's records (in stream order) into rows ordered by the
+// first record of each row.
+func Timeline(records []Record) []TimelineRow {
+	outcomes := map[string]Record{}
+	intents := map[string]bool{}
+	for _, r := range records {
+		switch r.Type {
+		case TypeOutcome:
+			if _, ok := outcomes[r.CausationID]; !ok {
+				outcomes[r.CausationID] = r
+			}
+		case TypeIntent:
+			intents[r.ID] = true
+		}
+	}
+	var rows []TimelineRow
+	for _, r := range records {
+		row := TimelineRow{Time: r.Time, Type: r.Type, Operation: r.Operation, Step: r.Step, Attempt: r.Attempt,
+			Gen: r.Object.Generation, Actor: r.Actor, RecordID: r.ID}
+		switch r.Type {
+		case TypeIntent:
+			row.IntentSeq, row.IntentID = r.Sequence, r.ID
+			if o, ok := outcomes[r.ID]; ok {
+				row.OutcomeSeq = o.Sequence
+				row.Result, row.Reason, row.Message = o.Result.Class, o.Result.Reason, o.Result.Message
+				row.Duration = o.Time.Sub(r.Time)
+				row.OutcomeActor = o.Actor
+			} else {
+				row.Pending = true
+			}
+		case TypeOutcome:
+			if intents[r.CausationID] {
+				continue // shown with its intent
+			}
+			row.OutcomeSeq, row.IntentID, row.OrphanOutcome = r.Sequence, r.CausationID, true
+			row.Result, row.Reason, row.Message = r.Result.Class, r.Result.Reason, r.Result.Message
+		case TypeNote:
+			row.IntentSeq = r.Sequence
+		}
+		rows = append(rows, row)
+	}
+	return rows
+}
+
+// Violation is one broken journal invariant, with the sequences involved.
+type Violation struct {
+	Rule      string   `json:"rule"`
+	UID       string   `json:"uid"`
+	Object    string   `json:"object,omitempty"`
+	Sequences []uint64 `json:"sequences"`
+	Detail    string   `json:"detail"`
+}
+
+// Invariant rule names reported by Verify.
+const (
+	RuleOutcomeWithoutIntent = "outcome-without-intent"
+	RuleConflictingOutcomes  = "intent-executed-twice-with-different-results"
+	RuleSecondPasswordWrite  = "second-password-creating-write"
+	RuleEnsureAfterTerminal  = "ensure-after-terminal-job-outcome"
+	RuleDuplicateRecordID    = "duplicate-record-id"
+	RuleUndecodableRecord    = "undecodable-record"
+	OperationWriteCredential = "WriteCredential"
+	OperationEnsure          = "Ensure"
+)
+
+// CredentialWriteOutcome is the outcome payload of WriteCredential as far
+// as Verify needs it: Created is true only for the write that generated a
+// new password (false when an existing record of the same Tenant was reused).
+type CredentialWriteOutcome struct {
+	Created bool `json:"created"`
+}
+
+// TerminalOutcome is the part of an execution outcome payload Verify reads:
+// Terminal is true once a Job reached a terminal state.
+type TerminalOutcome struct {
+	Terminal bool `json:"terminal"`
+}
+
+// Verify checks the journal invariants over records (any number of UIDs,
+// in stream order) plus the sequences of undecodable records:
+//   - every outcome has its intent;
+//   - no intent has two outcomes with different results;
+//   - at most one password-creating WriteCredential per Tenant UID;
+//   - no Ensure intent after a terminal Job outcome;
+//   - no record ID stored twice;
+//   - every record decodes.
+func Verify(records []Record, undecodable []uint64) []Violation {
+	var out []Violation
+	for _, seq := range undecodable {
+		out = append(out, Violation{Rule: RuleUndecodableRecord, Sequences: []uint64{seq}, Detail: "record does not decode as a journal envelope"})
+	}
+	byUID := map[string][]Record{}
+	var order []string
+	for _, r := range records {
+		if _, ok := byUID[r.Object.UID]; !ok {
+			order = append(order, r.Object.UID)
+		}
+		byUID[r.Object.UID] = append(byUID[r.Object.UID], r)
+	}
+	for _, uid := range order {
+		out = append(out, verifyUID(uid, byUID[uid])...)
+	}
+	return out
+}
+
+func verifyUID(uid string, recs []Record) []Violation {
+	var out []Violation
+	add := func(rule, obj, detail string, seqs ...uint64) {
+		out = append(out, Violation{Rule: rule, UID: uid, Object: obj, Sequences: seqs, Detail: detail})
+	}
+	seen := map[string]uint64{}
+	intents := map[string]Record{}
+	firstOutcome := map[string]Record{}
+	var passwordWrites []uint64
+	var terminalSeq uint64
+	for _, r := range recs {
+		obj := r.Object.String()
+		if prev, dup := seen[r.ID]; dup {
+			add(RuleDuplicateRecordID, obj, fmt.Sprintf("record ID %s stored twice", r.ID), prev, r.Sequence)
+		}
+		seen[r.ID] = r.Sequence
+		switch r.Type {
+		case TypeIntent:
+			intents[r.ID] = r
+			if terminalSeq != 0 && r.Operation == OperationEnsure {
+				add(RuleEnsureAfterTerminal, obj, "Ensure intent after the Job reached a terminal outcome", terminalSeq, r.Sequence)
+			}
+		case TypeOutcome:
+			if _, ok := intents[r.CausationID]; !ok {
+				add(RuleOutcomeWithoutIntent, obj, fmt.Sprintf("outcome of %s has no earlier intent", r.CausationID), r.Sequence)
+			}
+			if prev, ok := firstOutcome[r.CausationID]; ok {
+				if prev.Result.Class != r.Result.Class || prev.Result.Reason != r.Result.Reason {
+					add(RuleConflictingOutcomes, obj, fmt.Sprintf("intent %s has outcomes %s and %s", r.CausationID,
+						prev.Result, r.Result), prev.Sequence, r.Sequence)
+				}
+			} else {
+				firstOutcome[r.CausationID] = r
+			}
+			if r.Operation == OperationWriteCredential && r.Result.Class == Succeeded {
+				var p CredentialWriteOutcome
+				if json.Unmarshal(r.Payload, &p) == nil && p.Created {
+					passwordWrites = append(passwordWrites, r.Sequence)
+					if len(passwordWrites) == 2 {
+						add(RuleSecondPasswordWrite, obj, "more than one password-creating credential write for this Tenant", passwordWrites...)
+					} else if len(passwordWrites) > 2 {
+						out[len(out)-1].Sequences = append([]uint64(nil), passwordWrites...)
+					}
+				}
+			}
+			var term TerminalOutcome
+			if terminalSeq == 0 && json.Unmarshal(r.Payload, &term) == nil && term.Terminal {
+				terminalSeq = r.Sequence
+			}
+
+		}
+	}
+	return out
+}
+
+// ObjectSummary describes one object (UID) of the journal for `list`.
+type ObjectSummary struct {
+	Object     ObjectRef   `json:"object"`
+	FirstTime  time.Time   `json:"firstTime"`
+	LastTime   time.Time   `json:"lastTime"`
+	Records    int         `json:"records"`
+	LastSeq    uint64      `json:"lastSeq"`
+	Pending    int         `json:"pending"`
+	LastOp     string      `json:"lastOperation"`
+	LastResult ResultClass `json:"lastResult,omitempty"`
+	LastReason string      `json:"lastReason,omitempty"`
+}
+
+// Summaries groups records by UID, newest (by last record time) first.
+func Summaries(records []Record) []ObjectSummary {
+	byUID := map[string]*ObjectSummary{}
+	states := map[string]*State{}
+	for _, r := range records {
+		s, ok := byUID[r.Object.UID]
+		if !ok {
+			s = &ObjectSummary{FirstTime: r.Time}
+			byUID[r.Object.UID] = s
+			states[r.Object.UID] = NewState()
+		}
+		states[r.Object.UID].Apply(r)
+		s.Object = r.Object
+		s.LastTime = r.Time
+		s.Records++
+		s.LastSeq = r.Sequence
+		s.LastOp = r.Operation
+		if r.Type == TypeOutcome {
+			s.LastResult, s.LastReason = r.Result.Class, r.Result.Reason
+		}
+	}
+	out := make([]ObjectSummary, 0, len(byUID))
+	for uid, s := range byUID {
+		s.Pending = len(states[uid].Pending())
+		out = append(out, *s)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if !out[i].LastTime.Equal(out[j].LastTime) {
+			return out[i].LastTime.After(out[j].LastTime)
+		}
+		return out[i].LastSeq > out[j].LastSeq
+	})
+	return out
+}
