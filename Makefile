@@ -61,3 +61,10 @@ test-unit: ## Fast loop: unit tests only (no servers).
 .PHONY: test
 test: tools ## Unit + envtest + integration tests on real servers.
 	go test $(GO_TEST_FLAGS) -count=1 -timeout 25m ./...
+
+##@ Benchmarks
+
+.PHONY: bench-journal
+bench-journal: ## Journal benchmarks on an embedded JetStream (sync_interval always); figures go to docs/journal.md.
+	go test -run '^$$' -bench 'Append|Fold' -benchtime 3000x ./journal/
+	AYATORI_BENCH_RECORDS=$${AYATORI_BENCH_RECORDS:-1000000} go test -run '^$$' -bench 'TimelineLargeStream' -benchtime 200x -timeout 60m ./journal/

@@ -17,6 +17,10 @@ type NATSOptions struct {
 	StoreDir string
 	// Port fixes the client port (default: a free port, kept across Restart).
 	Port int
+	// NoSyncAlways turns sync_interval "always" off. Only for benchmarks
+	// that bulk-load a store before restarting it with SetSyncAlways(true);
+	// never for tests of durability.
+	NoSyncAlways bool
 }
 
 // NATS is an embedded NATS server with JetStream, file storage in a temp
@@ -30,6 +34,7 @@ type NATS struct {
 	StoreDir string
 
 	port   int
+	noSync bool
 	ownDir bool
 	dir    string
 	srv    *server.Server
@@ -38,7 +43,7 @@ type NATS struct {
 
 // NewNATS starts an embedded JetStream server.
 func NewNATS(opts NATSOptions) (_ *NATS, err error) {
-	n := &NATS{StoreDir: opts.StoreDir, port: opts.Port}
+	n := &NATS{StoreDir: opts.StoreDir, port: opts.Port, noSync: opts.NoSyncAlways}
 	if n.StoreDir == "" {
 		if n.dir, err = os.MkdirTemp("", "ayatori-nats-"); err != nil {
 			return nil, err
@@ -70,7 +75,7 @@ func (n *NATS) Start() error {
 		Port:       n.port,
 		JetStream:  true,
 		StoreDir:   n.StoreDir,
-		SyncAlways: true, // sync_interval: always
+		SyncAlways: !n.noSync, // sync_interval: always
 		NoSigs:     true,
 		NoLog:      true,
 		// The HTTP monitoring endpoint stays off; tests read state via the API.
@@ -101,6 +106,9 @@ func (n *NATS) Stop() {
 		n.srv = nil
 	}
 }
+
+// SetSyncAlways changes sync_interval "always" for the next Start.
+func (n *NATS) SetSyncAlways(on bool) { n.noSync = !on }
 
 // Restart stops and starts the server on the same store and port.
 func (n *NATS) Restart() error {
