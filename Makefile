@@ -68,3 +68,9 @@ test: tools ## Unit + envtest + integration tests on real servers.
 bench-journal: ## Journal benchmarks on an embedded JetStream (sync_interval always); figures go to docs/journal.md.
 	go test -run '^$$' -bench 'Append|Fold' -benchtime 3000x ./journal/
 	AYATORI_BENCH_RECORDS=$${AYATORI_BENCH_RECORDS:-1000000} go test -run '^$$' -bench 'TimelineLargeStream' -benchtime 200x -timeout 60m ./journal/
+
+##@ Run
+
+.PHONY: demo
+demo: tools ## Run the product on real servers and show the result (see README).
+	go run ./integration/demo
