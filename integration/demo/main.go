@@ -73,7 +73,9 @@ func run() error {
 	for _, op := range []string{"ObserveInstance", "BootstrapRegistry", "ClaimOwnership", "WriteCredential", "CreateRole", "CreateDatabase"} {
 		handlers[op] = handler
 	}
-	go func() { _ = executor.Consume(cctx, journal.ConsumerConfig{Durable: "demo-executor", AckWait: 5 * time.Second}, handlers) }()
+	go func() {
+		_ = executor.Consume(cctx, journal.ConsumerConfig{Durable: "demo-executor", AckWait: 5 * time.Second}, handlers)
+	}()
 
 	tenant := journal.ObjectRef{Group: "database.ayatori.ddupan.top", Kind: "PostgreSQLTenant", Namespace: "netbox", Name: "netbox",
 		UID: "0d5f6a2e-demo-4c1b-9f00-000000000001", Generation: 1}
