@@ -11,6 +11,7 @@ import (
 	"time"
 
 	bao "github.com/openbao/openbao/api/v2"
+	"github.com/testcontainers/testcontainers-go"
 )
 
 // KVMount is the KV v2 mount every OpenBao-compatible test server has.
@@ -35,7 +36,10 @@ type OpenBao struct {
 	unsealKey string
 	proc      *process
 	unreg     func()
+	container testcontainers.Container
 }
+
+var baoMountInput = bao.MountInput{Type: "kv", Options: map[string]string{"version": "2"}}
 
 // OpenBaoBinary returns the server binary: $AYATORI_BAO_BIN when set, else
 // the cached Vault build.
@@ -174,6 +178,11 @@ func (o *OpenBao) client(token string) (*bao.Client, error) {
 
 // Stop stops the server and keeps its storage.
 func (o *OpenBao) Stop() {
+	if o.container != nil {
+		timeout := 15 * time.Second
+		_ = o.container.Stop(context.Background(), &timeout)
+		return
+	}
 	if o.proc != nil {
 		o.proc.stop(syscall.SIGTERM, 15*time.Second)
 	}
@@ -181,6 +190,9 @@ func (o *OpenBao) Stop() {
 
 // Start starts a stopped server on the same storage and port and unseals it.
 func (o *OpenBao) Start(ctx context.Context) error {
+	if o.container != nil {
+		return o.container.Start(ctx)
+	}
 	if o.proc != nil && !o.proc.exited() {
 		return errors.New("openbao: already running")
 	}
@@ -192,6 +204,10 @@ func (o *OpenBao) Start(ctx context.Context) error {
 
 // Close stops the server and removes its directory.
 func (o *OpenBao) Close() {
+	if o.container != nil {
+		_ = o.container.Terminate(context.Background())
+		o.container = nil
+	}
 	o.Stop()
 	if o.unreg != nil {
 		o.unreg()

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/testcontainers/testcontainers-go"
 )
 
 // PostgresOptions tune a throwaway PostgreSQL cluster.
@@ -49,6 +50,8 @@ type Postgres struct {
 	cred    *syscall.Credential
 	proc    *process
 	unreg   func()
+	// container is set by the testcontainers provider.
+	container testcontainers.Container
 }
 
 // PostgresBinDir finds the PostgreSQL 15 server binaries:
@@ -186,6 +189,9 @@ func NewPostgres(ctx context.Context, opts PostgresOptions) (_ *Postgres, err er
 // until a TLS superuser connection succeeds. Use after Stop to simulate a
 // restart.
 func (pg *Postgres) Start(ctx context.Context) error {
+	if pg.container != nil {
+		return pg.container.Start(ctx)
+	}
 	if pg.proc != nil && !pg.proc.exited() {
 		return errors.New("postgres: already running")
 	}
@@ -208,6 +214,11 @@ func (pg *Postgres) Start(ctx context.Context) error {
 
 // Stop shuts the server down (fast shutdown) and keeps the data directory.
 func (pg *Postgres) Stop() {
+	if pg.container != nil {
+		timeout := 30 * time.Second
+		_ = pg.container.Stop(context.Background(), &timeout)
+		return
+	}
 	if pg.proc != nil {
 		pg.proc.stop(syscall.SIGINT, 30*time.Second)
 	}
@@ -215,6 +226,11 @@ func (pg *Postgres) Stop() {
 
 // Kill stops the server abruptly (SIGKILL), as a host crash would.
 func (pg *Postgres) Kill() {
+	if pg.container != nil {
+		timeout := time.Duration(0)
+		_ = pg.container.Stop(context.Background(), &timeout)
+		return
+	}
 	if pg.proc != nil {
 		pg.proc.kill()
 	}
@@ -222,6 +238,10 @@ func (pg *Postgres) Kill() {
 
 // Close stops the server and removes its directory.
 func (pg *Postgres) Close() {
+	if pg.container != nil {
+		_ = pg.container.Terminate(context.Background())
+		pg.container = nil
+	}
 	pg.Stop()
 	if pg.unreg != nil {
 		pg.unreg()

@@ -6,7 +6,7 @@ import (
 )
 
 // newPostgresContainer and newOpenBaoContainer are the testcontainers
-// provider. See testcontainers_provider.go.
+// provider (testcontainers_provider.go sets them in init).
 var (
 	newPostgresContainer = func(context.Context, PostgresOptions) (*Postgres, error) {
 		return nil, errors.New("testcontainers provider: PostgreSQL container not available in this build")
