@@ -215,3 +215,11 @@ func populateLarge(b *testing.B, total int) (string, error) {
 	}
 	return target.UID, nil
 }
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if largeNATS != nil {
+		largeNATS.Close()
+	}
+	os.Exit(code)
+}
