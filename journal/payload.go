@@ -31,6 +31,7 @@ var allowedFieldNames = map[string]bool{
 	"SecretName": true, "secretName": true,
 	"SecretRef": true, "secretRef": true,
 	"CredentialRef": true, "credentialRef": true,
+	"AdminCredRef": true, "adminCredentialRef": true,
 	"CredentialVersion": true, "credentialVersion": true,
 	"SecretStoreName": true, "secretStoreName": true,
 }
