@@ -372,13 +372,19 @@ func TestOutcomeExistsAcksWithoutReexecution(t *testing.T) {
 	}
 	var calls atomic.Int32
 	cc := journal.ConsumerConfig{Durable: "exec-done", AckWait: time.Second}
+	if _, err := s.EnsureConsumer(ctx, cc); err != nil {
+		t.Fatal(err)
+	}
 	runConsumer(t, s, cc, map[string]journal.Handler{"WriteCredential": func(ctx context.Context, r journal.Record) (journal.Outcome, error) {
 		calls.Add(1)
 		return journal.Outcome{Result: journal.Result{Class: journal.Succeeded}}, nil
 	}})
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		cons, _ := s.JetStream().Consumer(ctx, journal.DefaultStreamName, "exec-done")
+		cons, err := s.JetStream().Consumer(ctx, journal.DefaultStreamName, "exec-done")
+		if err != nil {
+			t.Fatal(err)
+		}
 		info, err := cons.Info(ctx)
 		if err == nil && info.AckFloor.Stream >= 1 && info.NumAckPending == 0 && info.NumPending == 0 {
 			break
