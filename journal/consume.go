@@ -104,6 +104,9 @@ func (s *Store) Consume(ctx context.Context, cfg ConsumerConfig, handlers map[st
 	cfg.defaults()
 	cons, err := s.EnsureConsumer(ctx, cfg)
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
 		return err
 	}
 	iter, err := cons.Messages(jetstream.PullMaxMessages(cfg.Concurrency * 2))
