@@ -32,6 +32,8 @@ var allowedFieldNames = map[string]bool{
 	"SecretRef": true, "secretRef": true,
 	"CredentialRef": true, "credentialRef": true,
 	"AdminCredRef": true, "adminCredentialRef": true,
+	"PasswordKey": true, "passwordKey": true,
+	"SecretResourceVersion": true, "secretResourceVersion": true,
 	"CredentialVersion": true, "credentialVersion": true,
 	"SecretStoreName": true, "secretStoreName": true,
 }

@@ -1,0 +1,294 @@
+package database
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	v1alpha1 "git.ddupan.top/panxiao81/ayatori/api/database/v1alpha1"
+	pgexec "git.ddupan.top/panxiao81/ayatori/executors/postgresql"
+	"git.ddupan.top/panxiao81/ayatori/journal"
+)
+
+// InstancePolicy tunes the Instance decisions.
+type InstancePolicy struct {
+	// ResyncInterval: a Ready Instance is re-observed this long after its
+	// last successful observation (PostgreSQL stopped -> DependencyUnavailable).
+	ResyncInterval time.Duration
+	// RetryBase and RetryMax bound the exponential back-off before a failed
+	// observation is retried (input errors are not retried at all).
+	RetryBase, RetryMax time.Duration
+	// PendingRecheck is how long to wait on a pending intent before
+	// reconciling again (the outcome watch normally wakes the projector earlier).
+	PendingRecheck time.Duration
+}
+
+// DefaultInstancePolicy is used by the manager unless flags say otherwise.
+var DefaultInstancePolicy = InstancePolicy{ResyncInterval: 5 * time.Minute, RetryBase: 5 * time.Second, RetryMax: 5 * time.Minute, PendingRecheck: 30 * time.Second}
+
+// SecretFact is what the projector saw of the admin Secret.
+type SecretFact struct {
+	Found           bool
+	ResourceVersion string
+}
+
+// InstanceFacts are the inputs of one Instance decision.
+type InstanceFacts struct {
+	Generation int64
+	// SpecErrors from ValidateInstanceSpec.
+	SpecErrors []string
+	Secret     SecretFact
+	// SecretName is the referenced admin Secret (for messages).
+	SecretName string
+	// Journal is the fold of the Instance UID's records.
+	Journal *journal.State
+	// Status is the current status (phase may be missing or forged).
+	Status v1alpha1.PostgreSQLInstanceStatus
+	Now    time.Time
+}
+
+// PlannedIntent is an intent the projector must append before anything else.
+type PlannedIntent struct {
+	Operation string
+	Attempt   int
+}
+
+// ReadyCondition is the desired Ready condition.
+type ReadyCondition struct {
+	Status  metav1.ConditionStatus
+	Reason  string
+	Message string
+}
+
+// InstanceDecision is what the projector does next.
+type InstanceDecision struct {
+	Phase             v1alpha1.InstancePhase
+	Ready             ReadyCondition
+	PostgreSQLVersion string
+	// Conclusive: the decision concludes the current generation (success or
+	// a known failure), so status.observedGeneration advances.
+	Conclusive bool
+	Intent     *PlannedIntent
+	// RequeueAfter > 0 asks for another reconcile after that delay.
+	RequeueAfter time.Duration
+}
+
+func reconciling(msg string) ReadyCondition {
+	return ReadyCondition{Status: metav1.ConditionUnknown, Reason: v1alpha1.ReasonReconciling, Message: msg}
+}
+
+func notReady(reason, msg string) ReadyCondition {
+	return ReadyCondition{Status: metav1.ConditionFalse, Reason: reason, Message: msg}
+}
+
+// conditionReason maps an outcome reason to a Ready reason of the Instance.
+func instanceReason(r *journal.Result) string {
+	switch r.Reason {
+	case v1alpha1.ReasonAuthenticationFailed, v1alpha1.ReasonInsufficientPrivileges, v1alpha1.ReasonInvalidSpec, v1alpha1.ReasonDependencyUnavailable:
+		return r.Reason
+	default:
+		return v1alpha1.ReasonDependencyUnavailable
+	}
+}
+
+// intentsOf returns the intents of one operation for one generation, in order.
+func intentsOf(st *journal.State, op string, gen int64) []journal.Record {
+	var out []journal.Record
+	for _, r := range st.Intents {
+		if r.Operation == op && r.Object.Generation == gen {
+			out = append(out, r)
+		}
+	}
+	sortBySeq(out)
+	return out
+}
+
+// nextAttempt is one more than the number of intents of op in gen: the same
+// journal state always yields the same intent ID (de-duplicated by Append).
+func nextAttempt(st *journal.State, op string, gen int64) int {
+	return len(intentsOf(st, op, gen)) + 1
+}
+
+// DecideInstance is the Instance state machine (specification §8.2, §9;
+// domain-instance.md §5): Pending -> Validating -> InitializingRegistry ->
+// Ready. The phase is derived from the journal and the facts, never trusted
+// from status: a wiped status forces a fresh observation, a forged phase is
+// overwritten. It never performs I/O.
+func DecideInstance(f InstanceFacts, p InstancePolicy) InstanceDecision {
+	gen := f.Generation
+	st := f.Journal
+	if st == nil {
+		st = journal.NewState()
+	}
+	if len(f.SpecErrors) > 0 {
+		return InstanceDecision{Phase: v1alpha1.InstancePhasePending, Conclusive: true,
+			Ready: notReady(v1alpha1.ReasonInvalidSpec, "invalid spec: "+strings.Join(f.SpecErrors, "; "))}
+	}
+	if !f.Secret.Found {
+		phase := v1alpha1.InstancePhasePending
+		if f.Status.Phase != "" && f.Status.Phase != v1alpha1.InstancePhaseReady {
+			phase = f.Status.Phase
+		}
+		return InstanceDecision{Phase: phase, Conclusive: true, RequeueAfter: p.PendingRecheck,
+			Ready: notReady(v1alpha1.ReasonDependencyUnavailable, fmt.Sprintf("admin credential Secret %q not found in the controller namespace", f.SecretName))}
+	}
+	observe := func(phase v1alpha1.InstancePhase, ready ReadyCondition) InstanceDecision {
+		return InstanceDecision{Phase: phase, Ready: ready, RequeueAfter: p.PendingRecheck,
+			Intent: &PlannedIntent{Operation: pgexec.OpObserveInstance, Attempt: nextAttempt(st, pgexec.OpObserveInstance, gen)}}
+	}
+	obs := intentsOf(st, pgexec.OpObserveInstance, gen)
+	if len(obs) == 0 {
+		return observe(v1alpha1.InstancePhaseValidating, reconciling("validating the connection and the admin role"))
+	}
+	last := obs[len(obs)-1]
+	out, done := st.OutcomeOf(last.ID)
+	if !done {
+		d := InstanceDecision{Phase: v1alpha1.InstancePhaseValidating, Ready: reconciling("validating the connection and the admin role"), RequeueAfter: p.PendingRecheck}
+		if keepReady(f) {
+			d.Phase, d.Ready, d.PostgreSQLVersion = v1alpha1.InstancePhaseReady, readyCondition(f.Status.PostgreSQLVersion), f.Status.PostgreSQLVersion
+		}
+		return d
+	}
+	var op pgexec.ObserveOutcome
+	_ = json.Unmarshal(out.Payload, &op)
+	if op.SecretResourceVersion != "" && op.SecretResourceVersion != f.Secret.ResourceVersion {
+		// The admin Secret changed since the observation: it says nothing
+		// about the credentials in force now.
+		return observe(v1alpha1.InstancePhaseValidating, reconciling("the admin credential Secret changed; validating again"))
+	}
+	if out.Result.Class != journal.Succeeded {
+		return retryAfterFailure(f, p, st, out, v1alpha1.InstancePhaseValidating, observe)
+	}
+	switch op.Registry {
+	case pgexec.RegistryUsable:
+		return readyOrResync(f, p, out.Time, op.ServerVersion, observe)
+	case pgexec.RegistryAbsent, pgexec.RegistryNeedsMigration:
+	default:
+		return observe(v1alpha1.InstancePhaseValidating, reconciling("the last observation did not report the registry; validating again"))
+	}
+	// The registry must be created or migrated: a BootstrapRegistry decided
+	// after this observation.
+	var boot *journal.Record
+	for _, b := range intentsOf(st, pgexec.OpBootstrapRegistry, gen) {
+		if b.Sequence > out.Sequence {
+			b := b
+			boot = &b
+			break
+		}
+	}
+	if boot == nil {
+		return InstanceDecision{Phase: v1alpha1.InstancePhaseInitializingRegistry, Ready: reconciling("initializing the ownership registry"),
+			RequeueAfter: p.PendingRecheck,
+			Intent:       &PlannedIntent{Operation: pgexec.OpBootstrapRegistry, Attempt: nextAttempt(st, pgexec.OpBootstrapRegistry, gen)}}
+	}
+	bout, done := st.OutcomeOf(boot.ID)
+	if !done {
+		return InstanceDecision{Phase: v1alpha1.InstancePhaseInitializingRegistry, Ready: reconciling("initializing the ownership registry"), RequeueAfter: p.PendingRecheck}
+	}
+	if bout.Result.Class != journal.Succeeded {
+		return retryAfterFailure(f, p, st, bout, v1alpha1.InstancePhaseInitializingRegistry, observe)
+	}
+	return readyOrResync(f, p, bout.Time, op.ServerVersion, observe)
+}
+
+// keepReady: a periodic re-observation of a Ready Instance does not flap
+// its Ready condition while it is pending.
+func keepReady(f InstanceFacts) bool {
+	return f.Status.Phase == v1alpha1.InstancePhaseReady && f.Status.ObservedGeneration == f.Generation &&
+		readyStatus(f.Status.Conditions) == metav1.ConditionTrue
+}
+
+func readyStatus(conds []metav1.Condition) metav1.ConditionStatus {
+	for _, c := range conds {
+		if c.Type == v1alpha1.ConditionReady {
+			return c.Status
+		}
+	}
+	return ""
+}
+
+func readyCondition(version string) ReadyCondition {
+	msg := "connected; admin privileges and ownership registry verified"
+	if version != "" {
+		msg = "connected to PostgreSQL " + version + "; admin privileges and ownership registry verified"
+	}
+	return ReadyCondition{Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonReady, Message: msg}
+}
+
+func readyOrResync(f InstanceFacts, p InstancePolicy, verifiedAt time.Time, version string, observe func(v1alpha1.InstancePhase, ReadyCondition) InstanceDecision) InstanceDecision {
+	if f.Status.Phase == "" {
+		// Status was lost: rebuild it from a fresh observation, never from
+		// the journal alone.
+		return observe(v1alpha1.InstancePhaseValidating, reconciling("status was lost; validating again from external facts"))
+	}
+	due := verifiedAt.Add(p.ResyncInterval)
+	if !f.Now.Before(due) {
+		d := observe(v1alpha1.InstancePhaseReady, readyCondition(version))
+		d.PostgreSQLVersion, d.Conclusive = version, true
+		return d
+	}
+	return InstanceDecision{Phase: v1alpha1.InstancePhaseReady, Ready: readyCondition(version), PostgreSQLVersion: version,
+		Conclusive: true, RequeueAfter: due.Sub(f.Now)}
+}
+
+// retryAfterFailure reports a failed (or unknown) outcome and, after an
+// exponential back-off over the consecutive failures, observes again. A
+// ResultUnknown is never retried blindly: the retry is an observation.
+func retryAfterFailure(f InstanceFacts, p InstancePolicy, st *journal.State, out journal.Record, phase v1alpha1.InstancePhase,
+	observe func(v1alpha1.InstancePhase, ReadyCondition) InstanceDecision) InstanceDecision {
+	reason := instanceReason(out.Result)
+	msg := out.Result.Message
+	if msg == "" {
+		msg = out.Operation + " failed: " + out.Result.Reason
+	}
+	ready := notReady(reason, msg)
+	if reason == v1alpha1.ReasonInvalidSpec {
+		return InstanceDecision{Phase: phase, Ready: ready, Conclusive: true}
+	}
+	failures := consecutiveFailures(st, f.Generation)
+	delay := p.RetryBase << min(failures-1, 16)
+	if delay <= 0 || delay > p.RetryMax {
+		delay = p.RetryMax
+	}
+	due := out.Time.Add(delay)
+	if !f.Now.Before(due) {
+		d := observe(phase, ready)
+		d.Conclusive = true
+		return d
+	}
+	return InstanceDecision{Phase: phase, Ready: ready, Conclusive: true, RequeueAfter: due.Sub(f.Now)}
+}
+
+// consecutiveFailures counts the non-successful outcomes of this generation
+// since its last success.
+func consecutiveFailures(st *journal.State, gen int64) int {
+	var outs []journal.Record
+	for _, o := range st.Outcomes {
+		if o.Object.Generation == gen {
+			outs = append(outs, o)
+		}
+	}
+	sortBySeq(outs)
+	n := 0
+	for i := len(outs) - 1; i >= 0; i-- {
+		if outs[i].Result.Class == journal.Succeeded {
+			break
+		}
+		n++
+	}
+	if n == 0 {
+		n = 1
+	}
+	return n
+}
+
+func sortBySeq(rs []journal.Record) {
+	for i := 1; i < len(rs); i++ {
+		for j := i; j > 0 && rs[j].Sequence < rs[j-1].Sequence; j-- {
+			rs[j], rs[j-1] = rs[j-1], rs[j]
+		}
+	}
+}

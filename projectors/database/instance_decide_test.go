@@ -1,0 +1,138 @@
+package database
+
+import (
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	v1alpha1 "git.ddupan.top/panxiao81/ayatori/api/database/v1alpha1"
+	pgexec "git.ddupan.top/panxiao81/ayatori/executors/postgresql"
+	"git.ddupan.top/panxiao81/ayatori/journal"
+)
+
+var t0 = time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)
+
+var testPolicy = InstancePolicy{ResyncInterval: time.Minute, RetryBase: 5 * time.Second, RetryMax: time.Minute, PendingRecheck: 30 * time.Second}
+
+// history builds a journal state for gen 1 from (op, result) steps; an
+// empty result leaves the intent pending.
+type step struct {
+	op      string
+	class   journal.ResultClass
+	reason  string
+	payload any
+	at      time.Duration
+}
+
+func history(steps ...step) *journal.State {
+	obj := journal.ObjectRef{Group: "database.ayatori.ddupan.top", Kind: "PostgreSQLInstance", Name: "shared", UID: "uid-1", Generation: 1}
+	st := journal.NewState()
+	seq := uint64(0)
+	attempts := map[string]int{}
+	for _, s := range steps {
+		attempts[s.op]++
+		in, _ := journal.NewIntent(obj, s.op, "", attempts[s.op], nil)
+		seq++
+		in.Sequence, in.Time = seq, t0.Add(s.at)
+		st.Apply(in)
+		if s.class == "" {
+			continue
+		}
+		out, _ := journal.NewOutcome(in, journal.Result{Class: s.class, Reason: s.reason}, s.payload)
+		seq++
+		out.Sequence, out.Time = seq, t0.Add(s.at)
+		st.Apply(out)
+	}
+	return st
+}
+
+func usable(rv string) pgexec.ObserveOutcome {
+	return pgexec.ObserveOutcome{ServerVersion: "15.18", Registry: pgexec.RegistryUsable, RegistryVersion: 1, SecretResourceVersion: rv}
+}
+
+func TestDecideInstance(t *testing.T) {
+	readyStatus := v1alpha1.PostgreSQLInstanceStatus{Phase: v1alpha1.InstancePhaseReady, ObservedGeneration: 1,
+		Conditions: []metav1.Condition{{Type: "Ready", Status: metav1.ConditionTrue}}}
+	validating := v1alpha1.PostgreSQLInstanceStatus{Phase: v1alpha1.InstancePhaseValidating}
+	cases := []struct {
+		name       string
+		facts      InstanceFacts
+		phase      v1alpha1.InstancePhase
+		ready      metav1.ConditionStatus
+		reason     string
+		intent     string
+		attempt    int
+		conclusive bool
+	}{
+		{name: "invalid spec: no intent, not retried", facts: InstanceFacts{SpecErrors: []string{"bad"}},
+			phase: "Pending", ready: "False", reason: "InvalidSpec", conclusive: true},
+		{name: "secret missing at first assembly", facts: InstanceFacts{Secret: SecretFact{}},
+			phase: "Pending", ready: "False", reason: "DependencyUnavailable", conclusive: true},
+		{name: "fresh: observe first", facts: InstanceFacts{},
+			phase: "Validating", ready: "Unknown", reason: "Reconciling", intent: pgexec.OpObserveInstance, attempt: 1},
+		{name: "forged Ready on a fresh Instance does not skip validation", facts: InstanceFacts{Status: readyStatus},
+			phase: "Validating", ready: "Unknown", intent: pgexec.OpObserveInstance, attempt: 1},
+		{name: "observe pending", facts: InstanceFacts{Journal: history(step{op: pgexec.OpObserveInstance})},
+			phase: "Validating", ready: "Unknown"},
+		{name: "registry absent: bootstrap", facts: InstanceFacts{Status: validating, Journal: history(
+			step{op: pgexec.OpObserveInstance, class: journal.Succeeded, payload: pgexec.ObserveOutcome{Registry: pgexec.RegistryAbsent, SecretResourceVersion: "7"}})},
+			phase: "InitializingRegistry", ready: "Unknown", intent: pgexec.OpBootstrapRegistry, attempt: 1},
+		{name: "bootstrap done: Ready", facts: InstanceFacts{Status: validating, Journal: history(
+			step{op: pgexec.OpObserveInstance, class: journal.Succeeded, payload: pgexec.ObserveOutcome{Registry: pgexec.RegistryAbsent, SecretResourceVersion: "7"}},
+			step{op: pgexec.OpBootstrapRegistry, class: journal.Succeeded})},
+			phase: "Ready", ready: "True", reason: "Ready", conclusive: true},
+		{name: "usable registry: Ready", facts: InstanceFacts{Status: validating, Journal: history(
+			step{op: pgexec.OpObserveInstance, class: journal.Succeeded, payload: usable("7")})},
+			phase: "Ready", ready: "True", reason: "Ready", conclusive: true},
+		{name: "status wiped: observe again", facts: InstanceFacts{Journal: history(
+			step{op: pgexec.OpObserveInstance, class: journal.Succeeded, payload: usable("7")})},
+			phase: "Validating", ready: "Unknown", intent: pgexec.OpObserveInstance, attempt: 2},
+		{name: "secret changed: observe again", facts: InstanceFacts{Status: readyStatus, Secret: SecretFact{Found: true, ResourceVersion: "8"}, Journal: history(
+			step{op: pgexec.OpObserveInstance, class: journal.Succeeded, payload: usable("7")})},
+			phase: "Validating", ready: "Unknown", intent: pgexec.OpObserveInstance, attempt: 2},
+		{name: "resync due: observe, stay Ready", facts: InstanceFacts{Status: readyStatus, Now: t0.Add(2 * time.Minute), Journal: history(
+			step{op: pgexec.OpObserveInstance, class: journal.Succeeded, payload: usable("7")})},
+			phase: "Ready", ready: "True", intent: pgexec.OpObserveInstance, attempt: 2, conclusive: true},
+		{name: "resync pending keeps Ready", facts: InstanceFacts{Status: readyStatus, Journal: history(
+			step{op: pgexec.OpObserveInstance, class: journal.Succeeded, payload: usable("7")},
+			step{op: pgexec.OpObserveInstance})},
+			phase: "Ready", ready: "True"},
+		{name: "auth failed: reported, back-off", facts: InstanceFacts{Status: validating, Now: t0.Add(time.Second), Journal: history(
+			step{op: pgexec.OpObserveInstance, class: journal.Failed, reason: "AuthenticationFailed", payload: pgexec.ObserveOutcome{SecretResourceVersion: "7"}})},
+			phase: "Validating", ready: "False", reason: "AuthenticationFailed", conclusive: true},
+		{name: "after back-off: observe again", facts: InstanceFacts{Status: validating, Now: t0.Add(10 * time.Second), Journal: history(
+			step{op: pgexec.OpObserveInstance, class: journal.Failed, reason: "InsufficientPrivileges", payload: pgexec.ObserveOutcome{SecretResourceVersion: "7"}})},
+			phase: "Validating", ready: "False", reason: "InsufficientPrivileges", intent: pgexec.OpObserveInstance, attempt: 2, conclusive: true},
+		{name: "unknown reason maps to DependencyUnavailable", facts: InstanceFacts{Status: validating, Now: t0, Journal: history(
+			step{op: pgexec.OpObserveInstance, class: journal.Failed, reason: journal.ReasonRetriesExhausted})},
+			phase: "Validating", ready: "False", reason: "DependencyUnavailable", conclusive: true},
+		{name: "bootstrap result unknown: observe before retrying", facts: InstanceFacts{Status: validating, Now: t0.Add(time.Hour), Journal: history(
+			step{op: pgexec.OpObserveInstance, class: journal.Succeeded, payload: pgexec.ObserveOutcome{Registry: pgexec.RegistryAbsent, SecretResourceVersion: "7"}},
+			step{op: pgexec.OpBootstrapRegistry, class: journal.ResultUnknown, reason: "DependencyUnavailable"})},
+			phase: "InitializingRegistry", ready: "False", reason: "DependencyUnavailable", intent: pgexec.OpObserveInstance, attempt: 2, conclusive: true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			f := tc.facts
+			f.Generation = 1
+			if f.Secret == (SecretFact{}) && tc.name != "secret missing at first assembly" {
+				f.Secret = SecretFact{Found: true, ResourceVersion: "7"}
+			}
+			if f.Now.IsZero() {
+				f.Now = t0
+			}
+			d := DecideInstance(f, testPolicy)
+			if d.Phase != tc.phase || d.Ready.Status != tc.ready || (tc.reason != "" && d.Ready.Reason != tc.reason) || d.Conclusive != tc.conclusive {
+				t.Fatalf("got phase=%s ready=%s/%s conclusive=%t; want %s %s/%s %t (%s)", d.Phase, d.Ready.Status, d.Ready.Reason, d.Conclusive,
+					tc.phase, tc.ready, tc.reason, tc.conclusive, d.Ready.Message)
+			}
+			switch {
+			case tc.intent == "" && d.Intent != nil:
+				t.Fatalf("unexpected intent %+v", d.Intent)
+			case tc.intent != "" && (d.Intent == nil || d.Intent.Operation != tc.intent || d.Intent.Attempt != tc.attempt):
+				t.Fatalf("intent %+v, want %s attempt %d", d.Intent, tc.intent, tc.attempt)
+			}
+		})
+	}
+}
