@@ -32,7 +32,7 @@ generate: $(CONTROLLER_GEN) ## Generate deepcopy code for the API types.
 .PHONY: manifests
 manifests: $(CONTROLLER_GEN) ## Generate CRDs (deploy/crd) and RBAC (deploy/rbac).
 	$(CONTROLLER_GEN) crd paths="./api/..." output:crd:artifacts:config=deploy/crd/bases
-	$(CONTROLLER_GEN) rbac:roleName=ayatori-manager paths="./projectors/..." paths="./executors/..." paths="./cmd/..." output:rbac:artifacts:config=deploy/rbac
+	$(CONTROLLER_GEN) rbac:roleName=ayatori-manager paths="./projectors/...;./executors/...;./cmd/..." output:rbac:artifacts:config=deploy/rbac
 
 .PHONY: verify
 verify: generate manifests lint ## Regenerate everything and fail on any diff.

@@ -298,11 +298,19 @@ func (pg *Postgres) CreateAdminRole(ctx context.Context, name, password string, 
 
 // ReplaceServerCert issues a new server certificate from ca with the given
 // SANs and reloads the server (SIGHUP), e.g. to serve a wrong-host
-// certificate in a negative test.
+// certificate in a negative test. CA and CAFile follow ca, so fixture DSNs
+// keep working.
 func (pg *Postgres) ReplaceServerCert(ca *CA, dnsNames, ips []string) error {
 	cert, err := ca.IssueServer(dnsNames, ips)
 	if err != nil {
 		return err
+	}
+	// Fixtures (SuperuserDSN) trust whichever CA signed the served certificate.
+	if ca != pg.CA {
+		pg.CA = ca
+		if err := os.WriteFile(pg.CAFile, ca.CertPEM, 0o600); err != nil {
+			return err
+		}
 	}
 	for name, content := range map[string][]byte{"server.crt": cert.CertPEM, "server.key": cert.KeyPEM} {
 		path := filepath.Join(pg.Dir, name)

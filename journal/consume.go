@@ -46,6 +46,9 @@ type ConsumerConfig struct {
 	BackOff []time.Duration
 	// Concurrency is how many intents run at once (default 4).
 	Concurrency int
+	// BeforeOutcome, when set, runs after the handler and before its
+	// outcome is appended (crash-test failpoint; nil in production).
+	BeforeOutcome func(intent Record)
 }
 
 func (c *ConsumerConfig) defaults() {
@@ -199,6 +202,9 @@ func (s *Store) handle(ctx context.Context, cfg ConsumerConfig, m jetstream.Msg,
 		}
 		_ = m.NakWithDelay(cfg.backoff(md.NumDelivered))
 		return
+	}
+	if cfg.BeforeOutcome != nil {
+		cfg.BeforeOutcome(rec)
 	}
 	s.finish(ctx, cfg, m, rec, out, md.NumDelivered)
 }

@@ -122,6 +122,19 @@ func (e *Executor) observe(ctx context.Context, t Target, out *ObserveOutcome) (
 		return nil, err
 	}
 	defer conn.Release()
+	// verify-full: consumers may connect by hostaddr only, so the
+	// certificate must also carry hostaddr as an IP SAN.
+	if t.Endpoint.SSLMode == "verify-full" && t.Endpoint.HostAddr != "" {
+		c, err := e.Pools.Connect(ctx, t, true)
+		if err != nil {
+			cl := Classify(err)
+			if cl.Reason == ReasonAuthenticationFailed && strings.HasPrefix(cl.Message, "TLS:") {
+				cl = &Classified{Reason: ReasonAuthenticationFailed, Message: "TLS: the server certificate does not cover hostaddr " + t.Endpoint.HostAddr + " as an IP SAN"}
+			}
+			return nil, cl
+		}
+		_ = c.Close(ctx)
+	}
 	if err := conn.QueryRow(ctx, "SELECT current_setting('server_version')").Scan(&out.ServerVersion); err != nil {
 		return nil, err
 	}
@@ -134,6 +147,19 @@ func (e *Executor) observe(ctx context.Context, t Target, out *ObserveOutcome) (
 	}
 	st, v, err := observeRegistry(ctx, conn)
 	if err != nil {
+		var c *Classified
+		if errors.As(err, &c) && c.Reason == ReasonInsufficientPrivileges && !super {
+			// Report the role attributes too, so one fix covers everything.
+			if !createRole {
+				out.MissingPrivileges = append(out.MissingPrivileges, "CREATEROLE")
+			}
+			if !createDB {
+				out.MissingPrivileges = append(out.MissingPrivileges, "CREATEDB")
+			}
+			out.MissingPrivileges = append(out.MissingPrivileges, strings.TrimPrefix(c.Message, "the admin role lacks: "))
+			o := failed(&Classified{Reason: ReasonInsufficientPrivileges, Message: "the admin role lacks: " + strings.Join(out.MissingPrivileges, "; ")}, *out)
+			return &o, nil
+		}
 		return nil, err
 	}
 	out.Registry, out.RegistryVersion = st, v
@@ -172,19 +198,6 @@ func (e *Executor) observe(ctx context.Context, t Target, out *ObserveOutcome) (
 		o := failed(&Classified{Reason: ReasonInsufficientPrivileges,
 			Message: "the admin role lacks: " + strings.Join(out.MissingPrivileges, "; ")}, *out)
 		return &o, nil
-	}
-	// verify-full: consumers may connect by hostaddr only, so the
-	// certificate must also carry hostaddr as an IP SAN.
-	if t.Endpoint.SSLMode == "verify-full" && t.Endpoint.HostAddr != "" {
-		c, err := e.Pools.Connect(ctx, t, true)
-		if err != nil {
-			cl := Classify(err)
-			if cl.Reason == ReasonAuthenticationFailed && strings.HasPrefix(cl.Message, "TLS:") {
-				cl = &Classified{Reason: ReasonAuthenticationFailed, Message: "TLS: the server certificate does not cover hostaddr " + t.Endpoint.HostAddr + " as an IP SAN"}
-			}
-			return nil, cl
-		}
-		_ = c.Close(ctx)
 	}
 	return nil, nil
 }

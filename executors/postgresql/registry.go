@@ -44,11 +44,25 @@ func observeRegistry(ctx context.Context, q pgxQuerier) (RegistryState, int32, e
 	if !schema {
 		return RegistryAbsent, 0, nil
 	}
+	var usage bool
+	if err := q.QueryRow(ctx, `SELECT has_schema_privilege($1, 'USAGE')`, RegistrySchema).Scan(&usage); err != nil {
+		return "", 0, err
+	}
+	if !usage {
+		return "", 0, &Classified{Reason: ReasonInsufficientPrivileges, Message: "the admin role lacks: USAGE on schema " + RegistrySchema}
+	}
 	if err := q.QueryRow(ctx, sqlRegistryVersionTable).Scan(&table); err != nil {
 		return "", 0, err
 	}
 	if !table {
 		return RegistryNeedsMigration, 0, nil
+	}
+	var sel bool
+	if err := q.QueryRow(ctx, `SELECT has_table_privilege($1, 'SELECT')`, RegistryVersionTable).Scan(&sel); err != nil {
+		return "", 0, err
+	}
+	if !sel {
+		return "", 0, &Classified{Reason: ReasonInsufficientPrivileges, Message: "the admin role lacks: SELECT on " + RegistryVersionTable}
 	}
 	var v int32
 	if err := q.QueryRow(ctx, sqlRegistryVersion).Scan(&v); err != nil {

@@ -1,0 +1,199 @@
+// Command ayatori-manager runs Ayatori's projectors (reconcilers) and
+// executors (journal workers) in one process; flags choose which. See
+// docs/database/deployment.md for every flag.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net/http"
+	"os"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	v1alpha1 "git.ddupan.top/panxiao81/ayatori/api/database/v1alpha1"
+	pgexec "git.ddupan.top/panxiao81/ayatori/executors/postgresql"
+	"git.ddupan.top/panxiao81/ayatori/journal"
+	dbprojector "git.ddupan.top/panxiao81/ayatori/projectors/database"
+)
+
+func main() {
+	if err := run(os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "ayatori-manager:", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string) error {
+	var o options
+	fs := flag.NewFlagSet("ayatori-manager", flag.ContinueOnError)
+	o.bind(fs)
+	zopts := zap.Options{}
+	zopts.BindFlags(fs)
+	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig (default: in-cluster or $KUBECONFIG)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if err := o.validate(); err != nil {
+		return fmt.Errorf("invalid flags:\n%w", err)
+	}
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zopts)))
+	log := ctrl.Log.WithName("setup")
+	if o.actor == "" {
+		host, _ := os.Hostname()
+		o.actor = fmt.Sprintf("%s/%d", host, os.Getpid())
+	}
+	roots, err := pgexec.LoadCABundle(o.postgresqlCABundlePath)
+	if err != nil {
+		return err
+	}
+
+	if o.kubeconfig != "" {
+		os.Setenv("KUBECONFIG", o.kubeconfig)
+	}
+	cfg, err := ctrl.GetConfig()
+	if err != nil {
+		return fmt.Errorf("kubeconfig: %w", err)
+	}
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return err
+	}
+	if err := v1alpha1.AddToScheme(scheme); err != nil {
+		return err
+	}
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                  scheme,
+		Metrics:                 metricsserver.Options{BindAddress: o.metricsAddr},
+		HealthProbeBindAddress:  o.probeAddr,
+		LeaderElection:          o.leaderElect,
+		LeaderElectionID:        "ayatori-manager.ayatori.ddupan.top",
+		LeaderElectionNamespace: o.namespace,
+		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
+			// Admin Secrets are read only in the controller namespace.
+			&corev1.Secret{}: {Namespaces: map[string]cache.Config{o.namespace: {}}},
+		}},
+	})
+	if err != nil {
+		return fmt.Errorf("create manager: %w", err)
+	}
+
+	ctx := ctrl.SetupSignalHandler()
+	natsOpts := []nats.Option{nats.Name("ayatori-manager " + o.actor), nats.MaxReconnects(-1), nats.ReconnectWait(time.Second)}
+	if o.natsCreds != "" {
+		natsOpts = append(natsOpts, nats.UserCredentials(o.natsCreds))
+	}
+	nc, err := nats.Connect(o.natsURL, natsOpts...)
+	if err != nil {
+		return fmt.Errorf("connect to NATS %s: %w", o.natsURL, err)
+	}
+	defer nc.Close()
+	metrics := journal.NewMetrics(crmetrics.Registry)
+	store, err := journal.Open(ctx, nc, journal.Config{StreamName: o.journalStream, SubjectPrefix: o.journalPrefix,
+		MaxAge: o.journalMaxAge, Replicas: o.journalReplicas, Actor: o.actor, Metrics: metrics})
+	if err != nil {
+		return err
+	}
+
+	has := func(list []string, s string) bool {
+		for _, x := range list {
+			if x == s {
+				return true
+			}
+		}
+		return false
+	}
+	if has(o.projectors, "instance") {
+		router := dbprojector.NewOutcomeRouter(store)
+		if err := mgr.Add(router); err != nil {
+			return err
+		}
+		r := &dbprojector.InstanceReconciler{Client: mgr.GetClient(), Journal: store, Namespace: o.namespace,
+			Recorder: mgr.GetEventRecorder("ayatori-manager"),
+			Policy: dbprojector.InstancePolicy{ResyncInterval: o.instanceResync, RetryBase: o.retryBase, RetryMax: o.retryMax,
+				PendingRecheck: 30 * time.Second}}
+		if err := r.SetupWithManager(mgr, router.Instances); err != nil {
+			return fmt.Errorf("set up the PostgreSQLInstance projector: %w", err)
+		}
+	}
+	handlers := map[string]journal.Handler{}
+	var pools *pgexec.Pools
+	if has(o.executors, "postgresql") {
+		pools = pgexec.NewPools(roots, int32(o.postgresMaxConns), o.reconcileTimeout)
+		ex := &pgexec.Executor{Pools: pools, Secrets: secretReader{c: mgr.GetClient(), namespace: o.namespace}, Timeout: o.reconcileTimeout}
+		for op, h := range ex.Handlers() {
+			handlers[op] = h
+		}
+	}
+	if len(handlers) > 0 {
+		cc := journal.ConsumerConfig{Durable: "ayatori-executor-database-v1", Domains: []string{"database"},
+			AckWait: o.reconcileTimeout + 30*time.Second, Concurrency: o.executorConns, BeforeOutcome: failpoint("executor-before-outcome")}
+		if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
+			// Executors run on every replica: the consumer shares the work.
+			return store.Consume(ctx, cc, handlers)
+		})); err != nil {
+			return err
+		}
+	}
+	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+		return err
+	}
+	if err := mgr.AddReadyzCheck("journal", func(*http.Request) error {
+		if !nc.IsConnected() {
+			return errors.New("not connected to NATS")
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	log.Info("starting manager", "projectors", strings.Join(o.projectors, ","), "executors", strings.Join(o.executors, ","),
+		"namespace", o.namespace, "actor", o.actor, "stream", o.journalStream)
+	err = mgr.Start(ctx)
+	if pools != nil {
+		pools.CloseAll()
+	}
+	return err
+}
+
+// failpoint returns a crash hook for AYATORI_FAILPOINTS="<name>=<Operation>":
+// the process kills itself with SIGKILL at that point for that operation.
+// Crash-recovery tests use it; it is inert when the variable is unset.
+func failpoint(name string) func(journal.Record) {
+	spec := os.Getenv("AYATORI_FAILPOINTS")
+	if spec == "" {
+		return nil
+	}
+	var ops []string
+	for _, fp := range strings.Split(spec, ",") {
+		if k, v, ok := strings.Cut(fp, "="); ok && k == name {
+			ops = append(ops, v)
+		}
+	}
+	if len(ops) == 0 {
+		return nil
+	}
+	return func(r journal.Record) {
+		for _, op := range ops {
+			if op == r.Operation {
+				fmt.Fprintf(os.Stderr, "failpoint %s=%s: killing the process\n", name, op)
+				_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+			}
+		}
+	}
+}

@@ -1,0 +1,225 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"net/url"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"git.ddupan.top/panxiao81/ayatori/journal"
+)
+
+// options are the manager's flags (docs/database/deployment.md, "Controller
+// configuration"). validate() checks them all before the manager starts.
+type options struct {
+	namespace string
+
+	openBaoAddress          string
+	openBaoConsumerAddress  string
+	openBaoAuthMount        string
+	openBaoAuthRole         string
+	openBaoKVMount          string
+	openBaoTokenPath        string
+	openBaoTokenFile        string
+	openBaoTenantBasePath   string
+	externalSecretStoreName string
+	postgresqlCABundlePath  string
+	reconcileTimeout        time.Duration
+
+	natsURL         string
+	natsCreds       string
+	journalStream   string
+	journalPrefix   string
+	journalMaxAge   time.Duration
+	journalReplicas int
+
+	projectors []string
+	executors  []string
+
+	instanceResync   time.Duration
+	retryBase        time.Duration
+	retryMax         time.Duration
+	postgresMaxConns int
+
+	leaderElect   bool
+	metricsAddr   string
+	probeAddr     string
+	kubeconfig    string
+	actor         string
+	executorConns int
+}
+
+var (
+	allProjectors = []string{"instance"}
+	allExecutors  = []string{"postgresql"}
+)
+
+func (o *options) bind(fs *flag.FlagSet) {
+	fs.StringVar(&o.namespace, "namespace", os.Getenv("POD_NAMESPACE"), "controller namespace: admin Secrets are read only here (env POD_NAMESPACE)")
+	fs.StringVar(&o.openBaoAddress, "openbao-address", "", "OpenBao API address the controller uses (absolute http(s) URL); required by the Tenant components")
+	fs.StringVar(&o.openBaoConsumerAddress, "openbao-consumer-address", "", "OpenBao API address written to Tenant status for consumers (default: --openbao-address)")
+	fs.StringVar(&o.openBaoAuthMount, "openbao-auth-mount", "kubernetes", "Kubernetes auth mount (mount-relative path)")
+	fs.StringVar(&o.openBaoAuthRole, "openbao-auth-role", "", "Kubernetes auth role of the controller's ServiceAccount")
+	fs.StringVar(&o.openBaoKVMount, "openbao-kv-mount", "kv", "KV v2 mount (mount-relative path)")
+	fs.StringVar(&o.openBaoTokenPath, "openbao-service-account-token-path", "/var/run/secrets/kubernetes.io/serviceaccount/token", "projected ServiceAccount token used for Kubernetes auth")
+	fs.StringVar(&o.openBaoTokenFile, "openbao-token-file", "", "development only: read an OpenBao token from this file instead of Kubernetes auth")
+	fs.StringVar(&o.openBaoTenantBasePath, "openbao-tenant-base-path", "postgresql-tenants", "controller-owned KV path prefix (mount-relative)")
+	fs.StringVar(&o.externalSecretStoreName, "external-secret-store-name", "", "ClusterSecretStore the controller's ExternalSecrets reference; required by the Tenant components")
+	fs.StringVar(&o.postgresqlCABundlePath, "postgresql-ca-bundle-path", "", "PEM CA bundle verifying PostgreSQL servers (required for verify-ca/verify-full)")
+	fs.DurationVar(&o.reconcileTimeout, "reconcile-timeout", 30*time.Second, "deadline for the external operations of one step (> 0)")
+
+	fs.StringVar(&o.natsURL, "nats-url", envOr("NATS_URL", "nats://127.0.0.1:4222"), "NATS server with JetStream holding the journal (env NATS_URL)")
+	fs.StringVar(&o.natsCreds, "nats-creds", os.Getenv("NATS_CREDS"), "NATS credentials file (env NATS_CREDS)")
+	fs.StringVar(&o.journalStream, "journal-stream", journal.DefaultStreamName, "journal stream name")
+	fs.StringVar(&o.journalPrefix, "journal-subject-prefix", journal.DefaultSubjectPrefix, "journal subject prefix")
+	fs.DurationVar(&o.journalMaxAge, "journal-max-age", journal.DefaultMaxAge, "how long journal records are kept (> 0)")
+	fs.IntVar(&o.journalReplicas, "journal-replicas", 1, "journal stream replicas (1, 3 or 5)")
+
+	fs.Func("projectors", "comma-separated projectors to run: instance (default: all)", func(v string) error {
+		o.projectors = splitList(v)
+		return nil
+	})
+	fs.Func("executors", "comma-separated executors to run: postgresql (default: all)", func(v string) error {
+		o.executors = splitList(v)
+		return nil
+	})
+	fs.DurationVar(&o.instanceResync, "instance-resync-interval", 5*time.Minute, "re-observe a Ready Instance this long after its last successful observation (> 0)")
+	fs.DurationVar(&o.retryBase, "retry-base", 5*time.Second, "first back-off after a dependency failure (> 0)")
+	fs.DurationVar(&o.retryMax, "retry-max", 5*time.Minute, "longest back-off after repeated failures (>= --retry-base)")
+	fs.IntVar(&o.postgresMaxConns, "postgresql-max-conns", 4, "connections per Instance pool (> 0)")
+	fs.IntVar(&o.executorConns, "executor-concurrency", 4, "intents executed at once per process (> 0)")
+
+	fs.BoolVar(&o.leaderElect, "leader-elect", false, "enable leader election (run more than one replica)")
+	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":8080", "metrics endpoint address (0 disables)")
+	fs.StringVar(&o.probeAddr, "health-probe-bind-address", ":8081", "health and readiness probe address")
+	fs.StringVar(&o.actor, "actor", "", "name written into journal records (default: <hostname>/<pid>)")
+}
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
+
+func splitList(v string) []string {
+	var out []string
+	for _, s := range strings.Split(v, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// validate checks every flag and returns all problems at once.
+func (o *options) validate() error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	if o.projectors == nil {
+		o.projectors = allProjectors
+	}
+	if o.executors == nil {
+		o.executors = allExecutors
+	}
+	for _, p := range o.projectors {
+		if !slices.Contains(allProjectors, p) {
+			bad("--projectors: unknown projector %q (known: %s)", p, strings.Join(allProjectors, ", "))
+		}
+	}
+	for _, e := range o.executors {
+		if !slices.Contains(allExecutors, e) {
+			bad("--executors: unknown executor %q (known: %s)", e, strings.Join(allExecutors, ", "))
+		}
+	}
+	if o.namespace == "" {
+		bad("--namespace (or POD_NAMESPACE) is required: admin Secrets are read only from the controller namespace")
+	}
+	for name, d := range map[string]time.Duration{"--reconcile-timeout": o.reconcileTimeout, "--journal-max-age": o.journalMaxAge,
+		"--instance-resync-interval": o.instanceResync, "--retry-base": o.retryBase, "--retry-max": o.retryMax} {
+		if d <= 0 {
+			bad("%s must be a positive duration, got %s", name, d)
+		}
+	}
+	if o.retryMax < o.retryBase {
+		bad("--retry-max (%s) must not be shorter than --retry-base (%s)", o.retryMax, o.retryBase)
+	}
+	if o.postgresMaxConns <= 0 || o.executorConns <= 0 {
+		bad("--postgresql-max-conns and --executor-concurrency must be positive")
+	}
+	switch o.journalReplicas {
+	case 1, 3, 5:
+	default:
+		bad("--journal-replicas must be 1, 3 or 5, got %d", o.journalReplicas)
+	}
+	if u, err := url.Parse(o.natsURL); err != nil || (u.Scheme != "nats" && u.Scheme != "tls" && u.Scheme != "ws" && u.Scheme != "wss") || u.Host == "" {
+		bad("--nats-url %q must be a nats://, tls://, ws:// or wss:// URL", o.natsURL)
+	}
+	for name, v := range map[string]string{"--openbao-address": o.openBaoAddress, "--openbao-consumer-address": o.openBaoConsumerAddress} {
+		if v == "" {
+			continue
+		}
+		if err := validateHTTPURL(v); err != nil {
+			bad("%s: %v", name, err)
+		}
+	}
+	for name, v := range map[string]string{"--openbao-auth-mount": o.openBaoAuthMount, "--openbao-kv-mount": o.openBaoKVMount} {
+		if err := validateMountPath(v, false); err != nil {
+			bad("%s: %v", name, err)
+		}
+	}
+	if err := validateMountPath(o.openBaoTenantBasePath, true); err != nil {
+		bad("--openbao-tenant-base-path: %v", err)
+	}
+	if o.postgresqlCABundlePath != "" {
+		if st, err := os.Stat(o.postgresqlCABundlePath); err != nil || st.IsDir() {
+			bad("--postgresql-ca-bundle-path %q is not a readable file", o.postgresqlCABundlePath)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// validateHTTPURL: absolute http(s) URL without userinfo, query or fragment.
+func validateHTTPURL(v string) error {
+	u, err := url.Parse(v)
+	if err != nil {
+		return fmt.Errorf("%q is not a URL", v)
+	}
+	switch {
+	case u.Scheme != "http" && u.Scheme != "https":
+		return fmt.Errorf("%q must be an absolute http or https URL", v)
+	case u.Host == "":
+		return fmt.Errorf("%q has no host", v)
+	case u.User != nil:
+		return fmt.Errorf("%q must not contain user information", v)
+	case u.RawQuery != "" || u.Fragment != "" || strings.Contains(v, "?") || strings.Contains(v, "#"):
+		return fmt.Errorf("%q must not contain a query or fragment", v)
+	}
+	return nil
+}
+
+// validateMountPath: mount-relative path without leading '/', empty, '.'
+// or '..' segments; a base path also must not encode the KV v2 API layers.
+func validateMountPath(v string, basePath bool) error {
+	if v == "" {
+		return errors.New("must not be empty")
+	}
+	if strings.HasPrefix(v, "/") {
+		return fmt.Errorf("%q must be mount-relative (no leading '/')", v)
+	}
+	for _, seg := range strings.Split(strings.TrimSuffix(v, "/"), "/") {
+		switch seg {
+		case "", ".", "..":
+			return fmt.Errorf("%q has an empty, '.' or '..' segment", v)
+		case "data", "metadata":
+			if basePath {
+				return fmt.Errorf("%q must not contain the KV v2 API segment %q", v, seg)
+			}
+		}
+	}
+	return nil
+}

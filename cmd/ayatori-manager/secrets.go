@@ -1,0 +1,29 @@
+package main
+
+import (
+	"context"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	pgexec "git.ddupan.top/panxiao81/ayatori/executors/postgresql"
+)
+
+// secretReader reads admin Secrets from the controller namespace only.
+type secretReader struct {
+	c         client.Reader
+	namespace string
+}
+
+func (s secretReader) ReadSecret(ctx context.Context, name string) (map[string][]byte, string, error) {
+	sec := &corev1.Secret{}
+	if err := s.c.Get(ctx, types.NamespacedName{Namespace: s.namespace, Name: name}, sec); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, "", pgexec.ErrSecretNotFound
+		}
+		return nil, "", err
+	}
+	return sec.Data, sec.ResourceVersion, nil
+}
