@@ -1,0 +1,71 @@
+package main
+
+import (
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func parse(t *testing.T, args ...string) error {
+	t.Helper()
+	var o options
+	fs := flag.NewFlagSet("test", flag.ContinueOnError)
+	o.bind(fs)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	return o.validate()
+}
+
+func TestFlagValidation(t *testing.T) {
+	ca := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(ca, []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ok := []string{"--namespace=ayatori-system", "--nats-url=nats://127.0.0.1:4222"}
+	cases := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"defaults are valid", nil, ""},
+		{"all openbao flags", []string{"--openbao-address=https://bao.home.arpa:8200/", "--openbao-consumer-address=https://bao.example",
+			"--openbao-kv-mount=secret", "--openbao-tenant-base-path=apps/postgresql", "--postgresql-ca-bundle-path=" + ca}, ""},
+		{"missing namespace", []string{"--namespace="}, "--namespace"},
+		{"relative openbao URL", []string{"--openbao-address=bao:8200"}, "absolute http or https"},
+		{"userinfo", []string{"--openbao-address=https://root:pw@bao"}, "user information"},
+		{"query", []string{"--openbao-address=https://bao/?token=x"}, "query"},
+		{"mount with leading slash", []string{"--openbao-kv-mount=/kv"}, "mount-relative"},
+		{"dot segment", []string{"--openbao-tenant-base-path=a/../b"}, "'..'"},
+		{"data layer in base path", []string{"--openbao-tenant-base-path=tenants/data"}, "KV v2 API segment"},
+		{"zero timeout", []string{"--reconcile-timeout=0s"}, "--reconcile-timeout must be a positive duration"},
+		{"negative resync", []string{"--instance-resync-interval=-1s"}, "--instance-resync-interval"},
+		{"retry max below base", []string{"--retry-base=10s", "--retry-max=1s"}, "--retry-max"},
+		{"bad nats url", []string{"--nats-url=http://x"}, "--nats-url"},
+		{"missing CA bundle", []string{"--postgresql-ca-bundle-path=/nonexistent/ca.pem"}, "not a readable file"},
+		{"unknown projector", []string{"--projectors=instance,bogus"}, "unknown projector"},
+		{"replicas", []string{"--journal-replicas=2"}, "--journal-replicas"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			err := parse(t, append(append([]string{}, ok...), tc.args...)...)
+			if tc.want == "" && err != nil {
+				t.Fatalf("unexpected error: %v", err)
+			}
+			if tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
+				t.Fatalf("want error containing %q, got %v", tc.want, err)
+			}
+		})
+	}
+}
+
+// TestRunRejectsBadFlagsBeforeStarting: run() fails before touching any
+// server when a flag is invalid.
+func TestRunRejectsBadFlagsBeforeStarting(t *testing.T) {
+	err := run([]string{"--namespace=x", "--reconcile-timeout=-5s", "--nats-url=nats://127.0.0.1:1"})
+	if err == nil || !strings.Contains(err.Error(), "invalid flags") {
+		t.Fatalf("want invalid flags, got %v", err)
+	}
+}
