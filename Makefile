@@ -72,5 +72,9 @@ bench-journal: ## Journal benchmarks on an embedded JetStream (sync_interval alw
 ##@ Run
 
 .PHONY: demo
-demo: tools ## Run the product on real servers and show the result (see README).
+demo: tools ## Run the product on real servers, print what a user sees, tear down (see README).
 	go run ./integration/demo
+
+.PHONY: dev
+dev: tools ## Like demo, but keep the stack up and print how to explore it; Ctrl-C stops everything.
+	go run ./integration/demo -keep

@@ -1,149 +1,286 @@
-// Command demo is what `make demo` runs: it starts real servers through the
-// integration harness and runs the product on them, printing what a user
-// would see. Until the database controllers land it exercises the journal
-// spine: an embedded JetStream server (file storage, sync_interval always),
-// intents appended before their (simulated) execution by a real consumer,
-// then the forensics CLI over the live stream.
+// Command demo is what `make demo` (and `make dev`) run: the product on
+// real input. It starts the local stack through the integration harness
+// (real kube-apiserver + etcd, NATS JetStream, PostgreSQL with TLS, the
+// ayatori-manager process built from this checkout), applies the samples
+// from deploy/samples with the Kubernetes API as a user would with kubectl,
+// waits for Ready with a progress line per phase transition, prints the
+// `kubectl get` tables, the journal timeline and `ayatori-journal verify`,
+// then deletes what it created and tears the stack down. It exits 0 only if
+// everything worked. With -keep (make dev) the stack stays up until Ctrl-C.
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"flag"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
+	"strings"
+	"syscall"
+	"text/tabwriter"
 	"time"
 
-	"github.com/nats-io/nats.go"
+	"github.com/jackc/pgx/v5"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	v1alpha1 "git.ddupan.top/panxiao81/ayatori/api/database/v1alpha1"
 	"git.ddupan.top/panxiao81/ayatori/integration"
-	"git.ddupan.top/panxiao81/ayatori/journal"
 )
 
-func main() {
-	if err := run(); err != nil {
-		fmt.Fprintln(os.Stderr, "demo FAILED:", err)
-		os.Exit(1)
-	}
-	fmt.Println("demo OK")
+var begin = time.Now()
+
+func say(format string, args ...any) {
+	fmt.Printf("[%6.1fs] %s\n", time.Since(begin).Seconds(), fmt.Sprintf(format, args...))
 }
 
-func step(format string, args ...any) { fmt.Printf("\n==> "+format+"\n", args...) }
+func section(title string) { fmt.Printf("\n==> %s\n", title) }
 
-func run() error {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	step("starting embedded NATS JetStream (file storage, sync_interval always)")
-	n, err := integration.NewNATS(integration.NATSOptions{})
-	if err != nil {
-		return err
+func main() {
+	keep := flag.Bool("keep", false, "keep the stack running until Ctrl-C (make dev)")
+	flag.Parse()
+	if err := run(*keep); err != nil {
+		fmt.Fprintln(os.Stderr, "\ndemo FAILED:", err)
+		os.Exit(1)
 	}
-	defer n.Close()
-	fmt.Println("    ", n.URL)
-	nc, err := nats.Connect(n.URL)
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	manager, err := journal.Open(ctx, nc, journal.Config{Actor: "demo-manager"})
-	if err != nil {
-		return err
-	}
-	executor, err := journal.Open(ctx, nc, journal.Config{Actor: "demo-executor"})
-	if err != nil {
-		return err
-	}
+}
 
-	step("starting an executor consuming intents (durable pull consumer, explicit ack)")
-	cctx, stop := context.WithCancel(ctx)
+func run(keep bool) error {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	calls := 0
-	handler := func(_ context.Context, r journal.Record) (journal.Outcome, error) {
-		calls++
-		if r.Operation == "CreateRole" && r.Attempt == 1 {
-			return journal.Outcome{Result: journal.Result{Class: journal.Failed, Reason: "DependencyUnavailable", Message: "PostgreSQL not reachable (demo)"}}, nil
-		}
-		var payload any
-		if r.Operation == journal.OperationWriteCredential {
-			payload = journal.CredentialWriteOutcome{Created: true}
-		}
-		return journal.Outcome{Result: journal.Result{Class: journal.Succeeded}, Payload: payload}, nil
+	section("starting the local stack")
+	s, err := integration.StartStack(ctx, integration.StackOptions{Log: say})
+	if err != nil {
+		return err
 	}
-	handlers := map[string]journal.Handler{}
-	for _, op := range []string{"ObserveInstance", "BootstrapRegistry", "ClaimOwnership", "WriteCredential", "CreateRole", "CreateDatabase"} {
-		handlers[op] = handler
-	}
-	go func() {
-		_ = executor.Consume(cctx, journal.ConsumerConfig{Durable: "demo-executor", AckWait: 5 * time.Second}, handlers)
+	defer func() {
+		section("tearing the stack down")
+		s.Close()
+		say("stopped every process and removed %s", s.Dir)
 	}()
+	c := s.CP.Client
+	samples := filepath.Join(integration.RepoRoot(), "deploy", "samples")
 
-	tenant := journal.ObjectRef{Group: "database.ayatori.ddupan.top", Kind: "PostgreSQLTenant", Namespace: "netbox", Name: "netbox",
-		UID: "0d5f6a2e-demo-4c1b-9f00-000000000001", Generation: 1}
-	ops := []struct {
-		op      string
-		attempt int
-	}{{"ClaimOwnership", 1}, {"WriteCredential", 1}, {"CreateRole", 1}, {"CreateRole", 2}, {"CreateDatabase", 1}}
-	step("projector appends each intent (acked by the server) and waits for its outcome")
-	for _, o := range ops {
-		in, err := journal.NewIntent(tenant, o.op, "", o.attempt, nil)
+	section("applying deploy/samples with the Kubernetes API (as kubectl apply would)")
+	for _, f := range []string{"admin-secret.yaml", "postgresqlinstance.yaml", "postgresqltenant-netbox.yaml", "postgresqltenant-wiki.yaml"} {
+		objs, err := load(filepath.Join(samples, f))
 		if err != nil {
 			return err
 		}
-		recs, err := manager.Read(ctx, tenant.UID)
-		if err != nil {
-			return err
-		}
-		res, err := manager.Append(ctx, &in, journal.ExpectLastSequence(journal.Fold(recs).LastSequence))
-		if err != nil {
-			return err
-		}
-		fmt.Printf("     intent %-16s attempt %d  acked at seq %d\n", o.op, o.attempt, res.Sequence)
-		if err := waitOutcome(ctx, manager, tenant.UID, in.ID); err != nil {
-			return err
+		for _, o := range objs {
+			switch o.GetKind() {
+			case "Secret":
+				// The sample holds a placeholder: put the generated admin credentials in.
+				_ = unstructured.SetNestedStringMap(o.Object, map[string]string{"username": s.AdminUser, "password": s.AdminPassword}, "stringData")
+				say("%s: Secret %s/%s (generated admin password, not printed)", f, o.GetNamespace(), o.GetName())
+			case "PostgreSQLInstance":
+				// Point the sample at the local server (its certificate covers localhost and 127.0.0.1).
+				_ = unstructured.SetNestedField(o.Object, "localhost", "spec", "endpoint", "host")
+				_ = unstructured.SetNestedField(o.Object, "127.0.0.1", "spec", "endpoint", "hostaddr")
+				_ = unstructured.SetNestedField(o.Object, int64(s.PG.Port), "spec", "endpoint", "port")
+				say("%s: PostgreSQLInstance %s -> localhost / 127.0.0.1:%d, sslMode verify-full", f, o.GetName(), s.PG.Port)
+			default:
+				say("%s: %s %s", f, o.GetKind(), strings.TrimPrefix(o.GetNamespace()+"/"+o.GetName(), "/"))
+			}
+			if err := c.Create(ctx, o); err != nil {
+				return fmt.Errorf("%s: %w", f, err)
+			}
 		}
 	}
-	stop()
 
-	bin := filepath.Join(os.TempDir(), fmt.Sprintf("ayatori-journal-demo-%d", os.Getpid()))
-	defer os.Remove(bin)
-	build := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/ayatori-journal")
-	build.Dir = integration.RepoRoot()
-	build.Stdout, build.Stderr = os.Stdout, os.Stderr
-	if err := build.Run(); err != nil {
-		return fmt.Errorf("build ayatori-journal: %w", err)
+	section("waiting for PostgreSQLInstance/shared to be Ready (phase transitions as they happen)")
+	inst, err := waitInstance(ctx, c, "shared", 3*time.Minute)
+	if err != nil {
+		return fmt.Errorf("%w\nmanager log tail:\n%s", err, integration.Tail(s.ManagerLog, 20))
 	}
-	for _, args := range [][]string{
-		{"timeline", "--kind", "PostgreSQLTenant", "-n", "netbox", "--name", "netbox"},
-		{"list"},
-		{"verify"},
-	} {
-		step("ayatori-journal %v", args)
-		cmd := exec.CommandContext(ctx, bin, append([]string{"--server", n.URL}, args...)...)
-		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
-		if err := cmd.Run(); err != nil {
-			return fmt.Errorf("ayatori-journal %v: %w", args, err)
+
+	section("kubectl get pginstance")
+	if err := printTable(ctx, s, "/apis/database.ayatori.ddupan.top/v1alpha1/postgresqlinstances"); err != nil {
+		return err
+	}
+	section("kubectl get pgtenant -A")
+	if err := printTable(ctx, s, "/apis/database.ayatori.ddupan.top/v1alpha1/postgresqltenants"); err != nil {
+		return err
+	}
+	fmt.Println("    (Tenant provisioning is not implemented yet; the apiserver validated and stored the Tenants.)")
+
+	section("the ownership registry the manager created, read back as the admin role over verify-full TLS")
+	conn, err := pgx.Connect(ctx, s.PG.DSN(s.AdminUser, s.AdminPassword, "postgres"))
+	if err != nil {
+		return err
+	}
+	var user, db string
+	var version int32
+	err = conn.QueryRow(ctx, "SELECT current_user, current_database(), (SELECT version FROM postgresql_tenant_operator.schema_version)").Scan(&user, &db, &version)
+	conn.Close(ctx)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("    current_user=%s current_database=%s registry_schema_version=%d\n", user, db, version)
+
+	section(fmt.Sprintf("ayatori-journal timeline --kind PostgreSQLInstance --name shared   (uid %s)", inst.UID))
+	if err := journalCLI(ctx, s, "timeline", "--kind", "PostgreSQLInstance", "--name", "shared"); err != nil {
+		return err
+	}
+	section("ayatori-journal verify")
+	if err := journalCLI(ctx, s, "verify"); err != nil {
+		return err
+	}
+
+	if keep {
+		section("the stack is up; explore it (Ctrl-C stops everything)")
+		fmt.Printf("    export KUBECONFIG=%s\n", s.CP.KubeconfigPath)
+		fmt.Printf("    kubectl get pginstance,pgtenant -A      # kubectl from Debian's kubectl package\n")
+		fmt.Printf("    go run ./cmd/ayatori-journal --server %s list\n", s.NATS.URL)
+		fmt.Printf("    go run ./cmd/ayatori-journal --server %s timeline --kind PostgreSQLInstance --name shared --follow\n", s.NATS.URL)
+		fmt.Printf("    manager log: %s\n", s.ManagerLog)
+		<-ctx.Done()
+		return nil
+	}
+
+	section("deleting the Tenants, then the Instance (its finalizer waits for no Tenant to reference it)")
+	for _, nn := range []types.NamespacedName{{Namespace: "netbox", Name: "netbox"}, {Namespace: "wiki", Name: "wiki"}} {
+		if err := c.Delete(ctx, &v1alpha1.PostgreSQLTenant{ObjectMeta: metav1.ObjectMeta{Namespace: nn.Namespace, Name: nn.Name}}); err != nil {
+			return err
 		}
 	}
-	if calls != len(ops) {
-		return fmt.Errorf("executor ran %d intents, want %d (exactly once each)", calls, len(ops))
+	if err := c.Delete(ctx, &v1alpha1.PostgreSQLInstance{ObjectMeta: metav1.ObjectMeta{Name: "shared"}}); err != nil {
+		return err
 	}
+	deadline := time.Now().Add(time.Minute)
+	for {
+		err := c.Get(ctx, types.NamespacedName{Name: "shared"}, &v1alpha1.PostgreSQLInstance{})
+		if client.IgnoreNotFound(err) == nil && err != nil {
+			say("PostgreSQLInstance/shared is gone; the registry stays in PostgreSQL (nothing external is deleted)")
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the Instance was not released")
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	fmt.Println("\ndemo OK")
 	return nil
 }
 
-func waitOutcome(ctx context.Context, s *journal.Store, uid, intentID string) error {
+func load(path string) ([]*unstructured.Unstructured, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var out []*unstructured.Unstructured
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(b), 4096)
 	for {
-		recs, err := s.Read(ctx, uid)
-		if err != nil {
-			return err
+		u := &unstructured.Unstructured{}
+		if err := dec.Decode(&u.Object); err == io.EOF {
+			return out, nil
+		} else if err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
 		}
-		if o, ok := journal.Fold(recs).OutcomeOf(intentID); ok {
-			fmt.Printf("     outcome %-15s %s\n", o.Operation, o.Result)
-			return nil
+		if len(u.Object) > 0 {
+			out = append(out, u)
+		}
+	}
+}
+
+func waitInstance(ctx context.Context, c client.Client, name string, timeout time.Duration) (*v1alpha1.PostgreSQLInstance, error) {
+	deadline := time.Now().Add(timeout)
+	last := ""
+	for {
+		inst := &v1alpha1.PostgreSQLInstance{}
+		if err := c.Get(ctx, types.NamespacedName{Name: name}, inst); err != nil {
+			return nil, err
+		}
+		state := string(inst.Status.Phase)
+		for _, cond := range inst.Status.Conditions {
+			if cond.Type == "Ready" {
+				state += fmt.Sprintf("  Ready=%s (%s) %s", cond.Status, cond.Reason, cond.Message)
+			}
+		}
+		if state != last {
+			say("PostgreSQLInstance/%s phase=%s", name, state)
+			last = state
+		}
+		if inst.Status.Phase == v1alpha1.InstancePhaseReady && inst.Status.ObservedGeneration == inst.Generation {
+			return inst, nil
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("PostgreSQLInstance/%s not Ready after %s (last: %s)", name, timeout, state)
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("no outcome for %s: %w", intentID, ctx.Err())
-		case <-time.After(50 * time.Millisecond):
+			return nil, ctx.Err()
+		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// printTable prints what `kubectl get` prints: the server-side Table with
+// the CRD's printer columns.
+func printTable(ctx context.Context, s *integration.Stack, path string) error {
+	hc, err := rest.HTTPClientFor(s.CP.Config)
+	if err != nil {
+		return err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(s.CP.Config.Host, "/")+path, nil)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Accept", "application/json;as=Table;v=v1;g=meta.k8s.io")
+	resp, err := hc.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	var table metav1.Table
+	if err := json.NewDecoder(resp.Body).Decode(&table); err != nil {
+		return err
+	}
+	namespaced := strings.Contains(path, "tenants")
+	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 3, ' ', 0)
+	var head []string
+	if namespaced {
+		head = append(head, "NAMESPACE")
+	}
+	var cols []int
+	for i, col := range table.ColumnDefinitions {
+		if col.Priority == 0 {
+			head = append(head, strings.ToUpper(col.Name))
+			cols = append(cols, i)
+		}
+	}
+	fmt.Fprintln(tw, strings.Join(head, "\t"))
+	for _, row := range table.Rows {
+		var cells []string
+		if namespaced {
+			var meta metav1.PartialObjectMetadata
+			_ = json.Unmarshal(row.Object.Raw, &meta)
+			cells = append(cells, meta.Namespace)
+		}
+		for _, i := range cols {
+			v := fmt.Sprint(row.Cells[i])
+			if v == "" || v == "<nil>" {
+				v = "<none>"
+			}
+			cells = append(cells, v)
+		}
+		fmt.Fprintln(tw, strings.Join(cells, "\t"))
+	}
+	return tw.Flush()
+}
+
+func journalCLI(ctx context.Context, s *integration.Stack, args ...string) error {
+	cmd := exec.CommandContext(ctx, s.JournalBin, append([]string{"--server", s.NATS.URL}, args...)...)
+	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+	return cmd.Run()
 }
