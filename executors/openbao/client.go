@@ -1,0 +1,127 @@
+// Package openbao is the OpenBao executor of the database domain: it
+// writes, reads and destroys Tenant credentials in KV v2 with ownership
+// metadata. The client is github.com/openbao/openbao/api/v2 only (tests run
+// against the OpenBao-compatible Vault v1.13.2, see
+// docs/decisions/0001-openbao-test-server.md).
+package openbao
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	bao "github.com/openbao/openbao/api/v2"
+)
+
+// Auth logs the client in.
+type Auth interface {
+	// Login returns a token. It is called again after a 403.
+	Login(ctx context.Context, c *bao.Client) (string, error)
+}
+
+// TokenFileAuth reads a token from a file (development only).
+type TokenFileAuth struct{ Path string }
+
+// Login reads the token file.
+func (a TokenFileAuth) Login(context.Context, *bao.Client) (string, error) {
+	b, err := os.ReadFile(a.Path)
+	if err != nil {
+		return "", fmt.Errorf("read OpenBao token file: %w", err)
+	}
+	return strings.TrimSpace(string(b)), nil
+}
+
+// KubernetesAuth logs in with the controller's projected ServiceAccount
+// token through the Kubernetes auth method (POST auth/<mount>/login).
+type KubernetesAuth struct {
+	Mount     string
+	Role      string
+	TokenPath string
+}
+
+// Login performs the Kubernetes auth login.
+func (a KubernetesAuth) Login(ctx context.Context, c *bao.Client) (string, error) {
+	jwt, err := os.ReadFile(a.TokenPath)
+	if err != nil {
+		return "", fmt.Errorf("read ServiceAccount token: %w", err)
+	}
+	lc, err := c.Clone()
+	if err != nil {
+		return "", err
+	}
+	lc.ClearToken()
+	sec, err := lc.Logical().WriteWithContext(ctx, "auth/"+strings.Trim(a.Mount, "/")+"/login",
+		map[string]any{"role": a.Role, "jwt": strings.TrimSpace(string(jwt))})
+	if err != nil {
+		return "", fmt.Errorf("OpenBao Kubernetes auth login (role %s): %w", a.Role, redact(err))
+	}
+	if sec == nil || sec.Auth == nil || sec.Auth.ClientToken == "" {
+		return "", errors.New("OpenBao Kubernetes auth login returned no token")
+	}
+	return sec.Auth.ClientToken, nil
+}
+
+// Client is a logged-in OpenBao client that re-authenticates on 403.
+type Client struct {
+	c    *bao.Client
+	auth Auth
+	mu   sync.Mutex
+	ok   bool
+}
+
+// NewClient creates a client for address (no request retries: the journal
+// consumer retries).
+func NewClient(address string, auth Auth, timeout time.Duration) (*Client, error) {
+	cfg := bao.DefaultConfig()
+	cfg.Address = address
+	cfg.MaxRetries = 0
+	if timeout > 0 {
+		cfg.Timeout = timeout
+	}
+	c, err := bao.NewClient(cfg)
+	if err != nil {
+		return nil, err
+	}
+	c.ClearToken()
+	return &Client{c: c, auth: auth}, nil
+}
+
+// do runs fn with a valid token, logging in (again) when needed.
+func (c *Client) do(ctx context.Context, fn func(*bao.Client) error) error {
+	for attempt := 0; ; attempt++ {
+		c.mu.Lock()
+		if !c.ok {
+			tok, err := c.auth.Login(ctx, c.c)
+			if err != nil {
+				c.mu.Unlock()
+				return err
+			}
+			c.c.SetToken(tok)
+			c.ok = true
+		}
+		c.mu.Unlock()
+		err := fn(c.c)
+		var re *bao.ResponseError
+		if attempt == 0 && errors.As(err, &re) && re.StatusCode == http.StatusForbidden {
+			c.mu.Lock()
+			c.ok = false
+			c.mu.Unlock()
+			continue
+		}
+		return err
+	}
+}
+
+// redact drops response bodies from OpenBao errors (they can echo request data).
+func redact(err error) error {
+	var re *bao.ResponseError
+	if errors.As(err, &re) {
+		return fmt.Errorf("HTTP %d from OpenBao", re.StatusCode)
+	}
+	return err
+}
