@@ -25,6 +25,8 @@ type Executor struct {
 	Secrets SecretReader
 	// Timeout bounds one operation (--reconcile-timeout).
 	Timeout time.Duration
+	// Passwords reads Tenant passwords from OpenBao (Tenant operations).
+	Passwords PasswordSource
 }
 
 // Handlers returns the journal handlers of this executor.
