@@ -34,6 +34,10 @@ var allowedFieldNames = map[string]bool{
 	"AdminCredRef": true, "adminCredentialRef": true,
 	"PasswordKey": true, "passwordKey": true,
 	"SecretResourceVersion": true, "secretResourceVersion": true,
+	"CredentialMount": true, "credentialMount": true,
+	"CredentialPath": true, "credentialPath": true,
+	"TargetSecretName": true, "targetSecretName": true,
+	"ExternalSecret": true, "externalSecret": true,
 	"CredentialVersion": true, "credentialVersion": true,
 	"SecretStoreName": true, "secretStoreName": true,
 }

@@ -28,6 +28,8 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	v1alpha1 "git.ddupan.top/panxiao81/ayatori/api/database/v1alpha1"
+	esexec "git.ddupan.top/panxiao81/ayatori/executors/externalsecrets"
+	baoexec "git.ddupan.top/panxiao81/ayatori/executors/openbao"
 	pgexec "git.ddupan.top/panxiao81/ayatori/executors/postgresql"
 	"git.ddupan.top/panxiao81/ayatori/journal"
 	dbprojector "git.ddupan.top/panxiao81/ayatori/projectors/database"
@@ -119,11 +121,23 @@ func run(args []string) error {
 		}
 		return false
 	}
-	if has(o.projectors, "instance") {
-		router := dbprojector.NewOutcomeRouter(store)
+	var router *dbprojector.OutcomeRouter
+	if len(o.projectors) > 0 {
+		router = dbprojector.NewOutcomeRouter(store)
 		if err := mgr.Add(router); err != nil {
 			return err
 		}
+	}
+	if has(o.projectors, "tenant") {
+		r := &dbprojector.TenantReconciler{Client: mgr.GetClient(), Journal: store, Recorder: mgr.GetEventRecorder("ayatori-manager"),
+			Config: dbprojector.TenantConfig{KVMount: o.openBaoKVMount, BasePath: o.openBaoTenantBasePath,
+				ConsumerAddress: o.openBaoConsumerAddress, StoreName: o.externalSecretStoreName},
+			Policy: dbprojector.TenantPolicy{ResyncInterval: o.tenantResync, RetryBase: o.retryBase, RetryMax: o.retryMax, PendingRecheck: 30 * time.Second}}
+		if err := r.SetupWithManager(mgr, router.Tenants); err != nil {
+			return fmt.Errorf("set up the PostgreSQLTenant projector: %w", err)
+		}
+	}
+	if has(o.projectors, "instance") {
 		r := &dbprojector.InstanceReconciler{Client: mgr.GetClient(), Journal: store, Namespace: o.namespace,
 			Recorder: mgr.GetEventRecorder("ayatori-manager"),
 			Policy: dbprojector.InstancePolicy{ResyncInterval: o.instanceResync, RetryBase: o.retryBase, RetryMax: o.retryMax,
@@ -134,12 +148,37 @@ func run(args []string) error {
 	}
 	handlers := map[string]journal.Handler{}
 	var pools *pgexec.Pools
+	var baoStore *baoexec.Store
+	if o.openBaoAddress != "" {
+		var auth baoexec.Auth = baoexec.KubernetesAuth{Mount: o.openBaoAuthMount, Role: o.openBaoAuthRole, TokenPath: o.openBaoTokenPath}
+		if o.openBaoTokenFile != "" {
+			auth = baoexec.TokenFileAuth{Path: o.openBaoTokenFile}
+		}
+		bc, err := baoexec.NewClient(o.openBaoAddress, auth, o.reconcileTimeout)
+		if err != nil {
+			return err
+		}
+		baoStore = &baoexec.Store{Client: bc}
+	}
+	add := func(hs map[string]journal.Handler) {
+		for op, h := range hs {
+			handlers[op] = h
+		}
+	}
 	if has(o.executors, "postgresql") {
 		pools = pgexec.NewPools(roots, int32(o.postgresMaxConns), o.reconcileTimeout)
 		ex := &pgexec.Executor{Pools: pools, Secrets: secretReader{c: mgr.GetClient(), namespace: o.namespace}, Timeout: o.reconcileTimeout}
-		for op, h := range ex.Handlers() {
-			handlers[op] = h
+		if baoStore != nil {
+			ex.Passwords = passwordSource{s: baoStore}
 		}
+		add(ex.Handlers())
+		add(ex.TenantHandlers())
+	}
+	if has(o.executors, "openbao") && baoStore != nil {
+		add((&baoexec.Executor{Store: baoStore, Timeout: o.reconcileTimeout}).Handlers())
+	}
+	if has(o.executors, "externalsecrets") {
+		add((&esexec.Executor{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Timeout: o.reconcileTimeout}).Handlers())
 	}
 	if len(handlers) > 0 {
 		cc := journal.ConsumerConfig{Durable: "ayatori-executor-database-v1", Domains: []string{"database"},

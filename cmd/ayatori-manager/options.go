@@ -41,6 +41,7 @@ type options struct {
 	executors  []string
 
 	instanceResync   time.Duration
+	tenantResync     time.Duration
 	retryBase        time.Duration
 	retryMax         time.Duration
 	postgresMaxConns int
@@ -54,8 +55,8 @@ type options struct {
 }
 
 var (
-	allProjectors = []string{"instance"}
-	allExecutors  = []string{"postgresql"}
+	allProjectors = []string{"instance", "tenant"}
+	allExecutors  = []string{"postgresql", "openbao", "externalsecrets"}
 )
 
 func (o *options) bind(fs *flag.FlagSet) {
@@ -79,14 +80,15 @@ func (o *options) bind(fs *flag.FlagSet) {
 	fs.DurationVar(&o.journalMaxAge, "journal-max-age", journal.DefaultMaxAge, "how long journal records are kept (> 0)")
 	fs.IntVar(&o.journalReplicas, "journal-replicas", 1, "journal stream replicas (1, 3 or 5)")
 
-	fs.Func("projectors", "comma-separated projectors to run: instance (default: all)", func(v string) error {
+	fs.Func("projectors", "comma-separated projectors to run: instance, tenant (default: all)", func(v string) error {
 		o.projectors = splitList(v)
 		return nil
 	})
-	fs.Func("executors", "comma-separated executors to run: postgresql (default: all)", func(v string) error {
+	fs.Func("executors", "comma-separated executors to run: postgresql, openbao, externalsecrets (default: all)", func(v string) error {
 		o.executors = splitList(v)
 		return nil
 	})
+	fs.DurationVar(&o.tenantResync, "tenant-resync-interval", 10*time.Minute, "re-check every step of a Ready Tenant this long after it became Ready (> 0)")
 	fs.DurationVar(&o.instanceResync, "instance-resync-interval", 5*time.Minute, "re-observe a Ready Instance this long after its last successful observation (> 0)")
 	fs.DurationVar(&o.retryBase, "retry-base", 5*time.Second, "first back-off after a dependency failure (> 0)")
 	fs.DurationVar(&o.retryMax, "retry-max", 5*time.Minute, "longest back-off after repeated failures (>= --retry-base)")
@@ -136,11 +138,26 @@ func (o *options) validate() error {
 			bad("--executors: unknown executor %q (known: %s)", e, strings.Join(allExecutors, ", "))
 		}
 	}
+	needsBao := slices.Contains(o.executors, "openbao") || slices.Contains(o.executors, "postgresql") && slices.Contains(o.projectors, "tenant")
+	if slices.Contains(o.projectors, "tenant") || needsBao {
+		if o.openBaoAddress == "" {
+			bad("--openbao-address is required by the tenant projector and the openbao executor")
+		}
+		if o.openBaoAuthRole == "" && o.openBaoTokenFile == "" {
+			bad("--openbao-auth-role (Kubernetes auth) or --openbao-token-file (development) is required by the tenant components")
+		}
+	}
+	if slices.Contains(o.projectors, "tenant") && o.externalSecretStoreName == "" {
+		bad("--external-secret-store-name is required by the tenant projector")
+	}
+	if o.openBaoConsumerAddress == "" {
+		o.openBaoConsumerAddress = o.openBaoAddress
+	}
 	if o.namespace == "" {
 		bad("--namespace (or POD_NAMESPACE) is required: admin Secrets are read only from the controller namespace")
 	}
 	for name, d := range map[string]time.Duration{"--reconcile-timeout": o.reconcileTimeout, "--journal-max-age": o.journalMaxAge,
-		"--instance-resync-interval": o.instanceResync, "--retry-base": o.retryBase, "--retry-max": o.retryMax} {
+		"--instance-resync-interval": o.instanceResync, "--tenant-resync-interval": o.tenantResync, "--retry-base": o.retryBase, "--retry-max": o.retryMax} {
 		if d <= 0 {
 			bad("%s must be a positive duration, got %s", name, d)
 		}

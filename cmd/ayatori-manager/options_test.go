@@ -24,7 +24,8 @@ func TestFlagValidation(t *testing.T) {
 	if err := os.WriteFile(ca, []byte("x"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	ok := []string{"--namespace=ayatori-system", "--nats-url=nats://127.0.0.1:4222"}
+	ok := []string{"--namespace=ayatori-system", "--nats-url=nats://127.0.0.1:4222", "--openbao-address=http://127.0.0.1:8200",
+		"--openbao-auth-role=ayatori", "--external-secret-store-name=ayatori-openbao"}
 	cases := []struct {
 		name string
 		args []string
@@ -47,6 +48,10 @@ func TestFlagValidation(t *testing.T) {
 		{"missing CA bundle", []string{"--postgresql-ca-bundle-path=/nonexistent/ca.pem"}, "not a readable file"},
 		{"unknown projector", []string{"--projectors=instance,bogus"}, "unknown projector"},
 		{"replicas", []string{"--journal-replicas=2"}, "--journal-replicas"},
+		{"tenant needs openbao", []string{"--openbao-address="}, "--openbao-address is required"},
+		{"tenant needs auth", []string{"--openbao-auth-role="}, "--openbao-auth-role"},
+		{"tenant needs a store", []string{"--external-secret-store-name="}, "--external-secret-store-name"},
+		{"instance only needs no openbao", []string{"--projectors=instance", "--executors=postgresql", "--openbao-address=", "--openbao-auth-role=", "--external-secret-store-name="}, ""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

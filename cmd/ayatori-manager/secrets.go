@@ -2,12 +2,14 @@ package main
 
 import (
 	"context"
+	"errors"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	baoexec "git.ddupan.top/panxiao81/ayatori/executors/openbao"
 	pgexec "git.ddupan.top/panxiao81/ayatori/executors/postgresql"
 )
 
@@ -26,4 +28,19 @@ func (s secretReader) ReadSecret(ctx context.Context, name string) (map[string][
 		return nil, "", err
 	}
 	return sec.Data, sec.ResourceVersion, nil
+}
+
+// passwordSource adapts the OpenBao store to the PostgreSQL executor.
+type passwordSource struct{ s *baoexec.Store }
+
+func (p passwordSource) TenantPassword(ctx context.Context, mount, path, instanceUID, tenantUID, namespace, name string) (string, error) {
+	pw, _, err := p.s.Read(ctx, mount, path, baoexec.Owner{InstanceUID: instanceUID, TenantUID: tenantUID, Namespace: namespace, Name: name})
+	if err != nil {
+		var f *baoexec.Failure
+		if errors.As(err, &f) {
+			return "", &pgexec.Classified{Reason: pgexec.Reason(f.Reason), Message: f.Message}
+		}
+		return "", err
+	}
+	return pw, nil
 }

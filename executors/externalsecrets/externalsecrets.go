@@ -58,8 +58,17 @@ func init() {
 // Executor manages ExternalSecrets with a Kubernetes client (reads go to
 // the API server, not a cache).
 type Executor struct {
-	Client  client.Client
+	Client client.Client
+	// Reader reads from the API server (no cache); defaults to Client.
+	Reader  client.Reader
 	Timeout time.Duration
+}
+
+func (e *Executor) reader() client.Reader {
+	if e.Reader != nil {
+		return e.Reader
+	}
+	return e.Client
 }
 
 // Handlers returns the journal handlers of this executor.
@@ -124,7 +133,7 @@ func (e *Executor) ensure(ctx context.Context, rec journal.Record, in Projection
 	}
 	cur := &unstructured.Unstructured{}
 	cur.SetGroupVersionKind(ExternalSecretGVK)
-	err := e.Client.Get(ctx, types.NamespacedName{Namespace: rec.Object.Namespace, Name: in.ExternalSecret}, cur)
+	err := e.reader().Get(ctx, types.NamespacedName{Namespace: rec.Object.Namespace, Name: in.ExternalSecret}, cur)
 	if apierrors.IsNotFound(err) {
 		es := &unstructured.Unstructured{}
 		es.SetGroupVersionKind(ExternalSecretGVK)
@@ -152,7 +161,7 @@ func (e *Executor) ensure(ctx context.Context, rec journal.Record, in Projection
 func (e *Executor) observe(ctx context.Context, rec journal.Record, in ProjectionIntent) error {
 	es := &unstructured.Unstructured{}
 	es.SetGroupVersionKind(ExternalSecretGVK)
-	if err := e.Client.Get(ctx, types.NamespacedName{Namespace: rec.Object.Namespace, Name: in.ExternalSecret}, es); err != nil {
+	if err := e.reader().Get(ctx, types.NamespacedName{Namespace: rec.Object.Namespace, Name: in.ExternalSecret}, es); err != nil {
 		if apierrors.IsNotFound(err) {
 			return &failure{reason: "CredentialProjectionFailed", msg: "the ExternalSecret does not exist"}
 		}
@@ -171,7 +180,7 @@ func (e *Executor) observe(ctx context.Context, rec journal.Record, in Projectio
 	}
 	meta := &metav1.PartialObjectMetadata{}
 	meta.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Secret"))
-	if err := e.Client.Get(ctx, types.NamespacedName{Namespace: rec.Object.Namespace, Name: in.TargetSecretName}, meta); err != nil {
+	if err := e.reader().Get(ctx, types.NamespacedName{Namespace: rec.Object.Namespace, Name: in.TargetSecretName}, meta); err != nil {
 		if apierrors.IsNotFound(err) {
 			return &failure{reason: "CredentialProjectionFailed", msg: "the target Secret " + in.TargetSecretName + " does not exist yet"}
 		}
@@ -194,7 +203,7 @@ func orUnknown(s string) string {
 func (e *Executor) delete(ctx context.Context, rec journal.Record, in ProjectionIntent) error {
 	es := &unstructured.Unstructured{}
 	es.SetGroupVersionKind(ExternalSecretGVK)
-	err := e.Client.Get(ctx, types.NamespacedName{Namespace: rec.Object.Namespace, Name: in.ExternalSecret}, es)
+	err := e.reader().Get(ctx, types.NamespacedName{Namespace: rec.Object.Namespace, Name: in.ExternalSecret}, es)
 	var esUID types.UID
 	switch {
 	case apierrors.IsNotFound(err):
@@ -211,7 +220,7 @@ func (e *Executor) delete(ctx context.Context, rec journal.Record, in Projection
 	}
 	meta := &metav1.PartialObjectMetadata{}
 	meta.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Secret"))
-	err = e.Client.Get(ctx, types.NamespacedName{Namespace: rec.Object.Namespace, Name: in.TargetSecretName}, meta)
+	err = e.reader().Get(ctx, types.NamespacedName{Namespace: rec.Object.Namespace, Name: in.TargetSecretName}, meta)
 	if apierrors.IsNotFound(err) {
 		return nil
 	}
@@ -234,7 +243,7 @@ func (e *Executor) delete(ctx context.Context, rec journal.Record, in Projection
 	if err := e.Client.Delete(ctx, meta, client.Preconditions{UID: &uid}); client.IgnoreNotFound(err) != nil {
 		return err
 	}
-	if err := e.Client.Get(ctx, types.NamespacedName{Namespace: rec.Object.Namespace, Name: in.TargetSecretName}, meta); !apierrors.IsNotFound(err) {
+	if err := e.reader().Get(ctx, types.NamespacedName{Namespace: rec.Object.Namespace, Name: in.TargetSecretName}, meta); !apierrors.IsNotFound(err) {
 		return &failure{reason: "CredentialProjectionFailed", msg: "the target Secret still exists after deletion"}
 	}
 	return nil

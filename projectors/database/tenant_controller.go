@@ -1,0 +1,339 @@
+package database
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	v1alpha1 "git.ddupan.top/panxiao81/ayatori/api/database/v1alpha1"
+	esexec "git.ddupan.top/panxiao81/ayatori/executors/externalsecrets"
+	baoexec "git.ddupan.top/panxiao81/ayatori/executors/openbao"
+	pgexec "git.ddupan.top/panxiao81/ayatori/executors/postgresql"
+	"git.ddupan.top/panxiao81/ayatori/journal"
+)
+
+// RBAC of the Tenant projector.
+// +kubebuilder:rbac:groups=database.ayatori.ddupan.top,resources=postgresqltenants,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups=database.ayatori.ddupan.top,resources=postgresqltenants/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=database.ayatori.ddupan.top,resources=postgresqltenants/finalizers,verbs=update
+// +kubebuilder:rbac:groups=external-secrets.io,resources=externalsecrets,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;delete
+
+// TenantFinalizer guards the Tenant's external resources.
+const TenantFinalizer = "database.ayatori.ddupan.top/tenant-cleanup"
+
+// TenantConfig is the deployment-level credential configuration
+// (docs/database/deployment.md).
+type TenantConfig struct {
+	// KVMount and BasePath give the KV path <BasePath>/<namespace>/<name>.
+	KVMount, BasePath string
+	// ConsumerAddress is written into status.credential.openBaoURL.
+	ConsumerAddress string
+	// StoreName is the ClusterSecretStore of the ExternalSecrets.
+	StoreName string
+}
+
+// TenantReconciler is the PostgreSQLTenant projector.
+type TenantReconciler struct {
+	Client   client.Client
+	Journal  *journal.Store
+	Recorder events.EventRecorder
+	Config   TenantConfig
+	Policy   TenantPolicy
+	Clock    clock.PassiveClock
+}
+
+// SetupWithManager registers the projector and its watches.
+func (r *TenantReconciler) SetupWithManager(mgr ctrl.Manager, outcomes <-chan reconcile.Request) error {
+	if r.Clock == nil {
+		r.Clock = clock.RealClock{}
+	}
+	if r.Policy == (TenantPolicy{}) {
+		r.Policy = DefaultTenantPolicy
+	}
+	if err := indexTenantsByInstance(context.Background(), mgr); err != nil {
+		return err
+	}
+	b := ctrl.NewControllerManagedBy(mgr).
+		Named("postgresqltenant").
+		For(&v1alpha1.PostgreSQLTenant{}, builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{},
+			finalizerOrDeletionChanged{}, statusWiped{}))).
+		Watches(&v1alpha1.PostgreSQLInstance{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
+			var list v1alpha1.PostgreSQLTenantList
+			if err := r.Client.List(ctx, &list, client.MatchingFields{indexTenantInstance: o.GetName()}); err != nil {
+				return nil
+			}
+			out := make([]reconcile.Request, 0, len(list.Items))
+			for _, t := range list.Items {
+				out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&t)})
+			}
+			return out
+		}))
+	if outcomes != nil {
+		b = b.WatchesRawSource(channelSource(outcomes))
+	}
+	return b.Complete(r)
+}
+
+var extensionPattern = regexp.MustCompile(`^[a-z][a-z0-9_-]{0,62}$`)
+
+// effective names of a Tenant (controller semantic defaults).
+type tenantNames struct {
+	database, role, externalSecret, secret, kvPath, url string
+}
+
+func (r *TenantReconciler) names(t *v1alpha1.PostgreSQLTenant) tenantNames {
+	n := tenantNames{database: t.Spec.Database, role: t.Spec.LoginRole, secret: t.Spec.Credential.SecretName}
+	if n.database == "" {
+		n.database = t.Name
+	}
+	if n.role == "" {
+		n.role = t.Name
+	}
+	n.externalSecret = t.Spec.InstanceRef + "-" + t.Name + "-postgresql"
+	if n.secret == "" {
+		n.secret = n.externalSecret
+	}
+	n.kvPath = strings.Trim(r.Config.BasePath, "/") + "/" + t.Namespace + "/" + t.Name
+	n.url = strings.TrimSuffix(r.Config.ConsumerAddress, "/") + "/v1/" + strings.Trim(r.Config.KVMount, "/") + "/data/" + n.kvPath
+	return n
+}
+
+// validateTenant checks the input before any side effect.
+func validateTenant(t *v1alpha1.PostgreSQLTenant, n tenantNames) []string {
+	var errs []string
+	if err := ValidateDatabaseName(n.database); err != nil {
+		errs = append(errs, err.Error())
+	}
+	if err := ValidateRoleName(n.role); err != nil {
+		errs = append(errs, err.Error())
+	}
+	for _, x := range t.Spec.Extensions {
+		if !extensionPattern.MatchString(x) {
+			errs = append(errs, fmt.Sprintf("extension %q must match ^[a-z][a-z0-9_-]{0,62}$", x))
+		}
+	}
+	if len(t.Spec.InstanceRef)+len(t.Name) > 241 {
+		errs = append(errs, "spec.instanceRef and metadata.name together exceed 241 characters")
+	}
+	return errs
+}
+
+// immutable compares the spec with what was already provisioned.
+func immutable(t *v1alpha1.PostgreSQLTenant, n tenantNames, st *journal.State) []string {
+	var errs []string
+	s := t.Status
+	if s.Database != "" && s.Database != n.database {
+		errs = append(errs, fmt.Sprintf("spec.database is %s but %s was provisioned", n.database, s.Database))
+	}
+	if s.LoginRole != "" && s.LoginRole != n.role {
+		errs = append(errs, fmt.Sprintf("spec.loginRole is %s but %s was provisioned", n.role, s.LoginRole))
+	}
+	if s.Credential.SecretRef.Name != "" && s.Credential.SecretRef.Name != n.secret {
+		errs = append(errs, fmt.Sprintf("spec.credential.secretName is %s but %s was provisioned", n.secret, s.Credential.SecretRef.Name))
+	}
+	// Extensions may only grow: compare with the last successful install.
+	var last *journal.Record
+	for _, o := range st.Outcomes {
+		if o.Operation == pgexec.OpEnsureExtensions && o.Result.Class == journal.Succeeded && (last == nil || o.Sequence > last.Sequence) {
+			o := o
+			last = &o
+		}
+	}
+	if last != nil {
+		var out pgexec.TenantOutcome
+		if last.DecodePayload(&out) == nil {
+			var removed []string
+			for _, x := range out.Extensions {
+				if !slices.Contains(t.Spec.Extensions, x) {
+					removed = append(removed, x)
+				}
+			}
+			if len(removed) > 0 {
+				errs = append(errs, "extensions cannot be removed ("+strings.Join(removed, ", ")+"); nothing is ever dropped")
+			}
+		}
+	}
+	return errs
+}
+
+// Reconcile runs one pass over a Tenant.
+func (r *TenantReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	t := &v1alpha1.PostgreSQLTenant{}
+	if err := r.Client.Get(ctx, req.NamespacedName, t); err != nil {
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	deleting := !t.DeletionTimestamp.IsZero()
+	if deleting && !controllerutil.ContainsFinalizer(t, TenantFinalizer) {
+		return reconcile.Result{}, nil
+	}
+	if !deleting && !controllerutil.ContainsFinalizer(t, TenantFinalizer) {
+		patch := client.MergeFrom(t.DeepCopy())
+		controllerutil.AddFinalizer(t, TenantFinalizer)
+		if err := r.Client.Patch(ctx, t, patch); err != nil {
+			return reconcile.Result{}, err
+		}
+	}
+	n := r.names(t)
+	recs, err := r.Journal.Read(ctx, string(t.UID))
+	if err != nil {
+		return reconcile.Result{}, fmt.Errorf("read journal: %w", err)
+	}
+	st := journal.Fold(recs)
+	facts := TenantFacts{Generation: t.Generation, Deleting: deleting, SpecPolicy: t.Spec.DeletionPolicy, Journal: st, Records: recs,
+		Status: t.Status, Now: r.Clock.Now(), InputErrors: validateTenant(t, n), ImmutableErrors: immutable(t, n, st)}
+	inst := &v1alpha1.PostgreSQLInstance{}
+	ierr := r.Client.Get(ctx, types.NamespacedName{Name: t.Spec.InstanceRef}, inst)
+	switch {
+	case apierrors.IsNotFound(ierr):
+		facts.InstanceProblem = fmt.Sprintf("PostgreSQLInstance %s does not exist", t.Spec.InstanceRef)
+	case ierr != nil:
+		return reconcile.Result{}, ierr
+	case !inst.DeletionTimestamp.IsZero():
+		facts.InstanceProblem = fmt.Sprintf("PostgreSQLInstance %s is being deleted", t.Spec.InstanceRef)
+	case !instanceReady(inst):
+		facts.InstanceProblem = fmt.Sprintf("PostgreSQLInstance %s is not Ready", t.Spec.InstanceRef)
+	}
+	d := DecideTenant(facts, r.Policy)
+	ref := objectRef(t)
+	if d.Note != "" {
+		note := journal.Record{ID: fmt.Sprintf("%s/g%d/note/%s/%d", t.UID, t.Generation, d.Note, st.LastSequence), Type: journal.TypeNote,
+			Operation: d.Note, Object: ref, Attempt: 1}
+		if d.Note == NoteDeletionStarted {
+			if err := note.SetPayload(DeletionNote{Policy: d.NotePolicy}); err != nil {
+				return reconcile.Result{}, err
+			}
+		}
+		if _, err := r.Journal.Append(ctx, &note, journal.ExpectLastSequence(st.LastSequence)); err != nil {
+			if errors.Is(err, journal.ErrConflict) {
+				return reconcile.Result{Requeue: true}, nil
+			}
+			return reconcile.Result{}, err
+		}
+		return reconcile.Result{Requeue: true}, r.projectTenant(ctx, t, n, d)
+	}
+	if d.Intent != nil {
+		if ierr != nil && d.Intent.Operation != pgexec.OpRetainOwnership {
+			// The Instance is gone: Delete-path steps can not run; keep waiting.
+			return reconcile.Result{RequeueAfter: r.Policy.PendingRecheck}, r.projectTenant(ctx, t, n,
+				TenantDecision{Phase: d.Phase, Ready: notReady(v1alpha1.ReasonInstanceNotReady, facts.InstanceProblem)})
+		}
+		rec, err := r.intent(t, inst, n, d.Intent)
+		if err != nil {
+			return reconcile.Result{}, err
+		}
+		if _, err := r.Journal.Append(ctx, &rec, journal.ExpectLastSequence(st.LastSequence)); err != nil {
+			if errors.Is(err, journal.ErrConflict) {
+				return reconcile.Result{Requeue: true}, nil
+			}
+			return reconcile.Result{}, fmt.Errorf("append %s intent: %w", d.Intent.Operation, err)
+		}
+	}
+	if d.RemoveFinalizer {
+		patch := client.MergeFrom(t.DeepCopy())
+		controllerutil.RemoveFinalizer(t, TenantFinalizer)
+		return reconcile.Result{}, client.IgnoreNotFound(r.Client.Patch(ctx, t, patch))
+	}
+	return reconcile.Result{RequeueAfter: d.RequeueAfter}, r.projectTenant(ctx, t, n, d)
+}
+
+func instanceReady(i *v1alpha1.PostgreSQLInstance) bool {
+	c := meta.FindStatusCondition(i.Status.Conditions, v1alpha1.ConditionReady)
+	return c != nil && c.Status == metav1.ConditionTrue && i.Status.ObservedGeneration == i.Generation
+}
+
+// intent builds the intent record of a planned step, with the payload of
+// the executor that runs it.
+func (r *TenantReconciler) intent(t *v1alpha1.PostgreSQLTenant, inst *v1alpha1.PostgreSQLInstance, n tenantNames, p *PlannedIntent) (journal.Record, error) {
+	spec := instanceSpecWithDefaults(inst.Spec)
+	ep := pgexec.Endpoint{Host: spec.Endpoint.Host, HostAddr: spec.Endpoint.HostAddr, Port: spec.Endpoint.Port,
+		Database: spec.Endpoint.Database, SSLMode: string(spec.Endpoint.SSLMode)}
+	var payload any
+	switch p.Operation {
+	case baoexec.OpWriteCredential, baoexec.OpDestroyCredential:
+		payload = baoexec.CredentialIntent{Mount: r.Config.KVMount, Path: n.kvPath, InstanceUID: string(inst.UID), Username: n.role,
+			Database: n.database, Host: ep.Host, HostAddr: ep.HostAddr, Port: ep.Port, SSLMode: ep.SSLMode}
+	case esexec.OpEnsureExternalSecret, esexec.OpObserveProjection, esexec.OpDeleteExternalSecret:
+		payload = esexec.ProjectionIntent{ExternalSecret: n.externalSecret, TargetSecretName: n.secret, StoreName: r.Config.StoreName,
+			RemoteKey: n.kvPath, OwnerAPIVersion: v1alpha1.GroupVersion.String(), OwnerKind: "PostgreSQLTenant"}
+	default:
+		exts := append([]string(nil), t.Spec.Extensions...)
+		slices.Sort(exts)
+		payload = pgexec.TenantIntent{Endpoint: ep, InstanceUID: string(inst.UID), Database: n.database, Role: n.role,
+			CredentialMount: r.Config.KVMount, CredentialPath: n.kvPath, Extensions: exts,
+			AdminCredRef: pgexec.AdminCredentialRef{SecretName: spec.AdminCredentialRef.Name, UsernameKey: spec.AdminCredentialRef.UsernameKey,
+				PasswordKey: spec.AdminCredentialRef.PasswordKey}}
+	}
+	return journal.NewIntent(objectRef(t), p.Operation, "", p.Attempt, payload)
+}
+
+// projectTenant writes the decision into status and emits Events.
+func (r *TenantReconciler) projectTenant(ctx context.Context, t *v1alpha1.PostgreSQLTenant, n tenantNames, d TenantDecision) error {
+	before := t.DeepCopy()
+	old := meta.FindStatusCondition(t.Status.Conditions, v1alpha1.ConditionReady)
+	var oldCond metav1.Condition
+	if old != nil {
+		oldCond = *old
+	}
+	t.Status.Phase = d.Phase
+	if d.Phase != v1alpha1.TenantPhasePending || t.Status.Database != "" {
+		t.Status.Database, t.Status.LoginRole = n.database, n.role
+		t.Status.Credential.SecretRef.Name = n.secret
+		t.Status.Credential.OpenBaoURL = n.url
+	}
+	if d.DatabaseOID != 0 {
+		t.Status.DatabaseOID = d.DatabaseOID
+	}
+	if d.Conclusive {
+		t.Status.ObservedGeneration = t.Generation
+	}
+	meta.SetStatusCondition(&t.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionReady, Status: d.Ready.Status,
+		Reason: d.Ready.Reason, Message: d.Ready.Message, ObservedGeneration: t.Generation})
+	if equalTenantStatus(before.Status, t.Status) {
+		return nil
+	}
+	if err := r.Client.Status().Patch(ctx, t, client.MergeFrom(before)); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	if r.Recorder != nil && (oldCond.Status != d.Ready.Status || oldCond.Reason != d.Ready.Reason) {
+		switch d.Ready.Status {
+		case metav1.ConditionTrue:
+			r.Recorder.Eventf(t, nil, corev1.EventTypeNormal, EventReady, "Reconcile", "%s", d.Ready.Message)
+		case metav1.ConditionFalse:
+			r.Recorder.Eventf(t, nil, corev1.EventTypeWarning, EventNotReady, "Reconcile", "%s: %s", d.Ready.Reason, d.Ready.Message)
+		}
+	}
+	return nil
+}
+
+func equalTenantStatus(a, b v1alpha1.PostgreSQLTenantStatus) bool {
+	if a.Phase != b.Phase || a.ObservedGeneration != b.ObservedGeneration || a.Database != b.Database || a.LoginRole != b.LoginRole ||
+		a.DatabaseOID != b.DatabaseOID || a.Credential != b.Credential || len(a.Conditions) != len(b.Conditions) {
+		return false
+	}
+	for i := range a.Conditions {
+		x, y := a.Conditions[i], b.Conditions[i]
+		if x.Type != y.Type || x.Status != y.Status || x.Reason != y.Reason || x.Message != y.Message || x.ObservedGeneration != y.ObservedGeneration {
+			return false
+		}
+	}
+	return true
+}

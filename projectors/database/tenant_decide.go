@@ -1,0 +1,354 @@
+package database
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	v1alpha1 "git.ddupan.top/panxiao81/ayatori/api/database/v1alpha1"
+	esexec "git.ddupan.top/panxiao81/ayatori/executors/externalsecrets"
+	baoexec "git.ddupan.top/panxiao81/ayatori/executors/openbao"
+	pgexec "git.ddupan.top/panxiao81/ayatori/executors/postgresql"
+	"git.ddupan.top/panxiao81/ayatori/journal"
+)
+
+// Journal notes written by the Tenant projector.
+const (
+	// NoteRevalidate starts a new pass over every step (status lost, or the
+	// periodic drift check): steps are considered done only after it.
+	NoteRevalidate = "Revalidate"
+	// NoteDeletionStarted records the deletion policy in force when
+	// deletion began (payload DeletionNote).
+	NoteDeletionStarted = "DeletionStarted"
+)
+
+// DeletionNote is the payload of a DeletionStarted note.
+type DeletionNote struct {
+	Policy v1alpha1.DeletionPolicy `json:"policy"`
+}
+
+func init() {
+	journal.RegisterPayload(NoteDeletionStarted, journal.TypeNote, DeletionNote{})
+}
+
+// tenantStep is one provisioning step and the phase reached when it succeeds.
+type tenantStep struct {
+	op    string
+	phase v1alpha1.TenantPhase
+}
+
+// provisionSteps is the Tenant chain (specification §8.3, §9).
+var provisionSteps = []tenantStep{
+	{pgexec.OpClaimOwnership, v1alpha1.TenantPhasePlanned},
+	{baoexec.OpWriteCredential, v1alpha1.TenantPhaseCredentialCreated},
+	{pgexec.OpCreateRole, v1alpha1.TenantPhaseRoleCreated},
+	{pgexec.OpCreateDatabase, v1alpha1.TenantPhaseRoleCreated},
+	{pgexec.OpEnsureExtensions, v1alpha1.TenantPhaseDatabaseCreated},
+	{esexec.OpEnsureExternalSecret, v1alpha1.TenantPhaseExternalSecretCreated},
+	{esexec.OpObserveProjection, v1alpha1.TenantPhaseCredentialProjected},
+	{pgexec.OpVerifyLogin, v1alpha1.TenantPhaseReady},
+}
+
+// deleteSteps is the Delete policy's order (specification §11.2): every
+// executor re-proves ownership before it deletes.
+var deleteSteps = []tenantStep{
+	{esexec.OpDeleteExternalSecret, v1alpha1.TenantPhaseDeleting},
+	{pgexec.OpDisableLogin, v1alpha1.TenantPhaseDeleting},
+	{pgexec.OpDropDatabase, v1alpha1.TenantPhaseDeleting},
+	{pgexec.OpDropRole, v1alpha1.TenantPhaseDeleting},
+	{baoexec.OpDestroyCredential, v1alpha1.TenantPhaseDeleting},
+	{pgexec.OpReleaseOwnership, v1alpha1.TenantPhaseDeleting},
+}
+
+// TenantPolicy tunes the Tenant decisions.
+type TenantPolicy struct {
+	// ResyncInterval: a Ready Tenant re-checks every step this long after it
+	// became Ready (drift detection).
+	ResyncInterval time.Duration
+	// RetryBase/RetryMax: back-off after dependency failures. Conflicts are
+	// re-checked every RetryMax (a human may have resolved them).
+	RetryBase, RetryMax time.Duration
+	PendingRecheck      time.Duration
+}
+
+// DefaultTenantPolicy is used unless flags say otherwise.
+var DefaultTenantPolicy = TenantPolicy{ResyncInterval: 10 * time.Minute, RetryBase: 5 * time.Second, RetryMax: 5 * time.Minute, PendingRecheck: 30 * time.Second}
+
+// TenantFacts are the inputs of one Tenant decision.
+type TenantFacts struct {
+	Generation int64
+	// InputErrors are invalid-spec problems (names, extensions).
+	InputErrors []string
+	// ImmutableErrors are changes to fields that are fixed after the first external write.
+	ImmutableErrors []string
+	// InstanceProblem is non-empty when the Instance is missing, deleting or not Ready.
+	InstanceProblem string
+	Deleting        bool
+	SpecPolicy      v1alpha1.DeletionPolicy
+	Journal         *journal.State
+	// Records are the UID's records in order (for notes).
+	Records []journal.Record
+	Status  v1alpha1.PostgreSQLTenantStatus
+	Now     time.Time
+}
+
+// TenantDecision is what the Tenant projector does next.
+type TenantDecision struct {
+	Phase      v1alpha1.TenantPhase
+	Ready      ReadyCondition
+	Conclusive bool
+	Intent     *PlannedIntent
+	// Note is a journal note to append (NoteRevalidate, NoteDeletionStarted).
+	Note       string
+	NotePolicy v1alpha1.DeletionPolicy
+	// RemoveFinalizer: deletion is complete (or Retain: the registry update is journaled).
+	RemoveFinalizer bool
+	DatabaseOID     uint32
+	RequeueAfter    time.Duration
+}
+
+// lastNote returns the last note of op (nil: none).
+func lastNote(recs []journal.Record, op string) *journal.Record {
+	for i := len(recs) - 1; i >= 0; i-- {
+		if recs[i].Type == journal.TypeNote && recs[i].Operation == op {
+			return &recs[i]
+		}
+	}
+	return nil
+}
+
+// DecideTenant is the Tenant state machine. The phase only names the
+// candidate step: every step is an intent whose executor checks the
+// external facts before and after, and the phase advances only from
+// outcomes in the journal. It never performs I/O.
+func DecideTenant(f TenantFacts, p TenantPolicy) TenantDecision {
+	st := f.Journal
+	if st == nil {
+		st = journal.NewState()
+	}
+	if f.Deleting {
+		return decideTenantDelete(f, p, st)
+	}
+	if len(f.InputErrors) > 0 {
+		return TenantDecision{Phase: orTenantPending(f.Status.Phase), Conclusive: true,
+			Ready: notReady(v1alpha1.ReasonInvalidSpec, "invalid spec: "+strings.Join(f.InputErrors, "; "))}
+	}
+	if len(f.ImmutableErrors) > 0 {
+		return TenantDecision{Phase: orTenantPending(f.Status.Phase), Conclusive: true,
+			Ready: notReady(v1alpha1.ReasonImmutableField, strings.Join(f.ImmutableErrors, "; ")+" (restore the previous value; v1alpha1 has no rename or migration)")}
+	}
+	if f.InstanceProblem != "" {
+		return TenantDecision{Phase: orTenantPending(f.Status.Phase), Conclusive: true, RequeueAfter: p.PendingRecheck,
+			Ready: notReady(v1alpha1.ReasonInstanceNotReady, f.InstanceProblem)}
+	}
+	var epoch uint64
+	if n := lastNote(f.Records, NoteRevalidate); n != nil {
+		epoch = n.Sequence
+	}
+	if f.Status.Phase == "" && len(st.Intents) > 0 {
+		// Status was lost: re-run every step against the external facts.
+		if anyAfter(st, f.Generation, epoch) {
+			return TenantDecision{Phase: v1alpha1.TenantPhasePending, Note: NoteRevalidate,
+				Ready: reconciling("status was lost; re-checking every step against the external facts")}
+		}
+	}
+	d := runChain(f, p, st, provisionSteps, epoch, v1alpha1.TenantPhasePending)
+	if d.done {
+		due := d.lastDone.Add(p.ResyncInterval)
+		if !f.Now.Before(due) {
+			return TenantDecision{Phase: v1alpha1.TenantPhaseReady, Note: NoteRevalidate, Conclusive: true, DatabaseOID: d.oid,
+				Ready: tenantReady()}
+		}
+		return TenantDecision{Phase: v1alpha1.TenantPhaseReady, Ready: tenantReady(), Conclusive: true, DatabaseOID: d.oid, RequeueAfter: due.Sub(f.Now)}
+	}
+	return d.TenantDecision
+}
+
+func tenantReady() ReadyCondition {
+	return ReadyCondition{Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonReady,
+		Message: "database, owner role, extensions and credential verified; the application login works"}
+}
+
+func orTenantPending(p v1alpha1.TenantPhase) v1alpha1.TenantPhase {
+	if p == "" || p == v1alpha1.TenantPhaseDeleting {
+		return v1alpha1.TenantPhasePending
+	}
+	return p
+}
+
+// anyAfter reports whether the generation has intents after the epoch.
+func anyAfter(st *journal.State, gen int64, epoch uint64) bool {
+	for _, r := range st.Intents {
+		if r.Object.Generation == gen && r.Sequence > epoch {
+			return true
+		}
+	}
+	return false
+}
+
+type chainResult struct {
+	TenantDecision
+	done     bool
+	lastDone time.Time
+	oid      uint32
+}
+
+// runChain walks steps in order for the current generation after epoch.
+func runChain(f TenantFacts, p TenantPolicy, st *journal.State, steps []tenantStep, epoch uint64, start v1alpha1.TenantPhase) chainResult {
+	phase := start
+	var lastDone time.Time
+	var oid uint32
+	for _, step := range steps {
+		var last *journal.Record
+		for _, r := range intentsOf(st, step.op, f.Generation) {
+			if r.Sequence > epoch {
+				r := r
+				last = &r
+			}
+		}
+		if last == nil {
+			return chainResult{TenantDecision: TenantDecision{Phase: phase, RequeueAfter: p.PendingRecheck, DatabaseOID: oid,
+				Ready:  reconciling(stepMessage(step.op)),
+				Intent: &PlannedIntent{Operation: step.op, Attempt: nextAttempt(st, step.op, f.Generation)}}}
+		}
+		out, ok := st.OutcomeOf(last.ID)
+		if !ok {
+			return chainResult{TenantDecision: TenantDecision{Phase: phase, RequeueAfter: p.PendingRecheck, DatabaseOID: oid,
+				Ready: reconciling(stepMessage(step.op))}}
+		}
+		if out.Result.Class != journal.Succeeded {
+			return chainResult{TenantDecision: tenantFailure(f, p, st, step, out, phase, epoch, oid)}
+		}
+		if step.op == pgexec.OpCreateDatabase {
+			var o pgexec.TenantOutcome
+			if json.Unmarshal(out.Payload, &o) == nil && o.DatabaseOID != 0 {
+				oid = o.DatabaseOID
+			}
+		}
+		phase = step.phase
+		lastDone = out.Time
+	}
+	return chainResult{TenantDecision: TenantDecision{Phase: phase, DatabaseOID: oid}, done: true, lastDone: lastDone, oid: oid}
+}
+
+func stepMessage(op string) string {
+	switch op {
+	case pgexec.OpClaimOwnership:
+		return "claiming ownership in the registry"
+	case baoexec.OpWriteCredential:
+		return "writing the credential to OpenBao"
+	case pgexec.OpCreateRole:
+		return "creating the login role"
+	case pgexec.OpCreateDatabase:
+		return "creating the database"
+	case pgexec.OpEnsureExtensions:
+		return "installing extensions"
+	case esexec.OpEnsureExternalSecret:
+		return "creating the ExternalSecret"
+	case esexec.OpObserveProjection:
+		return "waiting for ESO to project the Secret"
+	case pgexec.OpVerifyLogin:
+		return "verifying the application login"
+	default:
+		return "running " + op
+	}
+}
+
+// tenantFailure reports a failed step and schedules its retry: dependency
+// problems back off exponentially, conflicts are re-checked slowly,
+// invalid input is not retried until the spec changes.
+func tenantFailure(f TenantFacts, p TenantPolicy, st *journal.State, step tenantStep, out journal.Record, phase v1alpha1.TenantPhase, epoch uint64, oid uint32) TenantDecision {
+	reason := tenantReason(out.Result, step.op)
+	msg := out.Result.Message
+	if msg == "" {
+		msg = fmt.Sprintf("%s failed: %s", out.Operation, out.Result.Reason)
+	}
+	d := TenantDecision{Phase: phase, Ready: notReady(reason, msg), Conclusive: true, DatabaseOID: oid}
+	if reason == v1alpha1.ReasonInvalidSpec {
+		return d
+	}
+	delay := p.RetryMax
+	if reason != v1alpha1.ReasonConflict {
+		n := 0
+		for _, r := range intentsOf(st, step.op, f.Generation) {
+			if r.Sequence > epoch {
+				n++
+			}
+		}
+		delay = p.RetryBase << min(max(n-1, 0), 16)
+		if delay <= 0 || delay > p.RetryMax {
+			delay = p.RetryMax
+		}
+	}
+	due := out.Time.Add(delay)
+	if f.Now.Before(due) {
+		d.RequeueAfter = due.Sub(f.Now)
+		return d
+	}
+	d.Intent = &PlannedIntent{Operation: step.op, Attempt: nextAttempt(st, step.op, f.Generation)}
+	d.RequeueAfter = p.PendingRecheck
+	return d
+}
+
+func tenantReason(r *journal.Result, op string) string {
+	switch r.Reason {
+	case v1alpha1.ReasonConflict, v1alpha1.ReasonInvalidSpec, v1alpha1.ReasonDependencyUnavailable,
+		v1alpha1.ReasonProvisioningFailed, v1alpha1.ReasonCredentialProjectionFailed, v1alpha1.ReasonImmutableField:
+		return r.Reason
+	}
+	if op == esexec.OpObserveProjection || op == esexec.OpEnsureExternalSecret {
+		return v1alpha1.ReasonCredentialProjectionFailed
+	}
+	return v1alpha1.ReasonProvisioningFailed
+}
+
+// decideTenantDelete: the policy in force is the one recorded when deletion
+// began. Retain journals the registry update and lets the CR go at once
+// (the intent is executed whenever PostgreSQL is reachable); Delete runs
+// the cleanup chain and keeps the finalizer until every step succeeded.
+func decideTenantDelete(f TenantFacts, p TenantPolicy, st *journal.State) TenantDecision {
+	note := lastNote(f.Records, NoteDeletionStarted)
+	if note == nil {
+		policy := f.SpecPolicy
+		if policy == "" {
+			policy = v1alpha1.DeletionPolicyRetain
+		}
+		return TenantDecision{Phase: v1alpha1.TenantPhaseDeleting, Note: NoteDeletionStarted, NotePolicy: policy,
+			Ready: reconciling("deletion started (deletionPolicy " + string(policy) + ")")}
+	}
+	var dn DeletionNote
+	_ = json.Unmarshal(note.Payload, &dn)
+	if len(st.Intents) == 0 || !claimedEver(st) {
+		// Nothing was ever claimed: there is nothing of ours outside.
+		return TenantDecision{Phase: v1alpha1.TenantPhaseDeleting, RemoveFinalizer: true, Ready: reconciling("nothing to clean up")}
+	}
+	if dn.Policy != v1alpha1.DeletionPolicyDelete {
+		for _, r := range intentsOf(st, pgexec.OpRetainOwnership, f.Generation) {
+			if r.Sequence > note.Sequence {
+				return TenantDecision{Phase: v1alpha1.TenantPhaseDeleting, RemoveFinalizer: true, Ready: reconciling("retained")}
+			}
+		}
+		return TenantDecision{Phase: v1alpha1.TenantPhaseDeleting, Ready: reconciling("retaining external resources"),
+			Intent: &PlannedIntent{Operation: pgexec.OpRetainOwnership, Attempt: nextAttempt(st, pgexec.OpRetainOwnership, f.Generation)}}
+	}
+	d := runChain(f, p, st, deleteSteps, note.Sequence, v1alpha1.TenantPhaseDeleting)
+	if d.done {
+		return TenantDecision{Phase: v1alpha1.TenantPhaseDeleting, RemoveFinalizer: true, Ready: reconciling("every external resource was deleted")}
+	}
+	d.Phase = v1alpha1.TenantPhaseDeleting
+	return d.TenantDecision
+}
+
+// claimedEver reports whether a ClaimOwnership was ever decided for the
+// UID (a pending one may still execute, so it counts).
+func claimedEver(st *journal.State) bool {
+	for _, r := range st.Intents {
+		if r.Operation == pgexec.OpClaimOwnership {
+			return true
+		}
+	}
+	return false
+}
