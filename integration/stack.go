@@ -10,12 +10,42 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	bao "github.com/openbao/openbao/api/v2"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // ControllerNamespace is the manager's namespace in the local stack.
 const ControllerNamespace = "ayatori-system"
+
+// StoreName is the ClusterSecretStore of the local stack.
+const StoreName = "ayatori-openbao"
+
+// TenantBasePath is the manager's default --openbao-tenant-base-path.
+const TenantBasePath = "postgresql-tenants"
+
+// controllerToken creates the controller's OpenBao policy (create, read,
+// update, delete KV v2 data and metadata under the tenant base path only)
+// and a token with it, written to a 0600 file.
+func controllerToken(ctx context.Context, ob *OpenBao, dir string) (string, error) {
+	c, err := ob.Client(ob.RootToken)
+	if err != nil {
+		return "", err
+	}
+	policy := fmt.Sprintf(`path "%[1]s/data/%[2]s/*" { capabilities = ["create", "read", "update", "delete"] }
+path "%[1]s/metadata/%[2]s/*" { capabilities = ["create", "read", "update", "delete", "list"] }
+path "%[1]s/destroy/%[2]s/*" { capabilities = ["update"] }
+`, KVMount, TenantBasePath)
+	if err := c.Sys().PutPolicyWithContext(ctx, "ayatori-controller", policy); err != nil {
+		return "", err
+	}
+	sec, err := c.Auth().Token().CreateWithContext(ctx, &bao.TokenCreateRequest{Policies: []string{"ayatori-controller"}, NoParent: true, TTL: "24h"})
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, "openbao-token")
+	return path, os.WriteFile(path, []byte(sec.Auth.ClientToken), 0o600)
+}
 
 // StackOptions tune the local stack.
 type StackOptions struct {
@@ -32,6 +62,11 @@ type Stack struct {
 	CP   *ControlPlane
 	NATS *NATS
 	PG   *Postgres
+	Bao  *OpenBao
+	ESO  *ExternalSecrets
+	// ControllerTokenFile holds the manager's OpenBao token (policy limited
+	// to the tenant base path; development token-file auth).
+	ControllerTokenFile string
 	// AdminUser and AdminPassword are the non-superuser admin role the
 	// sample Instance uses (generated per run, never printed).
 	AdminUser, AdminPassword string
@@ -75,8 +110,8 @@ func StartStack(ctx context.Context, opts StackOptions) (_ *Stack, err error) {
 	if out, err := build.CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("build: %w\n%s", err, out)
 	}
-	s.logf("starting kube-apiserver + etcd")
-	if s.CP, err = NewControlPlane(ControlPlaneOptions{}); err != nil {
+	s.logf("starting kube-apiserver + etcd (with the External Secrets CRDs)")
+	if s.CP, err = NewControlPlane(ControlPlaneOptions{ExternalSecretsCRDs: true}); err != nil {
 		return nil, err
 	}
 	s.logf("starting NATS JetStream (file storage, sync_interval always)")
@@ -102,6 +137,17 @@ func StartStack(ctx context.Context, opts StackOptions) (_ *Stack, err error) {
 	if err := s.CP.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ControllerNamespace}}); err != nil {
 		return nil, err
 	}
+	s.logf("starting the OpenBao-compatible server (KV v2 at %q)", KVMount)
+	if s.Bao, err = NewOpenBao(ctx); err != nil {
+		return nil, err
+	}
+	if s.ControllerTokenFile, err = controllerToken(ctx, s.Bao, s.Dir); err != nil {
+		return nil, err
+	}
+	s.logf("starting External Secrets Operator with a ClusterSecretStore for OpenBao")
+	if s.ESO, err = NewExternalSecrets(ctx, s.CP, s.Bao, ExternalSecretsOptions{StoreName: StoreName, Namespace: ControllerNamespace}); err != nil {
+		return nil, err
+	}
 	if err := s.StartManager(); err != nil {
 		return nil, err
 	}
@@ -117,7 +163,9 @@ func (s *Stack) StartManager(extra ...string) error {
 	s.ManagerLog = filepath.Join(s.Dir, "manager.log")
 	args := append([]string{"--kubeconfig", s.CP.KubeconfigPath, "--namespace", ControllerNamespace, "--nats-url", s.NATS.URL,
 		"--postgresql-ca-bundle-path", s.PG.CAFile, "--metrics-bind-address", "127.0.0.1:0", "--health-probe-bind-address", "0",
-		"--retry-base", "1s", "--retry-max", "10s"}, s.opts.ManagerArgs...)
+		"--retry-base", "1s", "--retry-max", "10s",
+		"--openbao-address", s.Bao.Address, "--openbao-token-file", s.ControllerTokenFile, "--openbao-kv-mount", KVMount,
+		"--external-secret-store-name", StoreName}, s.opts.ManagerArgs...)
 	args = append(args, extra...)
 	p, err := startProcess(processSpec{name: "ayatori-manager", path: s.managerBin, args: args, dir: s.Dir, logPath: s.ManagerLog})
 	if err != nil {
@@ -145,6 +193,12 @@ func (s *Stack) ManagerPID() int {
 // Close stops everything and removes the stack's files.
 func (s *Stack) Close() {
 	s.StopManager()
+	if s.ESO != nil {
+		s.ESO.Close()
+	}
+	if s.Bao != nil {
+		s.Bao.Close()
+	}
 	if s.PG != nil {
 		s.PG.Close()
 	}

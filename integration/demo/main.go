@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
@@ -104,6 +105,14 @@ func run(keep bool) error {
 		return fmt.Errorf("%w\nmanager log tail:\n%s", err, integration.Tail(s.ManagerLog, 20))
 	}
 
+	section("waiting for the PostgreSQLTenants to be Ready")
+	tenants := []types.NamespacedName{{Namespace: "netbox", Name: "netbox"}, {Namespace: "wiki", Name: "wiki"}}
+	for _, nn := range tenants {
+		if _, err := waitTenant(ctx, c, nn, 3*time.Minute); err != nil {
+			return fmt.Errorf("%w\nmanager log tail:\n%s", err, integration.Tail(s.ManagerLog, 30))
+		}
+	}
+
 	section("kubectl get pginstance")
 	if err := printTable(ctx, s, "/apis/database.ayatori.ddupan.top/v1alpha1/postgresqlinstances"); err != nil {
 		return err
@@ -112,22 +121,62 @@ func run(keep bool) error {
 	if err := printTable(ctx, s, "/apis/database.ayatori.ddupan.top/v1alpha1/postgresqltenants"); err != nil {
 		return err
 	}
-	fmt.Println("    (Tenant provisioning is not implemented yet; the apiserver validated and stored the Tenants.)")
 
-	section("the ownership registry the manager created, read back as the admin role over verify-full TLS")
+	section("logging in to each tenant database with the Secret ESO projected (sslmode verify-full, via host and via hostaddr)")
+	for _, nn := range tenants {
+		t := &v1alpha1.PostgreSQLTenant{}
+		if err := c.Get(ctx, nn, t); err != nil {
+			return err
+		}
+		sec := &corev1.Secret{}
+		if err := c.Get(ctx, types.NamespacedName{Namespace: nn.Namespace, Name: t.Status.Credential.SecretRef.Name}, sec); err != nil {
+			return err
+		}
+		for _, target := range []string{"host=" + string(sec.Data["host"]), "host=" + string(sec.Data["hostaddr"])} {
+			dsn := fmt.Sprintf("%s port=%s dbname=%s user=%s password=%s sslmode=%s sslrootcert=%s", target, sec.Data["port"], sec.Data["database"],
+				sec.Data["username"], sec.Data["password"], sec.Data["sslmode"], s.PG.CAFile)
+			conn, err := pgx.Connect(ctx, dsn)
+			if err != nil {
+				return fmt.Errorf("login to %s with the projected Secret: %w", nn, err)
+			}
+			var user, db string
+			var exts []string
+			err = conn.QueryRow(ctx, "SELECT current_user, current_database(), array(SELECT extname FROM pg_extension WHERE extname <> 'plpgsql' ORDER BY 1)").Scan(&user, &db, &exts)
+			conn.Close(ctx)
+			if err != nil {
+				return err
+			}
+			fmt.Printf("    %-14s %-22s current_user=%s current_database()=%s extensions=%v\n", nn, target, user, db, exts)
+		}
+		fmt.Printf("    %-14s status.credential.openBaoURL=%s\n", nn, t.Status.Credential.OpenBaoURL)
+	}
+
+	section("the ownership registry, read back as the admin role over verify-full TLS")
 	conn, err := pgx.Connect(ctx, s.PG.DSN(s.AdminUser, s.AdminPassword, "postgres"))
 	if err != nil {
 		return err
 	}
-	var user, db string
-	var version int32
-	err = conn.QueryRow(ctx, "SELECT current_user, current_database(), (SELECT version FROM postgresql_tenant_operator.schema_version)").Scan(&user, &db, &version)
-	conn.Close(ctx)
+	rows, err := conn.Query(ctx, "SELECT tenant_namespace || '/' || tenant_name, database_name, role_name, managed FROM postgresql_tenant_operator.tenant_ownership ORDER BY 1")
 	if err != nil {
+		conn.Close(ctx)
 		return err
 	}
-	fmt.Printf("    current_user=%s current_database=%s registry_schema_version=%d\n", user, db, version)
+	for rows.Next() {
+		var tn, db, role string
+		var managed bool
+		if err := rows.Scan(&tn, &db, &role, &managed); err != nil {
+			conn.Close(ctx)
+			return err
+		}
+		fmt.Printf("    tenant=%-14s database=%-8s role=%-8s managed=%t\n", tn, db, role, managed)
+	}
+	rows.Close()
+	conn.Close(ctx)
 
+	section("ayatori-journal timeline --kind PostgreSQLTenant -n netbox --name netbox")
+	if err := journalCLI(ctx, s, "timeline", "--kind", "PostgreSQLTenant", "-n", "netbox", "--name", "netbox"); err != nil {
+		return err
+	}
 	section(fmt.Sprintf("ayatori-journal timeline --kind PostgreSQLInstance --name shared   (uid %s)", inst.UID))
 	if err := journalCLI(ctx, s, "timeline", "--kind", "PostgreSQLInstance", "--name", "shared"); err != nil {
 		return err
@@ -141,6 +190,7 @@ func run(keep bool) error {
 		section("the stack is up; explore it (Ctrl-C stops everything)")
 		fmt.Printf("    export KUBECONFIG=%s\n", s.CP.KubeconfigPath)
 		fmt.Printf("    kubectl get pginstance,pgtenant -A      # kubectl from Debian's kubectl package\n")
+		fmt.Printf("    kubectl get externalsecret,secret -n netbox\n")
 		fmt.Printf("    go run ./cmd/ayatori-journal --server %s list\n", s.NATS.URL)
 		fmt.Printf("    go run ./cmd/ayatori-journal --server %s timeline --kind PostgreSQLInstance --name shared --follow\n", s.NATS.URL)
 		fmt.Printf("    manager log: %s\n", s.ManagerLog)
@@ -148,29 +198,90 @@ func run(keep bool) error {
 		return nil
 	}
 
-	section("deleting the Tenants, then the Instance (its finalizer waits for no Tenant to reference it)")
-	for _, nn := range []types.NamespacedName{{Namespace: "netbox", Name: "netbox"}, {Namespace: "wiki", Name: "wiki"}} {
-		if err := c.Delete(ctx, &v1alpha1.PostgreSQLTenant{ObjectMeta: metav1.ObjectMeta{Namespace: nn.Namespace, Name: nn.Name}}); err != nil {
-			return err
-		}
-	}
-	if err := c.Delete(ctx, &v1alpha1.PostgreSQLInstance{ObjectMeta: metav1.ObjectMeta{Name: "shared"}}); err != nil {
+	section("deleting PostgreSQLTenant wiki/wiki (deletionPolicy: Delete)")
+	if err := c.Delete(ctx, &v1alpha1.PostgreSQLTenant{ObjectMeta: metav1.ObjectMeta{Namespace: "wiki", Name: "wiki"}}); err != nil {
 		return err
 	}
-	deadline := time.Now().Add(time.Minute)
-	for {
-		err := c.Get(ctx, types.NamespacedName{Name: "shared"}, &v1alpha1.PostgreSQLInstance{})
-		if client.IgnoreNotFound(err) == nil && err != nil {
-			say("PostgreSQLInstance/shared is gone; the registry stays in PostgreSQL (nothing external is deleted)")
-			break
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("the Instance was not released")
-		}
-		time.Sleep(200 * time.Millisecond)
+	if err := waitGone(ctx, c, &v1alpha1.PostgreSQLTenant{ObjectMeta: metav1.ObjectMeta{Namespace: "wiki", Name: "wiki"}}, 2*time.Minute); err != nil {
+		return fmt.Errorf("%w\nmanager log tail:\n%s", err, integration.Tail(s.ManagerLog, 30))
+	}
+	say("PostgreSQLTenant wiki/wiki is gone")
+	conn, err = pgx.Connect(ctx, s.PG.SuperuserDSN("postgres"))
+	if err != nil {
+		return err
+	}
+	var dbs, roles, claims int
+	err = conn.QueryRow(ctx, `SELECT (SELECT count(*) FROM pg_database WHERE datname = 'wiki'), (SELECT count(*) FROM pg_roles WHERE rolname = 'wiki'),
+		(SELECT count(*) FROM postgresql_tenant_operator.tenant_ownership WHERE tenant_name = 'wiki')`).Scan(&dbs, &roles, &claims)
+	conn.Close(ctx)
+	if err != nil {
+		return err
+	}
+	root, _ := s.Bao.Client(s.Bao.RootToken)
+	_, kvErr := root.KVv2(integration.KVMount).GetMetadata(ctx, integration.TenantBasePath+"/wiki/wiki")
+	secErr := c.Get(ctx, types.NamespacedName{Namespace: "wiki", Name: "shared-wiki-postgresql"}, &corev1.Secret{})
+	fmt.Printf("    database wiki: %d, role wiki: %d, registry records: %d, OpenBao record: %s, projected Secret: %s\n",
+		dbs, roles, claims, gone(kvErr != nil), gone(client.IgnoreNotFound(secErr) == nil && secErr != nil))
+	if dbs+roles+claims != 0 || kvErr == nil || secErr == nil {
+		return fmt.Errorf("the Delete tenant left resources behind")
 	}
 	fmt.Println("\ndemo OK")
 	return nil
+}
+
+func gone(b bool) string {
+	if b {
+		return "gone"
+	}
+	return "STILL THERE"
+}
+
+func waitGone(ctx context.Context, c client.Client, o client.Object, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		err := c.Get(ctx, client.ObjectKeyFromObject(o), o)
+		if client.IgnoreNotFound(err) == nil && err != nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s still exists after %s", client.ObjectKeyFromObject(o), timeout)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+func waitTenant(ctx context.Context, c client.Client, nn types.NamespacedName, timeout time.Duration) (*v1alpha1.PostgreSQLTenant, error) {
+	deadline := time.Now().Add(timeout)
+	last := ""
+	for {
+		t := &v1alpha1.PostgreSQLTenant{}
+		if err := c.Get(ctx, nn, t); err != nil {
+			return nil, err
+		}
+		state := string(t.Status.Phase)
+		ready := false
+		for _, cond := range t.Status.Conditions {
+			if cond.Type == "Ready" {
+				state += fmt.Sprintf("  Ready=%s (%s) %s", cond.Status, cond.Reason, cond.Message)
+				ready = cond.Status == metav1.ConditionTrue && cond.ObservedGeneration == t.Generation
+			}
+		}
+		if state != last {
+			say("PostgreSQLTenant/%s phase=%s", nn, state)
+			last = state
+		}
+		if ready {
+			return t, nil
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("PostgreSQLTenant/%s not Ready after %s (last: %s)", nn, timeout, state)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 func load(path string) ([]*unstructured.Unstructured, error) {
