@@ -17,6 +17,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/testcontainers/testcontainers-go"
+
+	pgexec "git.ddupan.top/panxiao81/ayatori/executors/postgresql"
 )
 
 // PostgresOptions tune a throwaway PostgreSQL cluster.
@@ -287,9 +289,14 @@ func (pg *Postgres) CreateAdminRole(ctx context.Context, name, password string, 
 	if _, err := c.Exec(ctx, stmt); err != nil {
 		return err
 	}
-	// The password is quoted by the server (format %L), never concatenated here.
+	// Send a SCRAM verifier computed here, so the cleartext never reaches
+	// the server's statement log (tests scan it with log_statement=all).
+	verifier, err := pgexec.ScramSHA256Verifier(password)
+	if err != nil {
+		return err
+	}
 	var sql string
-	if err := c.QueryRow(ctx, "SELECT format('ALTER ROLE %I PASSWORD %L', $1::text, $2::text)", name, password).Scan(&sql); err != nil {
+	if err := c.QueryRow(ctx, "SELECT format('ALTER ROLE %I PASSWORD %L', $1::text, $2::text)", name, verifier).Scan(&sql); err != nil {
 		return err
 	}
 	_, err = c.Exec(ctx, sql)

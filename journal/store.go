@@ -462,7 +462,9 @@ func (s *Store) ScanRaw(ctx context.Context, fn func(data []byte, hdr nats.Heade
 // to fn, through an ordered consumer; it stops at the end of the stream as
 // it was when it started.
 func (s *Store) eachMsg(ctx context.Context, filters []string, startSeq uint64, since *time.Time, fn func([]byte, nats.Header, uint64) error) error {
-	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: filters, DeliverPolicy: jetstream.DeliverAllPolicy}
+	// Ephemeral consumers are deleted when the read ends; the inactivity
+	// threshold cleans up after a crashed reader.
+	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: filters, DeliverPolicy: jetstream.DeliverAllPolicy, InactiveThreshold: 30 * time.Second}
 	if since != nil {
 		cfg.DeliverPolicy = jetstream.DeliverByStartTimePolicy
 		cfg.OptStartTime = since
@@ -474,6 +476,15 @@ func (s *Store) eachMsg(ctx context.Context, filters []string, startSeq uint64, 
 	if err != nil {
 		return fmt.Errorf("journal: read: %w", err)
 	}
+	defer func() {
+		if info := cons.CachedInfo(); info != nil {
+			go func() {
+				dctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel()
+				_ = s.stream.DeleteConsumer(dctx, info.Name)
+			}()
+		}
+	}()
 	pending := cons.CachedInfo().NumPending
 	for pending > 0 {
 		// The messages exist already, so a fetch of exactly the pending

@@ -40,6 +40,7 @@ const (
 // TenantHandlers returns the Tenant operations (added to Handlers by the manager).
 func (e *Executor) TenantHandlers() map[string]journal.Handler {
 	return map[string]journal.Handler{
+		OpCheckExtensions:  e.tenantOp(e.checkExtensions),
 		OpClaimOwnership:   e.tenantOp(e.claim),
 		OpCreateRole:       e.tenantOp(e.createRole),
 		OpCreateDatabase:   e.tenantOp(e.createDatabase),
@@ -212,8 +213,19 @@ func (e *Executor) createRole(ctx context.Context, c tenantCall) (TenantOutcome,
 	}
 	attrs := "LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION"
 	if found {
-		_, err := c.pool.Exec(ctx, "ALTER ROLE "+quoteIdent(c.in.Role)+" "+attrs)
-		return out, err
+		// PostgreSQL 15 lets only superusers name (NO)SUPERUSER or
+		// (NO)REPLICATION in ALTER ROLE: set the rest, then read back.
+		if _, err := c.pool.Exec(ctx, "ALTER ROLE "+quoteIdent(c.in.Role)+" LOGIN NOCREATEDB NOCREATEROLE"); err != nil {
+			return out, err
+		}
+		var super, repl bool
+		if err := c.pool.QueryRow(ctx, "SELECT rolsuper, rolreplication FROM pg_catalog.pg_roles WHERE rolname = $1", c.in.Role).Scan(&super, &repl); err != nil {
+			return out, err
+		}
+		if super || repl {
+			return out, conflict("role %s has SUPERUSER or REPLICATION; refusing to use it", c.in.Role)
+		}
+		return out, nil
 	}
 	pw, err := e.password(ctx, c)
 	if err != nil {
@@ -268,6 +280,44 @@ func (e *Executor) createDatabase(ctx context.Context, c tenantCall) (TenantOutc
 	return out, err
 }
 
+// availableCheck returns an InvalidSpec error naming the requested
+// extensions that are not in pg_available_extensions; a failed query is
+// DependencyUnavailable, never "unsupported".
+func availableCheck(ctx context.Context, q interface {
+	Query(context.Context, string, ...any) (pgx.Rows, error)
+}, requested []string) error {
+	if len(requested) == 0 {
+		return nil
+	}
+	rows, err := q.Query(ctx, "SELECT name FROM pg_catalog.pg_available_extensions WHERE name = ANY($1)", requested)
+	if err != nil {
+		return &Classified{Reason: ReasonDependencyUnavailable, Message: "could not read pg_available_extensions", Transient: true, cause: err}
+	}
+	avail, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return &Classified{Reason: ReasonDependencyUnavailable, Message: "could not read pg_available_extensions", Transient: true, cause: err}
+	}
+	var unknown []string
+	for _, x := range requested {
+		found := false
+		for _, a := range avail {
+			found = found || a == x
+		}
+		if !found {
+			unknown = append(unknown, x)
+		}
+	}
+	if len(unknown) > 0 {
+		return &Classified{Reason: ReasonInvalidSpec, Message: "extension(s) not available on this Instance: " + strings.Join(unknown, ", ")}
+	}
+	return nil
+}
+
+// checkExtensions is the read-only pre-check before any external write.
+func (e *Executor) checkExtensions(ctx context.Context, c tenantCall) (TenantOutcome, error) {
+	return TenantOutcome{Extensions: c.in.Extensions}, availableCheck(ctx, c.pool, c.in.Extensions)
+}
+
 // ensureExtensions checks every requested name against
 // pg_available_extensions before any write (unknown -> InvalidSpec, query
 // failure -> DependencyUnavailable), installs the missing ones in the
@@ -280,26 +330,8 @@ func (e *Executor) ensureExtensions(ctx context.Context, c tenantCall) (TenantOu
 	if len(c.in.Extensions) == 0 {
 		return out, nil
 	}
-	rows, err := c.pool.Query(ctx, "SELECT name FROM pg_catalog.pg_available_extensions WHERE name = ANY($1)", c.in.Extensions)
-	if err != nil {
-		return out, &Classified{Reason: ReasonDependencyUnavailable, Message: "could not read pg_available_extensions", Transient: true, cause: err}
-	}
-	avail, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return out, &Classified{Reason: ReasonDependencyUnavailable, Message: "could not read pg_available_extensions", Transient: true, cause: err}
-	}
-	var unknown []string
-	for _, x := range c.in.Extensions {
-		found := false
-		for _, a := range avail {
-			found = found || a == x
-		}
-		if !found {
-			unknown = append(unknown, x)
-		}
-	}
-	if len(unknown) > 0 {
-		return out, &Classified{Reason: ReasonInvalidSpec, Message: "extension(s) not available on this Instance: " + strings.Join(unknown, ", ")}
+	if err := availableCheck(ctx, c.pool, c.in.Extensions); err != nil {
+		return out, err
 	}
 	t := c.t
 	t.Endpoint.Database = c.in.Database
@@ -316,7 +348,7 @@ func (e *Executor) ensureExtensions(ctx context.Context, c tenantCall) (TenantOu
 			return out, err
 		}
 	}
-	rows, err = conn.Query(ctx, "SELECT extname FROM pg_catalog.pg_extension WHERE extname = ANY($1)", c.in.Extensions)
+	rows, err := conn.Query(ctx, "SELECT extname FROM pg_catalog.pg_extension WHERE extname = ANY($1)", c.in.Extensions)
 	if err != nil {
 		return out, err
 	}

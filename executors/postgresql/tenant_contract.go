@@ -6,6 +6,9 @@ import "git.ddupan.top/panxiao81/ayatori/journal"
 // §7, §8.3, §11). Each is idempotent and re-checks the ownership registry
 // before it writes.
 const (
+	// OpCheckExtensions is read-only: every requested extension must be in
+	// pg_available_extensions before the first external write.
+	OpCheckExtensions  = "CheckExtensions"
 	OpClaimOwnership   = "ClaimOwnership"
 	OpCreateRole       = "CreateRole"
 	OpCreateDatabase   = "CreateDatabase"
@@ -40,7 +43,7 @@ type TenantOutcome struct {
 }
 
 func init() {
-	for _, op := range []string{OpClaimOwnership, OpCreateRole, OpCreateDatabase, OpEnsureExtensions, OpVerifyLogin,
+	for _, op := range []string{OpCheckExtensions, OpClaimOwnership, OpCreateRole, OpCreateDatabase, OpEnsureExtensions, OpVerifyLogin,
 		OpRetainOwnership, OpDisableLogin, OpDropDatabase, OpDropRole, OpReleaseOwnership} {
 		journal.RegisterPayload(op, journal.TypeIntent, TenantIntent{})
 		journal.RegisterPayload(op, journal.TypeOutcome, TenantOutcome{})

@@ -79,6 +79,9 @@ func TestMain(m *testing.M) {
 	if shared != nil {
 		shared.stop()
 	}
+	if stack != nil {
+		stack.Close()
+	}
 	os.Exit(code)
 }
 

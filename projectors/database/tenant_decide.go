@@ -42,6 +42,7 @@ type tenantStep struct {
 
 // provisionSteps is the Tenant chain (specification §8.3, §9).
 var provisionSteps = []tenantStep{
+	{pgexec.OpCheckExtensions, v1alpha1.TenantPhasePending},
 	{pgexec.OpClaimOwnership, v1alpha1.TenantPhasePlanned},
 	{baoexec.OpWriteCredential, v1alpha1.TenantPhaseCredentialCreated},
 	{pgexec.OpCreateRole, v1alpha1.TenantPhaseRoleCreated},
@@ -236,6 +237,8 @@ func runChain(f TenantFacts, p TenantPolicy, st *journal.State, steps []tenantSt
 
 func stepMessage(op string) string {
 	switch op {
+	case pgexec.OpCheckExtensions:
+		return "checking the requested extensions are available"
 	case pgexec.OpClaimOwnership:
 		return "claiming ownership in the registry"
 	case baoexec.OpWriteCredential:
