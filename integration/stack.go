@@ -156,7 +156,25 @@ func StartStack(ctx context.Context, opts StackOptions) (_ *Stack, err error) {
 }
 
 // StartManager starts (or restarts) the manager process.
-func (s *Stack) StartManager(extra ...string) error {
+func (s *Stack) StartManager(extra ...string) error { return s.StartManagerEnv(nil, extra...) }
+
+// WaitManagerExit waits up to timeout for the manager process to end (for
+// example killed by a failpoint) and reports whether it did.
+func (s *Stack) WaitManagerExit(timeout time.Duration) bool {
+	if s.manager == nil {
+		return true
+	}
+	select {
+	case <-s.manager.done:
+		return true
+	case <-time.After(timeout):
+		return false
+	}
+}
+
+// StartManagerEnv starts the manager with extra environment variables
+// (e.g. AYATORI_FAILPOINTS) and flags.
+func (s *Stack) StartManagerEnv(env []string, extra ...string) error {
 	if s.manager != nil && !s.manager.exited() {
 		return fmt.Errorf("manager already running")
 	}
@@ -167,7 +185,7 @@ func (s *Stack) StartManager(extra ...string) error {
 		"--openbao-address", s.Bao.Address, "--openbao-token-file", s.ControllerTokenFile, "--openbao-kv-mount", KVMount,
 		"--external-secret-store-name", StoreName}, s.opts.ManagerArgs...)
 	args = append(args, extra...)
-	p, err := startProcess(processSpec{name: "ayatori-manager", path: s.managerBin, args: args, dir: s.Dir, logPath: s.ManagerLog})
+	p, err := startProcess(processSpec{name: "ayatori-manager", path: s.managerBin, args: args, dir: s.Dir, logPath: s.ManagerLog, env: env})
 	if err != nil {
 		return err
 	}

@@ -49,6 +49,9 @@ type ConsumerConfig struct {
 	// BeforeOutcome, when set, runs after the handler and before its
 	// outcome is appended (crash-test failpoint; nil in production).
 	BeforeOutcome func(intent Record)
+	// AfterOutcome, when set, runs after the outcome is appended and before
+	// the intent is acked (crash-test failpoint; nil in production).
+	AfterOutcome func(intent Record)
 }
 
 func (c *ConsumerConfig) defaults() {
@@ -229,6 +232,9 @@ func (s *Store) finish(ctx context.Context, cfg ConsumerConfig, m jetstream.Msg,
 		return
 	}
 	s.cfg.Metrics.countOutcome(rec.Operation, out.Result.Class)
+	if cfg.AfterOutcome != nil {
+		cfg.AfterOutcome(rec)
+	}
 	_ = m.DoubleAck(ctx)
 }
 

@@ -182,7 +182,8 @@ func run(args []string) error {
 	}
 	if len(handlers) > 0 {
 		cc := journal.ConsumerConfig{Durable: "ayatori-executor-database-v1", Domains: []string{"database"},
-			AckWait: o.reconcileTimeout + 30*time.Second, Concurrency: o.executorConns, BeforeOutcome: failpoint("executor-before-outcome")}
+			AckWait: o.ackWait, Concurrency: o.executorConns, BeforeOutcome: failpoint("executor-before-outcome"),
+			AfterOutcome: failpoint("executor-after-outcome")}
 		if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
 			// Executors run on every replica: the consumer shares the work.
 			return store.Consume(ctx, cc, handlers)

@@ -52,6 +52,7 @@ type options struct {
 	kubeconfig    string
 	actor         string
 	executorConns int
+	ackWait       time.Duration
 }
 
 var (
@@ -94,6 +95,7 @@ func (o *options) bind(fs *flag.FlagSet) {
 	fs.DurationVar(&o.retryMax, "retry-max", 5*time.Minute, "longest back-off after repeated failures (>= --retry-base)")
 	fs.IntVar(&o.postgresMaxConns, "postgresql-max-conns", 4, "connections per Instance pool (> 0)")
 	fs.IntVar(&o.executorConns, "executor-concurrency", 4, "intents executed at once per process (> 0)")
+	fs.DurationVar(&o.ackWait, "executor-ack-wait", 0, "how long an intent taken by an executor that died stays invisible before redelivery (default: --reconcile-timeout + 30s; in-progress heartbeats keep long operations alive)")
 
 	fs.BoolVar(&o.leaderElect, "leader-elect", false, "enable leader election (run more than one replica)")
 	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":8080", "metrics endpoint address (0 disables)")
@@ -161,6 +163,12 @@ func (o *options) validate() error {
 		if d <= 0 {
 			bad("%s must be a positive duration, got %s", name, d)
 		}
+	}
+	if o.ackWait < 0 {
+		bad("--executor-ack-wait must not be negative")
+	}
+	if o.ackWait == 0 {
+		o.ackWait = o.reconcileTimeout + 30*time.Second
 	}
 	if o.retryMax < o.retryBase {
 		bad("--retry-max (%s) must not be shorter than --retry-base (%s)", o.retryMax, o.retryBase)
