@@ -133,21 +133,24 @@ func DecideTenant(f TenantFacts, p TenantPolicy) TenantDecision {
 	if f.Deleting {
 		return decideTenantDelete(f, p, st)
 	}
-	if len(f.InputErrors) > 0 {
-		return TenantDecision{Phase: orTenantPending(f.Status.Phase), Conclusive: true,
-			Ready: notReady(v1alpha1.ReasonInvalidSpec, "invalid spec: "+strings.Join(f.InputErrors, "; "))}
-	}
-	if len(f.ImmutableErrors) > 0 {
-		return TenantDecision{Phase: orTenantPending(f.Status.Phase), Conclusive: true,
-			Ready: notReady(v1alpha1.ReasonImmutableField, strings.Join(f.ImmutableErrors, "; ")+" (restore the previous value; v1alpha1 has no rename or migration)")}
-	}
-	if f.InstanceProblem != "" {
-		return TenantDecision{Phase: orTenantPending(f.Status.Phase), Conclusive: true, RequeueAfter: p.PendingRecheck,
-			Ready: notReady(v1alpha1.ReasonInstanceNotReady, f.InstanceProblem)}
-	}
 	var epoch uint64
 	if n := lastNote(f.Records, NoteRevalidate); n != nil {
 		epoch = n.Sequence
+	}
+	// The checkpoint shown while blocked is derived from the journal, never
+	// taken from status (which may be stale or forged).
+	phase := runChain(f, p, st, provisionSteps, epoch, v1alpha1.TenantPhasePending).Phase
+	if len(f.InputErrors) > 0 {
+		return TenantDecision{Phase: phase, Conclusive: true,
+			Ready: notReady(v1alpha1.ReasonInvalidSpec, "invalid spec: "+strings.Join(f.InputErrors, "; "))}
+	}
+	if len(f.ImmutableErrors) > 0 {
+		return TenantDecision{Phase: phase, Conclusive: true,
+			Ready: notReady(v1alpha1.ReasonImmutableField, strings.Join(f.ImmutableErrors, "; ")+" (restore the previous value; v1alpha1 has no rename or migration)")}
+	}
+	if f.InstanceProblem != "" {
+		return TenantDecision{Phase: phase, Conclusive: true, RequeueAfter: p.PendingRecheck,
+			Ready: notReady(v1alpha1.ReasonInstanceNotReady, f.InstanceProblem)}
 	}
 	if f.Status.Phase == "" && len(st.Intents) > 0 {
 		// Status was lost: re-run every step against the external facts.
@@ -171,13 +174,6 @@ func DecideTenant(f TenantFacts, p TenantPolicy) TenantDecision {
 func tenantReady() ReadyCondition {
 	return ReadyCondition{Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonReady,
 		Message: "database, owner role, extensions and credential verified; the application login works"}
-}
-
-func orTenantPending(p v1alpha1.TenantPhase) v1alpha1.TenantPhase {
-	if p == "" || p == v1alpha1.TenantPhaseDeleting {
-		return v1alpha1.TenantPhasePending
-	}
-	return p
 }
 
 // anyAfter reports whether the generation has intents after the epoch.

@@ -490,3 +490,62 @@ func journalStore(t *testing.T, s *integration.Stack) *journal.Store {
 	}
 	return st
 }
+
+// Criterion 13 with OpenBao down at the credential-destroy step: the
+// finalizer stays, the retry completes once OpenBao is back.
+func TestTenantDeleteRetriesWhenOpenBaoIsDown(t *testing.T) {
+	s := getStack(t)
+	ctx := context.Background()
+	tn := newTenant(t, s, "dropbao", "vault", func(tn *v1alpha1.PostgreSQLTenant) { tn.Spec.DeletionPolicy = v1alpha1.DeletionPolicyDelete })
+	waitTenant(t, s, "dropbao", "vault", metav1.ConditionTrue, "Ready", 2*time.Minute)
+	s.Bao.Stop()
+	if err := s.CP.Client.Delete(ctx, tn); err != nil {
+		t.Fatal(err)
+	}
+	// PostgreSQL steps run, then DestroyCredential fails while OpenBao is down.
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		return superQuery[int64](t, s, "postgres", "SELECT count(*) FROM pg_database WHERE datname = 'vault'") == 0, nil
+	})
+	if err != nil {
+		t.Fatal("the database was not dropped")
+	}
+	time.Sleep(2 * time.Second)
+	cur := &v1alpha1.PostgreSQLTenant{}
+	if err := s.CP.Client.Get(ctx, client.ObjectKeyFromObject(tn), cur); err != nil {
+		t.Fatalf("the Tenant went away while OpenBao was down: %v", err)
+	}
+	if err := s.Bao.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, s, tn)
+	root, _ := s.Bao.Client(s.Bao.RootToken)
+	if _, err := root.KVv2("kv").GetMetadata(ctx, "postgresql-tenants/dropbao/vault"); err == nil {
+		t.Fatal("Delete left the KV record")
+	}
+	if n := superQuery[int64](t, s, "postgres", "SELECT count(*) FROM postgresql_tenant_operator.tenant_ownership WHERE tenant_uid = $1", string(tn.UID)); n != 0 {
+		t.Fatal("Delete left the registry record")
+	}
+}
+
+// Criterion 18: a forged advanced phase on a fresh Tenant is corrected and
+// no step is skipped.
+func TestTenantForgedPhase(t *testing.T) {
+	s := getStack(t)
+	ctx := context.Background()
+	tn := newTenant(t, s, "forged", "app", func(tn *v1alpha1.PostgreSQLTenant) { tn.Spec.InstanceRef = "missing" })
+	tn.Status = v1alpha1.PostgreSQLTenantStatus{Phase: v1alpha1.TenantPhaseCredentialProjected}
+	if err := s.CP.Client.Status().Update(ctx, tn); err != nil {
+		t.Fatal(err)
+	}
+	got := waitTenant(t, s, "forged", "app", metav1.ConditionFalse, "InstanceNotReady", time.Minute)
+	if got.Status.Phase != v1alpha1.TenantPhasePending {
+		t.Fatalf("forged phase not corrected: %s", got.Status.Phase)
+	}
+	recs, err := journalStore(t, s).Read(ctx, string(tn.UID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(recs) != 0 {
+		t.Fatalf("%d journal records for a Tenant whose Instance does not exist", len(recs))
+	}
+}
