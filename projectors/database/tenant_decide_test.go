@@ -1,0 +1,96 @@
+package database
+
+import (
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	v1alpha1 "git.ddupan.top/panxiao81/ayatori/api/database/v1alpha1"
+	baoexec "git.ddupan.top/panxiao81/ayatori/executors/openbao"
+	pgexec "git.ddupan.top/panxiao81/ayatori/executors/postgresql"
+	"git.ddupan.top/panxiao81/ayatori/journal"
+)
+
+var tenantPolicy = TenantPolicy{ResyncInterval: time.Hour, RetryBase: time.Second, RetryMax: time.Minute, PendingRecheck: 30 * time.Second}
+
+// tenantHistory builds a Tenant journal from steps (empty class: pending).
+func tenantHistory(steps ...step) (*journal.State, []journal.Record) {
+	obj := journal.ObjectRef{Group: "database.ayatori.ddupan.top", Kind: "PostgreSQLTenant", Namespace: "ns", Name: "app", UID: "t-1", Generation: 1}
+	var recs []journal.Record
+	attempts := map[string]int{}
+	for _, s := range steps {
+		attempts[s.op]++
+		in, _ := journal.NewIntent(obj, s.op, "", attempts[s.op], nil)
+		in.Sequence, in.Time = uint64(len(recs)+1), t0.Add(s.at)
+		recs = append(recs, in)
+		if s.class == "" {
+			continue
+		}
+		out, _ := journal.NewOutcome(in, journal.Result{Class: s.class, Reason: s.reason}, s.payload)
+		out.Sequence, out.Time = uint64(len(recs)+1), t0.Add(s.at)
+		recs = append(recs, out)
+	}
+	return journal.Fold(recs), recs
+}
+
+func ok(op string) step { return step{op: op, class: journal.Succeeded} }
+
+func TestDecideTenant(t *testing.T) {
+	all := []step{ok(pgexec.OpCheckExtensions), ok(pgexec.OpClaimOwnership), ok(baoexec.OpWriteCredential), ok(pgexec.OpCreateRole),
+		ok(pgexec.OpCreateDatabase), ok(pgexec.OpEnsureExtensions), ok("EnsureExternalSecret"), ok("ObserveProjection"), ok(pgexec.OpVerifyLogin)}
+	cases := []struct {
+		name    string
+		steps   []step
+		facts   func(*TenantFacts)
+		phase   v1alpha1.TenantPhase
+		ready   metav1.ConditionStatus
+		reason  string
+		intent  string
+		attempt int
+	}{
+		{name: "fresh: check extensions first", phase: "Pending", ready: "Unknown", intent: pgexec.OpCheckExtensions, attempt: 1},
+		{name: "invalid input: nothing runs", facts: func(f *TenantFacts) { f.InputErrors = []string{"bad"} }, phase: "Pending", ready: "False", reason: "InvalidSpec"},
+		{name: "instance not ready", facts: func(f *TenantFacts) { f.InstanceProblem = "not Ready" }, phase: "Pending", ready: "False", reason: "InstanceNotReady"},
+		{name: "forged phase is ignored", facts: func(f *TenantFacts) { f.Status.Phase = v1alpha1.TenantPhaseReady; f.InstanceProblem = "x" },
+			phase: "Pending", ready: "False", reason: "InstanceNotReady"},
+		{name: "after the claim: credential", steps: all[:2], phase: "Planned", ready: "Unknown", intent: baoexec.OpWriteCredential, attempt: 1},
+		{name: "credential pending", steps: append(append([]step{}, all[:2]...), step{op: baoexec.OpWriteCredential}), phase: "Planned", ready: "Unknown"},
+		{name: "conflict: reported, re-checked slowly", steps: []step{ok(pgexec.OpCheckExtensions), {op: pgexec.OpClaimOwnership, class: journal.Failed, reason: "Conflict"}},
+			phase: "Pending", ready: "False", reason: "Conflict"},
+		{name: "dependency failure retried after back-off", steps: append(append([]step{}, all[:3]...), step{op: pgexec.OpCreateRole, class: journal.Failed, reason: "DependencyUnavailable"}),
+			facts: func(f *TenantFacts) { f.Now = t0.Add(5 * time.Second) }, phase: "CredentialCreated", ready: "False", reason: "DependencyUnavailable", intent: pgexec.OpCreateRole, attempt: 2},
+		{name: "all steps: Ready", steps: all, facts: func(f *TenantFacts) { f.Status.Phase = v1alpha1.TenantPhaseReady }, phase: "Ready", ready: "True", reason: "Ready"},
+		{name: "status wiped: revalidate", steps: all, phase: "Pending", ready: "Unknown"},
+		{name: "deletion records the policy", steps: all, facts: func(f *TenantFacts) { f.Deleting = true; f.SpecPolicy = v1alpha1.DeletionPolicyDelete },
+			phase: "Deleting", ready: "Unknown"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			st, recs := tenantHistory(tc.steps...)
+			f := TenantFacts{Generation: 1, Journal: st, Records: recs, Now: t0, Status: v1alpha1.PostgreSQLTenantStatus{Phase: v1alpha1.TenantPhasePending}}
+			if tc.name == "status wiped: revalidate" {
+				f.Status.Phase = ""
+			}
+			if tc.facts != nil {
+				tc.facts(&f)
+			}
+			d := DecideTenant(f, tenantPolicy)
+			if d.Phase != tc.phase || d.Ready.Status != tc.ready || (tc.reason != "" && d.Ready.Reason != tc.reason) {
+				t.Fatalf("got %s %s/%s (%s), want %s %s/%s", d.Phase, d.Ready.Status, d.Ready.Reason, d.Ready.Message, tc.phase, tc.ready, tc.reason)
+			}
+			switch {
+			case tc.intent == "" && d.Intent != nil:
+				t.Fatalf("unexpected intent %+v", d.Intent)
+			case tc.intent != "" && (d.Intent == nil || d.Intent.Operation != tc.intent || d.Intent.Attempt != tc.attempt):
+				t.Fatalf("intent %+v, want %s a%d", d.Intent, tc.intent, tc.attempt)
+			}
+			if tc.name == "status wiped: revalidate" && d.Note != NoteRevalidate {
+				t.Fatalf("note %q", d.Note)
+			}
+			if tc.name == "deletion records the policy" && (d.Note != NoteDeletionStarted || d.NotePolicy != v1alpha1.DeletionPolicyDelete) {
+				t.Fatalf("note %q policy %q", d.Note, d.NotePolicy)
+			}
+		})
+	}
+}
