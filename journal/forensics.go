@@ -221,14 +221,24 @@ func Summaries(records []Record) []ObjectSummary {
 		s.LastTime = r.Time
 		s.Records++
 		s.LastSeq = r.Sequence
-		s.LastOp = r.Operation
-		if r.Type == TypeOutcome {
-			s.LastResult, s.LastReason = r.Result.Class, r.Result.Reason
-		}
 	}
 	out := make([]ObjectSummary, 0, len(byUID))
 	for uid, s := range byUID {
-		s.Pending = len(states[uid].Pending())
+		st := states[uid]
+		s.Pending = len(st.Pending())
+		var last *Record
+		for _, in := range st.Intents {
+			if last == nil || in.Sequence > last.Sequence {
+				in := in
+				last = &in
+			}
+		}
+		if last != nil {
+			s.LastOp = last.Operation
+			if o, ok := st.OutcomeOf(last.ID); ok {
+				s.LastResult, s.LastReason = o.Result.Class, o.Result.Reason
+			}
+		}
 		out = append(out, *s)
 	}
 	sort.Slice(out, func(i, j int) bool {

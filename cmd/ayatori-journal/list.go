@@ -65,6 +65,9 @@ func newListCommand(g *globalOptions) *cobra.Command {
 				if s.LastReason != "" {
 					res += "/" + s.LastReason
 				}
+				if res == "" && s.Pending > 0 {
+					res = "pending"
+				}
 				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n", fmtTime(s.LastTime), s.Object.Kind, dash(s.Object.Namespace),
 					s.Object.Name, s.Object.UID, s.Records, s.Pending, s.LastOp, dash(res))
 			}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -67,7 +68,7 @@ an exported NDJSON file offline with --from-file.`,
 	pf.StringVar(&g.tlsKey, "tlskey", os.Getenv("NATS_KEY"), "client key file (env NATS_KEY)")
 	pf.StringVar(&g.stream, "stream", journal.DefaultStreamName, "journal stream name")
 	pf.StringVar(&g.prefix, "subject-prefix", journal.DefaultSubjectPrefix, "journal subject prefix")
-	pf.StringVar(&g.fromFile, "from-file", "", "read records from an NDJSON file written by `export` instead of NATS")
+	pf.StringVar(&g.fromFile, "from-file", "", "read records from an NDJSON file written by the export command instead of NATS")
 	pf.StringVarP(&g.output, "output", "o", "table", "output format: table or json")
 	pf.DurationVar(&g.timeout, "timeout", 30*time.Second, "overall timeout for reading the journal (not for --follow)")
 	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error {
@@ -275,7 +276,11 @@ func (o *objectSelector) resolve(ctx context.Context, src source, stderr io.Writ
 		}
 	}
 	if len(matches) == 0 {
-		return "", &exitError{code: 3, msg: fmt.Sprintf("no records for %s %s/%s in the journal", o.kind, o.namespace, o.name)}
+		hint := ""
+		if o.namespace == "" {
+			hint = " (namespaced kinds need --namespace/-n)"
+		}
+		return "", &exitError{code: 3, msg: fmt.Sprintf("no records for %s %s in the journal%s", o.kind, strings.TrimPrefix(o.namespace+"/"+o.name, "/"), hint)}
 	}
 	for _, m := range matches[1:] {
 		fmt.Fprintf(stderr, "note: older object with the same name: uid %s (last record %s)\n", m.Object.UID, m.LastTime.Format(time.RFC3339))

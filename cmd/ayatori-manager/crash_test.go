@@ -68,7 +68,8 @@ func TestManagerKilledBetweenIntentAndOutcome(t *testing.T) {
 	start := func(failpoints string) *exec.Cmd {
 		cmd := exec.Command(bin, "--kubeconfig", cp.KubeconfigPath, "--namespace", "ayatori-system", "--nats-url", n.URL,
 			"--postgresql-ca-bundle-path", pg.CAFile, "--metrics-bind-address", "0", "--health-probe-bind-address", "0",
-			"--instance-resync-interval", "1h", "--retry-base", "500ms", "--retry-max", "2s")
+			"--instance-resync-interval", "1h", "--retry-base", "500ms", "--retry-max", "2s",
+			"--projectors=instance", "--executors=postgresql", "--executor-ack-wait=5s")
 		cmd.Env = append(os.Environ(), "AYATORI_FAILPOINTS="+failpoints)
 		cmd.Stdout, cmd.Stderr = &logs, &logs
 		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}

@@ -176,7 +176,11 @@ func (e *Executor) observe(ctx context.Context, rec journal.Record, in Projectio
 		}
 	}
 	if ready != "True" {
-		return &failure{reason: "CredentialProjectionFailed", msg: fmt.Sprintf("ESO has not synced ExternalSecret %s (Ready=%s %s)", in.ExternalSecret, orUnknown(ready), msg)}
+		detail := "Ready=" + orUnknown(ready)
+		if msg != "" {
+			detail += ", " + msg
+		}
+		return &failure{reason: "CredentialProjectionFailed", msg: fmt.Sprintf("waiting for ESO to sync ExternalSecret %s (%s)", in.ExternalSecret, detail)}
 	}
 	meta := &metav1.PartialObjectMetadata{}
 	meta.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Secret"))

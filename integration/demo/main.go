@@ -13,6 +13,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -27,6 +28,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	bao "github.com/openbao/openbao/api/v2"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -220,9 +222,10 @@ func run(keep bool) error {
 	root, _ := s.Bao.Client(s.Bao.RootToken)
 	_, kvErr := root.KVv2(integration.KVMount).GetMetadata(ctx, integration.TenantBasePath+"/wiki/wiki")
 	secErr := c.Get(ctx, types.NamespacedName{Namespace: "wiki", Name: "shared-wiki-postgresql"}, &corev1.Secret{})
+	kvGone := kvErr != nil && errors.Is(kvErr, bao.ErrSecretNotFound)
 	fmt.Printf("    database wiki: %d, role wiki: %d, registry records: %d, OpenBao record: %s, projected Secret: %s\n",
-		dbs, roles, claims, gone(kvErr != nil), gone(client.IgnoreNotFound(secErr) == nil && secErr != nil))
-	if dbs+roles+claims != 0 || kvErr == nil || secErr == nil {
+		dbs, roles, claims, gone(kvGone), gone(client.IgnoreNotFound(secErr) == nil && secErr != nil))
+	if dbs+roles+claims != 0 || !kvGone || secErr == nil {
 		return fmt.Errorf("the Delete tenant left resources behind")
 	}
 	fmt.Println("\ndemo OK")

@@ -46,7 +46,7 @@ var provisionSteps = []tenantStep{
 	{pgexec.OpClaimOwnership, v1alpha1.TenantPhasePlanned},
 	{baoexec.OpWriteCredential, v1alpha1.TenantPhaseCredentialCreated},
 	{pgexec.OpCreateRole, v1alpha1.TenantPhaseRoleCreated},
-	{pgexec.OpCreateDatabase, v1alpha1.TenantPhaseRoleCreated},
+	{pgexec.OpCreateDatabase, v1alpha1.TenantPhaseDatabaseCreated},
 	{pgexec.OpEnsureExtensions, v1alpha1.TenantPhaseDatabaseCreated},
 	{esexec.OpEnsureExternalSecret, v1alpha1.TenantPhaseExternalSecretCreated},
 	{esexec.OpObserveProjection, v1alpha1.TenantPhaseCredentialProjected},

@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "git.ddupan.top/panxiao81/ayatori/api/database/v1alpha1"
@@ -533,8 +534,15 @@ func TestTenantForgedPhase(t *testing.T) {
 	s := getStack(t)
 	ctx := context.Background()
 	tn := newTenant(t, s, "forged", "app", func(tn *v1alpha1.PostgreSQLTenant) { tn.Spec.InstanceRef = "missing" })
-	tn.Status = v1alpha1.PostgreSQLTenantStatus{Phase: v1alpha1.TenantPhaseCredentialProjected}
-	if err := s.CP.Client.Status().Update(ctx, tn); err != nil {
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cur := &v1alpha1.PostgreSQLTenant{}
+		if err := s.CP.Client.Get(ctx, client.ObjectKeyFromObject(tn), cur); err != nil {
+			return err
+		}
+		cur.Status = v1alpha1.PostgreSQLTenantStatus{Phase: v1alpha1.TenantPhaseCredentialProjected}
+		return s.CP.Client.Status().Update(ctx, cur)
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
 	got := waitTenant(t, s, "forged", "app", metav1.ConditionFalse, "InstanceNotReady", time.Minute)
