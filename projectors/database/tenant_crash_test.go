@@ -67,3 +67,56 @@ func TestTenantCrashAtEveryStep(t *testing.T) {
 		}
 	}
 }
+
+// TestTenantDeleteCrashAtEveryStep (criterion 13): the manager is killed at
+// each step of the Delete path, before and after its outcome; after a
+// restart the cleanup completes and nothing of the Tenant remains.
+func TestTenantDeleteCrashAtEveryStep(t *testing.T) {
+	s := getStack(t)
+	ctx := context.Background()
+	ops := []string{esexec.OpDeleteExternalSecret, pgexec.OpDisableLogin, pgexec.OpDropDatabase, pgexec.OpDropRole, baoexec.OpDestroyCredential, pgexec.OpReleaseOwnership}
+	ns(t, s, "delcrash")
+	for i, op := range ops {
+		for _, point := range []string{"executor-before-outcome", "executor-after-outcome"} {
+			name := fmt.Sprintf("d%d%s", i, strings.Split(point, "-")[1][:1])
+			t.Run(op+"/"+point, func(t *testing.T) {
+				tn := newTenant(t, s, "delcrash", name, func(tn *v1alpha1.PostgreSQLTenant) { tn.Spec.DeletionPolicy = v1alpha1.DeletionPolicyDelete })
+				waitTenant(t, s, "delcrash", name, metav1.ConditionTrue, "Ready", 2*time.Minute)
+				s.StopManager()
+				if err := s.StartManagerEnv([]string{"AYATORI_FAILPOINTS=" + point + "=" + op}); err != nil {
+					t.Fatal(err)
+				}
+				if err := s.CP.Client.Delete(ctx, tn); err != nil {
+					t.Fatal(err)
+				}
+				if !s.WaitManagerExit(90 * time.Second) {
+					t.Fatalf("the failpoint %s=%s never fired", point, op)
+				}
+				if err := s.StartManager(); err != nil {
+					t.Fatal(err)
+				}
+				waitGone(t, s, tn)
+				for what, sql := range map[string]string{
+					"registry records": "SELECT count(*) FROM postgresql_tenant_operator.tenant_ownership WHERE tenant_uid = '" + string(tn.UID) + "'",
+					"roles":            "SELECT count(*) FROM pg_roles WHERE rolname = '" + name + "'",
+					"databases":        "SELECT count(*) FROM pg_database WHERE datname = '" + name + "'",
+				} {
+					if n := superQuery[int64](t, s, "postgres", sql); n != 0 {
+						t.Fatalf("%d %s left", n, what)
+					}
+				}
+				root, _ := s.Bao.Client(s.Bao.RootToken)
+				if _, err := root.KVv2("kv").GetMetadata(ctx, "postgresql-tenants/delcrash/"+name); err == nil {
+					t.Fatal("the KV record is left")
+				}
+				recs, err := journalStore(t, s).Read(ctx, string(tn.UID))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if v := journal.Verify(recs, nil); len(v) > 0 {
+					t.Fatalf("journal invariants violated: %+v", v)
+				}
+			})
+		}
+	}
+}
