@@ -58,7 +58,8 @@ func TestMigrationRunbook(t *testing.T) {
 	}
 	// Steps 1-4: inventory, stop writes, final logical backup without ownership.
 	dump := filepath.Join(t.TempDir(), "blog.dump")
-	superExec(t, s, "postgres", "ALTER DATABASE blog ALLOW_CONNECTIONS false")
+	// The application is stopped; keep it out and end its sessions.
+	superExec(t, s, "postgres", "REVOKE CONNECT ON DATABASE blog FROM PUBLIC, blog")
 	superExec(t, s, "postgres", "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = 'blog'")
 	run("pg_dump", "--format=custom", "--no-owner", "--no-privileges", "--dbname=blog", "--file="+dump)
 	// Step 5: keep the old database and role under timestamped names.
@@ -93,7 +94,7 @@ func TestMigrationRunbook(t *testing.T) {
 	}
 	// Rollback window: the old service comes back with its old credentials
 	// and the renamed database, untouched.
-	superExec(t, s, "postgres", "ALTER DATABASE blog_"+suffix+" ALLOW_CONNECTIONS true")
+	superExec(t, s, "postgres", "GRANT CONNECT ON DATABASE blog_"+suffix+" TO blog_"+suffix)
 	old, err := pgx.Connect(ctx, s.PG.DSN("blog_"+suffix, "legacy-blog-pw", "blog_"+suffix))
 	if err != nil {
 		t.Fatalf("rollback: the old credentials no longer work: %v", err)
