@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
@@ -298,12 +299,14 @@ func TestInstanceStatusRebuilt(t *testing.T) {
 	e.waitReady(t, "rebuild", metav1.ConditionTrue, "Ready", 60*time.Second)
 	intentsBefore, _ := opsOf(t, e, inst.UID)
 
-	cur := &v1alpha1.PostgreSQLInstance{}
-	if err := e.cp.Client.Get(ctx, types.NamespacedName{Name: "rebuild"}, cur); err != nil {
-		t.Fatal(err)
-	}
-	cur.Status = v1alpha1.PostgreSQLInstanceStatus{}
-	if err := e.cp.Client.Status().Update(ctx, cur); err != nil {
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cur := &v1alpha1.PostgreSQLInstance{}
+		if err := e.cp.Client.Get(ctx, types.NamespacedName{Name: "rebuild"}, cur); err != nil {
+			return err
+		}
+		cur.Status = v1alpha1.PostgreSQLInstanceStatus{}
+		return e.cp.Client.Status().Update(ctx, cur)
+	}); err != nil {
 		t.Fatal(err)
 	}
 	e.waitReady(t, "rebuild", metav1.ConditionTrue, "Ready", 60*time.Second)
@@ -314,10 +317,16 @@ func TestInstanceStatusRebuilt(t *testing.T) {
 
 	// Forged phase on a brand-new Instance whose Secret does not work.
 	e.adminSecret(t, "forged-admin", "ayatori_admin", "wrong-password")
-	forged := e.instance(t, "forged", "forged-admin", nil)
-	forged.Status = v1alpha1.PostgreSQLInstanceStatus{Phase: v1alpha1.InstancePhaseReady, ObservedGeneration: forged.Generation,
-		Conditions: []metav1.Condition{{Type: "Ready", Status: metav1.ConditionTrue, Reason: "Ready", Message: "forged", LastTransitionTime: metav1.Now(), ObservedGeneration: forged.Generation}}}
-	if err := e.cp.Client.Status().Update(ctx, forged); err != nil {
+	e.instance(t, "forged", "forged-admin", nil)
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		forged := &v1alpha1.PostgreSQLInstance{}
+		if err := e.cp.Client.Get(ctx, types.NamespacedName{Name: "forged"}, forged); err != nil {
+			return err
+		}
+		forged.Status = v1alpha1.PostgreSQLInstanceStatus{Phase: v1alpha1.InstancePhaseReady, ObservedGeneration: forged.Generation,
+			Conditions: []metav1.Condition{{Type: "Ready", Status: metav1.ConditionTrue, Reason: "Ready", Message: "forged", LastTransitionTime: metav1.Now(), ObservedGeneration: forged.Generation}}}
+		return e.cp.Client.Status().Update(ctx, forged)
+	}); err != nil {
 		t.Fatal(err)
 	}
 	got := e.waitReady(t, "forged", metav1.ConditionFalse, "AuthenticationFailed", 30*time.Second)

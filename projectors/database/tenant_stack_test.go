@@ -421,8 +421,14 @@ func TestTenantStatusRebuilt(t *testing.T) {
 	newTenant(t, s, "rebuild", "app", nil)
 	tn := waitTenant(t, s, "rebuild", "app", metav1.ConditionTrue, "Ready", 2*time.Minute)
 	pw, ver := kvPassword(t, s, "rebuild", "app")
-	tn.Status = v1alpha1.PostgreSQLTenantStatus{}
-	if err := s.CP.Client.Status().Update(ctx, tn); err != nil {
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cur := &v1alpha1.PostgreSQLTenant{}
+		if err := s.CP.Client.Get(ctx, client.ObjectKeyFromObject(tn), cur); err != nil {
+			return err
+		}
+		cur.Status = v1alpha1.PostgreSQLTenantStatus{}
+		return s.CP.Client.Status().Update(ctx, cur)
+	}); err != nil {
 		t.Fatal(err)
 	}
 	got := waitTenant(t, s, "rebuild", "app", metav1.ConditionTrue, "Ready", 2*time.Minute)
