@@ -76,6 +76,8 @@ type Stack struct {
 	ManagerLog string
 	// JournalBin is the built ayatori-journal binary.
 	JournalBin string
+	// MetricsURL is the manager's Prometheus endpoint.
+	MetricsURL string
 
 	managerBin string
 	manager    *process
@@ -179,8 +181,13 @@ func (s *Stack) StartManagerEnv(env []string, extra ...string) error {
 		return fmt.Errorf("manager already running")
 	}
 	s.ManagerLog = filepath.Join(s.Dir, "manager.log")
+	port, err := FreePort()
+	if err != nil {
+		return err
+	}
+	s.MetricsURL = fmt.Sprintf("http://127.0.0.1:%d/metrics", port)
 	args := append([]string{"--kubeconfig", s.CP.KubeconfigPath, "--namespace", ControllerNamespace, "--nats-url", s.NATS.URL,
-		"--postgresql-ca-bundle-path", s.PG.CAFile, "--metrics-bind-address", "127.0.0.1:0", "--health-probe-bind-address", "0",
+		"--postgresql-ca-bundle-path", s.PG.CAFile, "--metrics-bind-address", fmt.Sprintf("127.0.0.1:%d", port), "--health-probe-bind-address", "0",
 		"--retry-base", "1s", "--retry-max", "10s",
 		"--openbao-address", s.Bao.Address, "--openbao-token-file", s.ControllerTokenFile, "--openbao-kv-mount", KVMount,
 		"--external-secret-store-name", StoreName}, s.opts.ManagerArgs...)

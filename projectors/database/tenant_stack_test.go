@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"strings"
 	"sync"
@@ -467,11 +469,20 @@ func TestZZTenantCanary(t *testing.T) {
 	_ = s.CP.Client.List(ctx, &evs)
 	crs, _ := json.Marshal([]any{tenants, insts})
 	events, _ := json.Marshal(evs)
+	var metrics string
+	if resp, err := http.Get(s.MetricsURL); err == nil {
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		metrics = string(b)
+	}
+	if !strings.Contains(metrics, "ayatori_journal_append_seconds") {
+		t.Fatalf("manager metrics not readable at %s", s.MetricsURL)
+	}
 	if len(pglog) == 0 || !strings.Contains(string(pglog), "CREATE ROLE") {
 		t.Fatal("the PostgreSQL statement log is empty: nothing to scan")
 	}
 	for i, secret := range secrets {
-		for where, text := range map[string]string{"manager log": string(logs), "PostgreSQL server log": string(pglog),
+		for where, text := range map[string]string{"manager log": string(logs), "PostgreSQL server log": string(pglog), "metrics": metrics,
 			"CR dumps (spec, status, conditions)": string(crs), "Events": string(events)} {
 			if strings.Contains(text, secret) {
 				t.Errorf("secret #%d found in the %s", i, where)
