@@ -78,3 +78,8 @@ demo: tools ## Run the product on real servers, print what a user sees, tear dow
 .PHONY: dev
 dev: tools ## Like demo, but keep the stack up and print how to explore it; Ctrl-C stops everything.
 	go run ./integration/demo -keep
+
+.PHONY: bench
+bench: tools ## Scale benchmark: N=100 and N=1000 Tenants on one Instance through the real stack (figures in docs/journal.md).
+	go run ./integration/bench -n 100
+	go run ./integration/bench -n 1000
