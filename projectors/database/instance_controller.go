@@ -14,11 +14,9 @@ import (
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
-	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1alpha1 "git.ddupan.top/panxiao81/ayatori/api/database/v1alpha1"
@@ -89,8 +87,9 @@ func (r *InstanceReconciler) SetupWithManager(mgr ctrl.Manager, outcomes <-chan 
 	}
 	b := ctrl.NewControllerManagedBy(mgr).
 		Named("postgresqlinstance").
-		For(&v1alpha1.PostgreSQLInstance{}, builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{},
-			predicate.AnnotationChangedPredicate{}, finalizerOrDeletionChanged{}, statusWiped{}))).
+		// Every change, status included: a status written by anyone else is
+		// re-derived at once (our own writes settle after one no-op pass).
+		For(&v1alpha1.PostgreSQLInstance{}).
 		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.instancesForSecret)).
 		Watches(&v1alpha1.PostgreSQLTenant{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
 			return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: o.(*v1alpha1.PostgreSQLTenant).Spec.InstanceRef}}}
@@ -219,7 +218,9 @@ func (r *InstanceReconciler) project(ctx context.Context, inst *v1alpha1.Postgre
 	if equalStatus(before.Status, inst.Status) {
 		return nil
 	}
-	if err := r.Client.Status().Patch(ctx, inst, client.MergeFrom(before)); err != nil {
+	// Optimistic lock: a status written meanwhile (by a user, or a forged
+	// one) makes this patch conflict, so the next pass decides on fresh data.
+	if err := r.Client.Status().Patch(ctx, inst, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
 		return err
 	}
 	if r.Recorder != nil && (oldCond.Status != d.Ready.Status || oldCond.Reason != d.Ready.Reason) {

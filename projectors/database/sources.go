@@ -6,12 +6,9 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
-	"sigs.k8s.io/controller-runtime/pkg/event"
-	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
-	v1alpha1 "git.ddupan.top/panxiao81/ayatori/api/database/v1alpha1"
 	"git.ddupan.top/panxiao81/ayatori/journal"
 )
 
@@ -74,34 +71,6 @@ func channelSource(ch <-chan reconcile.Request) source.Source {
 		}()
 		return nil
 	})
-}
-
-// finalizerOrDeletionChanged passes updates that add a deletion timestamp
-// or change finalizers (generation does not change for those).
-type finalizerOrDeletionChanged struct{ predicate.Funcs }
-
-func (finalizerOrDeletionChanged) Update(e event.UpdateEvent) bool {
-	if e.ObjectOld == nil || e.ObjectNew == nil {
-		return false
-	}
-	return !e.ObjectOld.GetDeletionTimestamp().Equal(e.ObjectNew.GetDeletionTimestamp()) ||
-		strings.Join(e.ObjectOld.GetFinalizers(), ",") != strings.Join(e.ObjectNew.GetFinalizers(), ",")
-}
-
-// statusWiped passes updates whose status lost its phase (a cleared status
-// must be rebuilt) or whose phase changed from outside.
-type statusWiped struct{ predicate.Funcs }
-
-func (statusWiped) Update(e event.UpdateEvent) bool {
-	switch n := e.ObjectNew.(type) {
-	case *v1alpha1.PostgreSQLInstance:
-		o, ok := e.ObjectOld.(*v1alpha1.PostgreSQLInstance)
-		return ok && (n.Status.Phase == "" || len(n.Status.Conditions) == 0) && o.Status.Phase != ""
-	case *v1alpha1.PostgreSQLTenant:
-		o, ok := e.ObjectOld.(*v1alpha1.PostgreSQLTenant)
-		return ok && (n.Status.Phase == "" || len(n.Status.Conditions) == 0) && o.Status.Phase != ""
-	}
-	return false
 }
 
 func isIndexConflict(err error) bool {

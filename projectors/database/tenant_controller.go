@@ -16,11 +16,9 @@ import (
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
-	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1alpha1 "git.ddupan.top/panxiao81/ayatori/api/database/v1alpha1"
@@ -74,8 +72,7 @@ func (r *TenantReconciler) SetupWithManager(mgr ctrl.Manager, outcomes <-chan re
 	}
 	b := ctrl.NewControllerManagedBy(mgr).
 		Named("postgresqltenant").
-		For(&v1alpha1.PostgreSQLTenant{}, builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{},
-			finalizerOrDeletionChanged{}, statusWiped{}))).
+		For(&v1alpha1.PostgreSQLTenant{}).
 		Watches(&v1alpha1.PostgreSQLInstance{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
 			var list v1alpha1.PostgreSQLTenantList
 			if err := r.Client.List(ctx, &list, client.MatchingFields{indexTenantInstance: o.GetName()}); err != nil {
@@ -310,7 +307,7 @@ func (r *TenantReconciler) projectTenant(ctx context.Context, t *v1alpha1.Postgr
 	if equalTenantStatus(before.Status, t.Status) {
 		return nil
 	}
-	if err := r.Client.Status().Patch(ctx, t, client.MergeFrom(before)); err != nil {
+	if err := r.Client.Status().Patch(ctx, t, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
 		return client.IgnoreNotFound(err)
 	}
 	if r.Recorder != nil && (oldCond.Status != d.Ready.Status || oldCond.Reason != d.Ready.Reason) {
