@@ -80,6 +80,8 @@ dev: tools ## Like demo, but keep the stack up and print how to explore it; Ctrl
 	go run ./integration/demo -keep
 
 .PHONY: bench
-bench: tools ## Scale benchmark: N=100 and N=1000 Tenants on one Instance through the real stack (figures in docs/journal.md).
+bench: tools ## Scale benchmark: N=100 and N=1000 Tenants on one Instance, then N=100 with a leader hand-over (SIGTERM, SIGKILL) mid-run (figures in docs/journal.md).
 	go run ./integration/bench -n 100
 	go run ./integration/bench -n 1000
+	go run ./integration/bench -n 100 -handover term
+	go run ./integration/bench -n 100 -handover kill

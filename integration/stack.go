@@ -81,6 +81,7 @@ type Stack struct {
 
 	managerBin string
 	manager    *process
+	replicas   []*Manager
 	opts       StackOptions
 	unreg      func()
 }
@@ -180,24 +181,71 @@ func (s *Stack) StartManagerEnv(env []string, extra ...string) error {
 	if s.manager != nil && !s.manager.exited() {
 		return fmt.Errorf("manager already running")
 	}
-	s.ManagerLog = filepath.Join(s.Dir, "manager.log")
-	port, err := FreePort()
+	m, err := s.startManager("manager.log", env, extra)
 	if err != nil {
 		return err
 	}
-	s.MetricsURL = fmt.Sprintf("http://127.0.0.1:%d/metrics", port)
+	s.ManagerLog, s.MetricsURL, s.manager = m.Log, m.MetricsURL, m.p
+	return nil
+}
+
+// Manager is an additional ayatori-manager replica of the stack (see
+// StartReplica): same servers and flags, its own log and metrics port.
+type Manager struct {
+	// Log is the replica's log file; MetricsURL its Prometheus endpoint.
+	Log, MetricsURL string
+	p               *process
+}
+
+// PID returns the replica's PID (0 once it has exited).
+func (m *Manager) PID() int {
+	if m.p.exited() {
+		return 0
+	}
+	return m.p.pid()
+}
+
+// Stop sends sig (SIGTERM: graceful, SIGKILL: crash) and waits up to
+// 15 s, then kills.
+func (m *Manager) Stop(sig syscall.Signal) { m.p.stop(sig, 15*time.Second) }
+
+// StartReplica starts another manager process named name (log
+// manager-<name>.log) with the stack's flags plus extra; Close stops it.
+// Run every replica with --leader-elect to test a hand-over.
+func (s *Stack) StartReplica(name string, extra ...string) (*Manager, error) {
+	m, err := s.startManager("manager-"+name+".log", nil, extra)
+	if err != nil {
+		return nil, err
+	}
+	s.replicas = append(s.replicas, m)
+	return m, nil
+}
+
+func (s *Stack) startManager(logName string, env, extra []string) (*Manager, error) {
+	port, err := FreePort()
+	if err != nil {
+		return nil, err
+	}
+	m := &Manager{Log: filepath.Join(s.Dir, logName), MetricsURL: fmt.Sprintf("http://127.0.0.1:%d/metrics", port)}
 	args := append([]string{"--kubeconfig", s.CP.KubeconfigPath, "--namespace", ControllerNamespace, "--nats-url", s.NATS.URL,
 		"--postgresql-ca-bundle-path", s.PG.CAFile, "--metrics-bind-address", fmt.Sprintf("127.0.0.1:%d", port), "--health-probe-bind-address", "0",
 		"--retry-base", "1s", "--retry-max", "10s",
 		"--openbao-address", s.Bao.Address, "--openbao-token-file", s.ControllerTokenFile, "--openbao-kv-mount", KVMount,
 		"--external-secret-store-name", StoreName}, s.opts.ManagerArgs...)
 	args = append(args, extra...)
-	p, err := startProcess(processSpec{name: "ayatori-manager", path: s.managerBin, args: args, dir: s.Dir, logPath: s.ManagerLog, env: env})
-	if err != nil {
-		return err
+	if m.p, err = startProcess(processSpec{name: "ayatori-manager", path: s.managerBin, args: args, dir: s.Dir, logPath: m.Log, env: env}); err != nil {
+		return nil, err
 	}
-	s.manager = p
-	return nil
+	return m, nil
+}
+
+// Primary returns the manager started by StartStack/StartManager as a
+// Manager (nil before it started), e.g. to SIGKILL it.
+func (s *Stack) Primary() *Manager {
+	if s.manager == nil {
+		return nil
+	}
+	return &Manager{Log: s.ManagerLog, MetricsURL: s.MetricsURL, p: s.manager}
 }
 
 // StopManager stops the manager (SIGTERM, then SIGKILL).
@@ -218,6 +266,9 @@ func (s *Stack) ManagerPID() int {
 // Close stops everything and removes the stack's files.
 func (s *Stack) Close() {
 	s.StopManager()
+	for _, m := range s.replicas {
+		m.Stop(syscall.SIGTERM)
+	}
 	if s.ESO != nil {
 		s.ESO.Close()
 	}

@@ -106,6 +106,12 @@ func (s *Store) EnsureConsumer(ctx context.Context, cfg ConsumerConfig) (jetstre
 //     poison intent instead of letting it vanish;
 //  3. runs the handler with in-progress heartbeats every AckWait/3;
 //  4. appends the outcome, then acks.
+//
+// When ctx ends it stops pulling and hands back (naks) every intent it
+// holds but has not finished, the buffered ones and those whose handler
+// was interrupted, so another replica's consumer gets them at once instead
+// of after AckWait. In-flight handlers see ctx cancelled; Consume returns
+// after they have.
 func (s *Store) Consume(ctx context.Context, cfg ConsumerConfig, handlers map[string]Handler) error {
 	cfg.defaults()
 	cons, err := s.EnsureConsumer(ctx, cfg)
@@ -121,7 +127,9 @@ func (s *Store) Consume(ctx context.Context, cfg ConsumerConfig, handlers map[st
 	}
 	go func() {
 		<-ctx.Done()
-		iter.Stop()
+		// Drain: stop pulling, but let Next return what is buffered so it
+		// can be handed back below.
+		iter.Drain()
 	}()
 	sem := make(chan struct{}, cfg.Concurrency)
 	var wg sync.WaitGroup
@@ -133,6 +141,10 @@ func (s *Store) Consume(ctx context.Context, cfg ConsumerConfig, handlers map[st
 				return nil
 			}
 			return fmt.Errorf("journal: consume: %w", err)
+		}
+		if ctx.Err() != nil {
+			_ = m.Nak()
+			continue
 		}
 		sem <- struct{}{}
 		wg.Add(1)
@@ -191,7 +203,8 @@ func (s *Store) handle(ctx context.Context, cfg ConsumerConfig, m jetstream.Msg,
 	stop()
 	if herr != nil {
 		if ctx.Err() != nil {
-			return // shutting down: leave it for redelivery
+			_ = m.Nak() // shutting down: hand it to another replica now
+			return
 		}
 		if int(md.NumDelivered) >= cfg.MaxDeliver {
 			reason := ReasonRetriesExhausted

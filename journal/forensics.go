@@ -92,6 +92,8 @@ const (
 	RuleSecondPasswordWrite  = "second-password-creating-write"
 	RuleEnsureAfterTerminal  = "ensure-after-terminal-job-outcome"
 	RuleDuplicateRecordID    = "duplicate-record-id"
+	RuleIntentWhilePending   = "intent-while-step-pending"
+	RuleStepRepeated         = "step-repeated-after-success"
 	RuleUndecodableRecord    = "undecodable-record"
 	OperationWriteCredential = "WriteCredential"
 	OperationEnsure          = "Ensure"
@@ -117,6 +119,10 @@ type TerminalOutcome struct {
 //   - at most one password-creating WriteCredential per Tenant UID;
 //   - no Ensure intent after a terminal Job outcome;
 //   - no record ID stored twice;
+//   - no intent for a step (UID, generation, operation) while the previous
+//     intent of that step has no outcome yet, unless a note (a new epoch,
+//     e.g. a revalidation) came in between: a second decider (another
+//     replica, a stale leader) must wait for the first decision's outcome;
 //   - every record decodes.
 func Verify(records []Record, undecodable []uint64) []Violation {
 	var out []Violation
@@ -147,7 +153,12 @@ func verifyUID(uid string, recs []Record) []Violation {
 	firstOutcome := map[string]Record{}
 	var passwordWrites []uint64
 	var terminalSeq uint64
+	steps := newStepTracker()
 	for _, r := range recs {
+		if prev, pending := steps.observe(r); pending {
+			add(RuleIntentWhilePending, r.Object.String(), fmt.Sprintf("%s intent %s decided while %s had no outcome", r.Operation, r.ID, prev.ID),
+				prev.Sequence, r.Sequence)
+		}
 		obj := r.Object.String()
 		if prev, dup := seen[r.ID]; dup {
 			add(RuleDuplicateRecordID, obj, fmt.Sprintf("record ID %s stored twice", r.ID), prev, r.Sequence)
@@ -190,6 +201,71 @@ func verifyUID(uid string, recs []Record) []Violation {
 		}
 	}
 	return out
+}
+
+// RepeatedSteps returns one violation per intent that repeats a step (UID,
+// generation, operation) whose previous intent succeeded, with no note (new
+// epoch) in between. For a state machine that walks each step once per
+// epoch, such as the PostgreSQLTenant chain (revalidation appends a note),
+// every hit is a duplicate decision. Periodic re-observation (the
+// Instance's ObserveInstance) repeats succeeded steps by design, so Verify
+// does not apply this rule: callers filter the records to the kinds it
+// holds for (the scale benchmark and the hand-over test do).
+func RepeatedSteps(records []Record) []Violation {
+	var out []Violation
+	byUID := map[string]*stepTracker{}
+	for _, r := range records {
+		t := byUID[r.Object.UID]
+		if t == nil {
+			t = newStepTracker()
+			byUID[r.Object.UID] = t
+		}
+		prev, _ := t.observe(r)
+		if prev != nil && t.results[prev.ID] == Succeeded {
+			out = append(out, Violation{Rule: RuleStepRepeated, UID: r.Object.UID, Object: r.Object.String(),
+				Sequences: []uint64{prev.Sequence, r.Sequence},
+				Detail:    fmt.Sprintf("%s intent %s after %s had succeeded", r.Operation, r.ID, prev.ID)})
+		}
+	}
+	return out
+}
+
+type stepKey struct {
+	gen int64
+	op  string
+}
+
+// stepTracker follows the steps of one UID in stream order.
+type stepTracker struct {
+	last    map[stepKey]Record
+	results map[string]ResultClass // intent ID -> first outcome's class
+}
+
+func newStepTracker() *stepTracker {
+	return &stepTracker{last: map[stepKey]Record{}, results: map[string]ResultClass{}}
+}
+
+// observe applies r. For an intent it returns the previous intent of the
+// same step in the current epoch (nil if none) and whether that one was
+// still pending.
+func (t *stepTracker) observe(r Record) (prev *Record, pending bool) {
+	switch r.Type {
+	case TypeNote:
+		clear(t.last)
+	case TypeOutcome:
+		if _, ok := t.results[r.CausationID]; !ok {
+			t.results[r.CausationID] = r.Result.Class
+		}
+	case TypeIntent:
+		k := stepKey{r.Object.Generation, r.Operation}
+		if p, ok := t.last[k]; ok && p.ID != r.ID {
+			prev = &p
+			_, done := t.results[p.ID]
+			pending = !done
+		}
+		t.last[k] = r
+	}
+	return prev, pending
 }
 
 // ObjectSummary describes one object (UID) of the journal for `list`.

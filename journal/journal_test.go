@@ -294,6 +294,56 @@ func TestConsumeRedeliversAfterWorkerDies(t *testing.T) {
 	}
 }
 
+// A replica shutting down (rolling update, leader hand-over) hands back
+// the intent it is executing and the ones it has buffered: another
+// consumer gets them at once, not after AckWait.
+func TestShutdownHandsBackIntents(t *testing.T) {
+	n := integration.StartNATS(t)
+	ctx := context.Background()
+	s := open(t, n.URL, journal.Config{})
+	var ins []*journal.Record
+	var objs []journal.ObjectRef
+	for i := 0; i < 3; i++ {
+		o := obj()
+		in := intent(t, o, "CreateDatabase", 1)
+		if _, err := s.Append(ctx, in); err != nil {
+			t.Fatal(err)
+		}
+		ins, objs = append(ins, in), append(objs, o)
+	}
+	cc := journal.ConsumerConfig{Durable: "exec-handback", AckWait: 5 * time.Minute, MaxDeliver: 5, Concurrency: 1}
+	started := make(chan struct{}, 3)
+	actx, stopA := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		done <- s.Consume(actx, cc, map[string]journal.Handler{"CreateDatabase": func(ctx context.Context, r journal.Record) (journal.Outcome, error) {
+			started <- struct{}{}
+			<-ctx.Done()
+			return journal.Outcome{}, ctx.Err()
+		}})
+	}()
+	select {
+	case <-started:
+	case <-time.After(20 * time.Second):
+		t.Fatal("replica A never started an intent")
+	}
+	stopA()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	var calls atomic.Int32
+	runConsumer(t, s, cc, map[string]journal.Handler{"CreateDatabase": func(ctx context.Context, r journal.Record) (journal.Outcome, error) {
+		calls.Add(1)
+		return journal.Outcome{Result: journal.Result{Class: journal.Succeeded}}, nil
+	}})
+	for i, in := range ins {
+		waitOutcome(t, s, objs[i].UID, in.ID, journal.Succeeded) // 20 s, far below AckWait
+	}
+	if calls.Load() != 3 {
+		t.Fatalf("replica B executed %d intents, want 3", calls.Load())
+	}
+}
+
 func TestHeartbeatPreventsRedelivery(t *testing.T) {
 	n := integration.StartNATS(t)
 	ctx := context.Background()

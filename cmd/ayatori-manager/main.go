@@ -90,6 +90,13 @@ func run(args []string) error {
 		LeaderElection:          o.leaderElect,
 		LeaderElectionID:        "ayatori-manager.ayatori.ddupan.top",
 		LeaderElectionNamespace: o.namespace,
+		// The process exits right after the manager stops, so the Lease can
+		// be released at once: a standby takes over without waiting for it
+		// to expire (rolling update, SIGTERM).
+		LeaderElectionReleaseOnCancel: true,
+		LeaseDuration:                 &o.leaseDuration,
+		RenewDeadline:                 &o.renewDeadline,
+		RetryPeriod:                   &o.retryPeriod,
 		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
 			// Admin Secrets are read only in the controller namespace.
 			&corev1.Secret{}: {Namespaces: map[string]cache.Config{o.namespace: {}}},
@@ -187,8 +194,7 @@ func run(args []string) error {
 		cc := journal.ConsumerConfig{Durable: "ayatori-executor-database-v1", Domains: []string{"database"},
 			AckWait: o.ackWait, Concurrency: o.executorConns, BeforeOutcome: failpoint("executor-before-outcome"),
 			AfterOutcome: failpoint("executor-after-outcome")}
-		if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
-			// Executors run on every replica: the consumer shares the work.
+		if err := mgr.Add(everyReplica(func(ctx context.Context) error {
 			return store.Consume(ctx, cc, handlers)
 		})); err != nil {
 			return err
@@ -213,6 +219,19 @@ func run(args []string) error {
 	}
 	return err
 }
+
+// everyReplica is a runnable that does not wait for leadership: executors
+// run on every replica and share the durable consumer's work (each intent
+// goes to one of them; the journal makes a redelivered one idempotent).
+// Projectors, in contrast, run only on the leader.
+type everyReplica func(ctx context.Context) error
+
+func (f everyReplica) Start(ctx context.Context) error { return f(ctx) }
+
+// NeedLeaderElection implements manager.LeaderElectionRunnable.
+func (everyReplica) NeedLeaderElection() bool { return false }
+
+var _ manager.LeaderElectionRunnable = everyReplica(nil)
 
 // failpoint returns a crash hook for AYATORI_FAILPOINTS="<name>=<Operation>":
 // the process kills itself with SIGKILL at that point for that operation.

@@ -47,6 +47,9 @@ type options struct {
 	postgresMaxConns int
 
 	leaderElect   bool
+	leaseDuration time.Duration
+	renewDeadline time.Duration
+	retryPeriod   time.Duration
 	metricsAddr   string
 	probeAddr     string
 	kubeconfig    string
@@ -97,7 +100,10 @@ func (o *options) bind(fs *flag.FlagSet) {
 	fs.IntVar(&o.executorConns, "executor-concurrency", 4, "intents executed at once per process (> 0)")
 	fs.DurationVar(&o.ackWait, "executor-ack-wait", 0, "how long an intent taken by an executor that died stays invisible before redelivery (default: --reconcile-timeout + 30s; in-progress heartbeats keep long operations alive)")
 
-	fs.BoolVar(&o.leaderElect, "leader-elect", false, "enable leader election (run more than one replica)")
+	fs.BoolVar(&o.leaderElect, "leader-elect", false, "enable leader election (run more than one replica): projectors run on the leader, executors on every replica")
+	fs.DurationVar(&o.leaseDuration, "leader-elect-lease-duration", 15*time.Second, "how long standbys wait after the leader's last renewal before taking over (a leader that exits cleanly releases the Lease at once)")
+	fs.DurationVar(&o.renewDeadline, "leader-elect-renew-deadline", 10*time.Second, "how long the leader retries renewing before it stops leading (< lease duration)")
+	fs.DurationVar(&o.retryPeriod, "leader-elect-retry-period", 2*time.Second, "how often candidates try to acquire or renew the Lease (renew deadline > 1.2 x this)")
 	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":8080", "metrics endpoint address (0 disables)")
 	fs.StringVar(&o.probeAddr, "health-probe-bind-address", ":8081", "health and readiness probe address")
 	fs.StringVar(&o.actor, "actor", "", "name written into journal records (default: <hostname>/<pid>)")
@@ -169,6 +175,14 @@ func (o *options) validate() error {
 	}
 	if o.ackWait == 0 {
 		o.ackWait = o.reconcileTimeout + 30*time.Second
+	}
+	if o.leaderElect {
+		if o.leaseDuration <= o.renewDeadline {
+			bad("--leader-elect-lease-duration (%s) must be longer than --leader-elect-renew-deadline (%s)", o.leaseDuration, o.renewDeadline)
+		}
+		if o.retryPeriod <= 0 || float64(o.renewDeadline) <= 1.2*float64(o.retryPeriod) {
+			bad("--leader-elect-renew-deadline (%s) must be longer than 1.2 x --leader-elect-retry-period (%s)", o.renewDeadline, o.retryPeriod)
+		}
 	}
 	if o.retryMax < o.retryBase {
 		bad("--retry-max (%s) must not be shorter than --retry-base (%s)", o.retryMax, o.retryBase)

@@ -51,6 +51,9 @@ func TestFlagValidation(t *testing.T) {
 		{"tenant needs openbao", []string{"--openbao-address="}, "--openbao-address is required"},
 		{"tenant needs auth", []string{"--openbao-auth-role="}, "--openbao-auth-role"},
 		{"tenant needs a store", []string{"--external-secret-store-name="}, "--external-secret-store-name"},
+		{"leader election timing", []string{"--leader-elect", "--leader-elect-lease-duration=4s", "--leader-elect-renew-deadline=3s", "--leader-elect-retry-period=1s"}, ""},
+		{"lease not longer than renew", []string{"--leader-elect", "--leader-elect-lease-duration=5s", "--leader-elect-renew-deadline=5s"}, "--leader-elect-lease-duration"},
+		{"renew too close to retry", []string{"--leader-elect", "--leader-elect-renew-deadline=2s", "--leader-elect-retry-period=2s"}, "--leader-elect-retry-period"},
 		{"instance only needs no openbao", []string{"--projectors=instance", "--executors=postgresql", "--openbao-address=", "--openbao-auth-role=", "--external-secret-store-name="}, ""},
 	}
 	for _, tc := range cases {
@@ -73,4 +76,20 @@ func TestRunRejectsBadFlagsBeforeStarting(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "invalid flags") {
 		t.Fatalf("want invalid flags, got %v", err)
 	}
+}
+
+// Every flag is in the deployment guide's table.
+func TestEveryFlagDocumented(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/database/deployment.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var o options
+	fs := flag.NewFlagSet("doc", flag.ContinueOnError)
+	o.bind(fs)
+	fs.VisitAll(func(f *flag.Flag) {
+		if !strings.Contains(string(doc), "`--"+f.Name+"`") {
+			t.Errorf("flag --%s is not documented in docs/database/deployment.md", f.Name)
+		}
+	})
 }

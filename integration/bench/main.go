@@ -3,6 +3,14 @@
 // Tenant and total), the manager's peak RSS, the peak number of PostgreSQL
 // connections the manager holds (bounded by the pool, not by N), and the
 // journal's share of the time from the manager's own metrics.
+//
+// With -handover=term or -handover=kill every manager runs with
+// --leader-elect; half-way through the run (mean checkpoint of all Tenants
+// at half of the chain) a second replica is started, and once it runs the first one is stopped (SIGTERM: releases the
+// Lease; SIGKILL: the standby waits for it to expire). The run then checks
+// the journal: `ayatori-journal verify` must be clean and no intent may
+// repeat a step whose previous intent was still pending or had succeeded
+// (a duplicate decision).
 package main
 
 import (
@@ -13,13 +21,17 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/nats-io/nats.go"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -27,22 +39,43 @@ import (
 
 	v1alpha1 "git.ddupan.top/panxiao81/ayatori/api/database/v1alpha1"
 	"git.ddupan.top/panxiao81/ayatori/integration"
+	"git.ddupan.top/panxiao81/ayatori/journal"
 )
 
 func main() {
 	n := flag.Int("n", 100, "number of Tenants")
 	timeout := flag.Duration("timeout", 60*time.Minute, "give up after")
+	handover := flag.String("handover", "", "leader hand-over mid-run: term (graceful) or kill (crash); empty: one manager")
 	flag.Parse()
-	if err := run(*n, *timeout); err != nil {
+	var sig syscall.Signal
+	switch *handover {
+	case "":
+	case "term":
+		sig = syscall.SIGTERM
+	case "kill":
+		sig = syscall.SIGKILL
+	default:
+		fmt.Fprintf(os.Stderr, "bench: -handover must be term or kill, got %q\n", *handover)
+		os.Exit(2)
+	}
+	if *n < 1 {
+		fmt.Fprintln(os.Stderr, "bench: -n must be at least 1")
+		os.Exit(2)
+	}
+	if err := run(*n, *timeout, sig); err != nil {
 		fmt.Fprintln(os.Stderr, "bench FAILED:", err)
 		os.Exit(1)
 	}
 }
 
-func run(n int, timeout time.Duration) error {
+func run(n int, timeout time.Duration, handover syscall.Signal) error {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	s, err := integration.StartStack(ctx, integration.StackOptions{ManagerArgs: []string{"--tenant-resync-interval=24h", "--executor-concurrency=8"}})
+	args := []string{"--tenant-resync-interval=24h", "--executor-concurrency=8"}
+	if handover != 0 {
+		args = append(args, "--leader-elect")
+	}
+	s, err := integration.StartStack(ctx, integration.StackOptions{ManagerArgs: args})
 	if err != nil {
 		return err
 	}
@@ -73,7 +106,20 @@ func run(n int, timeout time.Duration) error {
 	var peakRSS, peakConns int64
 	var mu sync.Mutex
 	stopSampling := make(chan struct{})
-	go sample(s, &mu, &peakRSS, &peakConns, stopSampling)
+	managers := []*integration.Manager{s.Primary()}
+	pids := func() []int {
+		mu.Lock()
+		defer mu.Unlock()
+		var out []int
+		for _, m := range managers {
+			if pid := m.PID(); pid != 0 {
+				out = append(out, pid)
+			}
+		}
+		return out
+	}
+	go sample(s, pids, &mu, &peakRSS, &peakConns, stopSampling)
+	var ho handoverState
 
 	start := time.Now()
 	created := map[string]time.Time{}
@@ -93,7 +139,9 @@ func run(n int, timeout time.Duration) error {
 			return err
 		}
 		now := time.Now()
+		rank := 0
 		for _, t := range list.Items {
+			rank += phaseRank[t.Status.Phase]
 			if _, done := readyAt[t.Name]; done {
 				continue
 			}
@@ -106,6 +154,25 @@ func run(n int, timeout time.Duration) error {
 		if ctx.Err() != nil {
 			return fmt.Errorf("%d of %d Ready after %s", len(readyAt), n, timeout)
 		}
+		if progress := float64(rank) / float64(7*n); handover != 0 && ho.stoppedAt.IsZero() && progress >= 0.5 {
+			ho.progress = progress
+			if err := ho.run(s, handover, len(readyAt), &mu, &managers); err != nil {
+				return err
+			}
+		}
+		if !ho.stoppedAt.IsZero() && ho.leaderAt.IsZero() {
+			if h := leaseHolder(ctx, c); h != "" && h != ho.oldHolder {
+				ho.leaderAt, ho.newHolder = time.Now(), h
+			}
+		}
+		if !ho.stoppedAt.IsZero() && ho.firstReadyAfter.IsZero() {
+			for _, at := range readyAt {
+				if at.After(ho.stoppedAt) {
+					ho.firstReadyAfter = at
+					break
+				}
+			}
+		}
 		time.Sleep(250 * time.Millisecond)
 	}
 	total := time.Since(start)
@@ -116,18 +183,134 @@ func run(n int, timeout time.Duration) error {
 	}
 	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
 	pct := func(q float64) time.Duration { return lat[int(q*float64(len(lat)-1))].Round(10 * time.Millisecond) }
-	appendSum, appendCount, deliverySum, deliveryCount := journalMetrics(s.MetricsURL)
+	var appendSum, appendCount, deliverySum, deliveryCount float64
+	for _, m := range managers {
+		if m.PID() == 0 {
+			continue // its metrics ended with it
+		}
+		a, b, c, d := journalMetrics(m.MetricsURL)
+		appendSum, appendCount, deliverySum, deliveryCount = appendSum+a, appendCount+b, deliverySum+c, deliveryCount+d
+	}
 	mu.Lock()
-	defer mu.Unlock()
+	rss, conns := peakRSS, peakConns
+	mu.Unlock()
 	fmt.Printf("\nN=%d Tenants on one Instance (local stack, 2 vCPU)\n", n)
 	fmt.Printf("  all Ready after          %s  (%.1f Tenants/s)\n", total.Round(10*time.Millisecond), float64(n)/total.Seconds())
 	fmt.Printf("  per Tenant create→Ready  p50 %s  p99 %s  max %s\n", pct(0.50), pct(0.99), lat[len(lat)-1].Round(10*time.Millisecond))
-	fmt.Printf("  manager peak RSS         %.1f MiB\n", float64(peakRSS)/1024)
-	fmt.Printf("  peak PostgreSQL connections of the manager: %d (pool max 4 + short-lived per-tenant logins)\n", peakConns)
+	fmt.Printf("  manager peak RSS         %.1f MiB (largest process)\n", float64(rss)/1024)
+	fmt.Printf("  peak PostgreSQL connections of the manager(s): %d (pool max 4 per process + short-lived per-tenant logins)\n", conns)
 	fmt.Printf("  journal appends          %d, mean %.2f ms, total %.1f s\n", int(appendCount), 1000*appendSum/max(appendCount, 1), appendSum)
 	fmt.Printf("  intent delivery          %d, mean %.2f ms, total %.1f s\n", int(deliveryCount), 1000*deliverySum/max(deliveryCount, 1), deliverySum)
-	fmt.Printf("  journal share            append+delivery time / (N x mean create→Ready) = %.1f%%\n",
-		100*(appendSum+deliverySum)/(float64(n)*meanSeconds(lat)))
+	if handover == 0 {
+		fmt.Printf("  journal share            append+delivery time / (N x mean create→Ready) = %.1f%%\n",
+			100*(appendSum+deliverySum)/(float64(n)*meanSeconds(lat)))
+		return nil
+	}
+	fmt.Printf("  (journal metrics of the surviving replica only)\n")
+	fmt.Printf("\nleader hand-over (%s)\n", ho.signal)
+	fmt.Printf("  second replica started   %s into the run, at %.0f%% of all steps (%d of %d Ready)\n",
+		ho.startedAt.Sub(start).Round(10*time.Millisecond), 100*ho.progress, ho.readyAtStart, n)
+	fmt.Printf("  first replica stopped    %s into the run (%s)\n", ho.stoppedAt.Sub(start).Round(10*time.Millisecond), ho.signal)
+	fmt.Printf("  Lease taken over         %s after the stop (%s -> %s)\n", ho.leaderAt.Sub(ho.stoppedAt).Round(10*time.Millisecond), ho.oldHolder, ho.newHolder)
+	if ho.firstReadyAfter.IsZero() {
+		fmt.Printf("  first Ready afterwards   none (all were Ready before the stop)\n")
+	} else {
+		fmt.Printf("  first Ready afterwards   %s after the stop\n", ho.firstReadyAfter.Sub(ho.stoppedAt).Round(10*time.Millisecond))
+	}
+	return checkJournal(ctx, s)
+}
+
+type handoverState struct {
+	progress                              float64
+	oldHolder, newHolder                  string
+	leaderAt                              time.Time
+	signal                                string
+	readyAtStart                          int
+	startedAt, stoppedAt, firstReadyAfter time.Time
+}
+
+// run starts the second replica, waits until its metrics endpoint answers
+// (it is up, executing intents, and standing by for the Lease), then stops
+// the first one with sig.
+func (h *handoverState) run(s *integration.Stack, sig syscall.Signal, ready int, mu *sync.Mutex, managers *[]*integration.Manager) error {
+	h.signal, h.readyAtStart, h.startedAt = map[syscall.Signal]string{syscall.SIGTERM: "SIGTERM", syscall.SIGKILL: "SIGKILL"}[sig], ready, time.Now()
+	second, err := s.StartReplica("second", "--leader-elect", "--actor", "replica-2")
+	if err != nil {
+		return err
+	}
+	mu.Lock()
+	*managers = append(*managers, second)
+	mu.Unlock()
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
+		if resp, err := http.Get(second.MetricsURL); err == nil {
+			resp.Body.Close()
+			break
+		}
+		if time.Now().After(deadline) || second.PID() == 0 {
+			return fmt.Errorf("second replica did not come up\n%s", integration.Tail(second.Log, 20))
+		}
+	}
+	fmt.Printf("second replica up after %s; stopping the first with %s\n", time.Since(h.startedAt).Round(10*time.Millisecond), h.signal)
+	h.oldHolder = leaseHolder(context.Background(), s.CP.Client)
+	h.stoppedAt = time.Now()
+	go s.Primary().Stop(sig) // keep polling readiness meanwhile
+	return nil
+}
+
+// checkJournal runs `ayatori-journal verify` on the stream (which includes
+// "no intent while the same step is pending") and journal.RepeatedSteps on
+// the Tenant records: no step decided again after it had succeeded.
+// Together: zero duplicate intents.
+func checkJournal(ctx context.Context, s *integration.Stack) error {
+	fmt.Printf("\nayatori-journal verify\n")
+	cmd := exec.CommandContext(ctx, s.JournalBin, "--server", s.NATS.URL, "verify")
+	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+	verr := cmd.Run()
+
+	nc, err := nats.Connect(s.NATS.URL)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	store, err := journal.OpenExisting(ctx, nc, journal.Config{})
+	if err != nil {
+		return err
+	}
+	var tenants []journal.Record
+	intentsBy, outcomesBy := map[string]int{}, map[string]int{}
+	intents := 0
+	err = store.Scan(ctx, journal.ScanOptions{}, func(r journal.Record, err error) error {
+		if err != nil {
+			return err
+		}
+		switch r.Type {
+		case journal.TypeIntent:
+			intents++
+			intentsBy[r.Actor]++
+		case journal.TypeOutcome:
+			outcomesBy[r.Actor]++
+		}
+		if r.Object.Kind == "PostgreSQLTenant" {
+			tenants = append(tenants, r)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	repeated := journal.RepeatedSteps(tenants)
+	for _, v := range repeated {
+		fmt.Printf("  %s %s: %s\n", v.Rule, v.Object, v.Detail)
+	}
+	fmt.Printf("  intents by actor         %v\n", intentsBy)
+	fmt.Printf("  outcomes by actor        %v\n", outcomesBy)
+	fmt.Printf("  Tenant steps decided again after success: %d (of %d intents)\n", len(repeated), intents)
+	if verr != nil {
+		return fmt.Errorf("ayatori-journal verify: %w", verr)
+	}
+	if len(repeated) > 0 {
+		return fmt.Errorf("%d duplicate intents", len(repeated))
+	}
 	return nil
 }
 
@@ -139,7 +322,27 @@ func meanSeconds(d []time.Duration) float64 {
 	return s / float64(len(d))
 }
 
-func sample(s *integration.Stack, mu *sync.Mutex, rss, conns *int64, stop chan struct{}) {
+// leaseHolder returns the holder identity of the manager's leader-election
+// Lease ("" when released or unreadable).
+func leaseHolder(ctx context.Context, c client.Client) string {
+	l := &coordinationv1.Lease{}
+	if err := c.Get(ctx, types.NamespacedName{Namespace: integration.ControllerNamespace, Name: "ayatori-manager.ayatori.ddupan.top"}, l); err != nil || l.Spec.HolderIdentity == nil {
+		return ""
+	}
+	return *l.Spec.HolderIdentity
+}
+
+// phaseRank orders the provisioning checkpoints: progress of a run is the
+// mean rank over all Tenants divided by the rank of Ready.
+var phaseRank = map[v1alpha1.TenantPhase]int{
+	v1alpha1.TenantPhasePending: 0, v1alpha1.TenantPhasePlanned: 1, v1alpha1.TenantPhaseCredentialCreated: 2,
+	v1alpha1.TenantPhaseRoleCreated: 3, v1alpha1.TenantPhaseDatabaseCreated: 4, v1alpha1.TenantPhaseExternalSecretCreated: 5,
+	v1alpha1.TenantPhaseCredentialProjected: 6, v1alpha1.TenantPhaseReady: 7,
+}
+
+// sample records the peak RSS (largest single manager process) and the peak
+// number of PostgreSQL connections held by managers, every 200 ms.
+func sample(s *integration.Stack, pids func() []int, mu *sync.Mutex, rss, conns *int64, stop chan struct{}) {
 	ctx := context.Background()
 	db, err := pgx.Connect(ctx, s.PG.SuperuserDSN("postgres"))
 	if err != nil {
@@ -154,7 +357,10 @@ func sample(s *integration.Stack, mu *sync.Mutex, rss, conns *int64, stop chan s
 		}
 		var n int64
 		_ = db.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'ayatori-manager'").Scan(&n)
-		r := readRSS(s.ManagerPID())
+		var r int64
+		for _, pid := range pids() {
+			r = max(r, readRSS(pid))
+		}
 		mu.Lock()
 		*conns = max(*conns, n)
 		*rss = max(*rss, r)
