@@ -14,10 +14,6 @@ func main() {
 	cmd := newRootCommand(os.Stdout, os.Stderr)
 	if err := cmd.Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "ayatori-journal:", err)
-		var ec exitCoder
-		if asExitCoder(err, &ec) {
-			os.Exit(ec.ExitCode())
-		}
-		os.Exit(1)
+		os.Exit(exitCode(err))
 	}
 }

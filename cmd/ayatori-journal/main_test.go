@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"errors"
 	"flag"
 	"os"
 	"path/filepath"
@@ -33,16 +32,10 @@ func run(t *testing.T, args ...string) (string, string, int) {
 	cmd := newRootCommand(&out, &errb)
 	cmd.SetArgs(args)
 	err := cmd.Execute()
-	code := 0
 	if err != nil {
-		code = 1
-		var ec exitCoder
-		if errors.As(err, &ec) {
-			code = ec.ExitCode()
-		}
 		errb.WriteString("error: " + err.Error() + "\n")
 	}
-	return out.String(), errb.String(), code
+	return out.String(), errb.String(), exitCode(err)
 }
 
 func golden(t *testing.T, name, got string) {
@@ -149,7 +142,8 @@ func TestGolden(t *testing.T) {
 		{"list json", []string{"list", "--result", "Failed", "-o", "json"}, 0, "list-failed.json"},
 		{"export one object", []string{"export", "--uid", instanceUID}, 0, "export-instance.ndjson"},
 		{"unknown object", []string{"timeline", "--kind", "PostgreSQLTenant", "-n", "x", "--name", "y"}, 3, ""},
-		{"bad output", []string{"list", "-o", "yaml"}, 1, ""},
+		{"bad output", []string{"list", "-o", "yaml"}, 2, ""},
+		{"negative timeout", []string{"list", "--timeout", "-1s"}, 2, ""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -255,5 +249,22 @@ func TestVerifyCatchesEachViolation(t *testing.T) {
 	fileOut, _, fcode := run(t, "--from-file", path, "verify")
 	if fcode != 1 || fileOut != out {
 		t.Fatalf("offline verify differs (exit %d):\n%s", fcode, fileOut)
+	}
+}
+
+// A file that export did not write is refused with exit status 2, not
+// read as a journal with undecodable records.
+func TestForeignFileRefused(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "foreign.ndjson")
+	if err := os.WriteFile(path, []byte("{\"foo\": 1}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, errOut, code := run(t, "--from-file", path, "verify")
+	if code != 2 || !strings.Contains(errOut, "not an exported record") {
+		t.Fatalf("exit %d, stderr %q", code, errOut)
+	}
+	_, errOut, code = run(t, "--from-file", filepath.Join(t.TempDir(), "missing"), "list")
+	if code != 2 {
+		t.Fatalf("missing file: exit %d, stderr %q", code, errOut)
 	}
 }

@@ -42,7 +42,22 @@ type exitError struct {
 func (e *exitError) Error() string { return e.msg }
 func (e *exitError) ExitCode() int { return e.code }
 
-func asExitCoder(err error, target *exitCoder) bool { return errors.As(err, target) }
+// Exit statuses: 0 success, 1 invariant violations (verify), 2 any other
+// error (bad flags, unreachable server, unreadable file), 3 object not
+// found.
+const exitOtherError = 2
+
+// exitCode maps the error Execute returned to the process exit status.
+func exitCode(err error) int {
+	if err == nil {
+		return 0
+	}
+	var ec exitCoder
+	if errors.As(err, &ec) {
+		return ec.ExitCode()
+	}
+	return exitOtherError
+}
 
 func newRootCommand(stdout, stderr io.Writer) *cobra.Command {
 	g := &globalOptions{}
@@ -53,7 +68,10 @@ func newRootCommand(stdout, stderr io.Writer) *cobra.Command {
 intended external action (intent) and what came of it (outcome), keyed by object UID.
 
 Connect with --server (or NATS_URL) and the usual NATS credential options, or analyse
-an exported NDJSON file offline with --from-file.`,
+an exported NDJSON file offline with --from-file.
+
+Exit status: 0 success, 1 invariant violations (verify), 2 any other error (flags,
+connection, file), 3 object not found.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
@@ -74,6 +92,9 @@ an exported NDJSON file offline with --from-file.`,
 	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error {
 		if g.output != "table" && g.output != "json" {
 			return fmt.Errorf("--output must be table or json, got %q", g.output)
+		}
+		if g.timeout <= 0 {
+			return fmt.Errorf("--timeout must be a positive duration, got %s", g.timeout)
 		}
 		return nil
 	}
@@ -194,6 +215,11 @@ func openFile(path string) (*fileSource, error) {
 		var l exportLine
 		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
 			return nil, fmt.Errorf("%s:%d: not an exported record: %v", path, line, err)
+		}
+		if l.Sequence == 0 {
+			// export writes the stream sequence on every line, invalid
+			// records included: without one this is not an export.
+			return nil, fmt.Errorf("%s:%d: not an exported record (no \"seq\"; write the file with `ayatori-journal export`)", path, line)
 		}
 		if l.Invalid {
 			fs.bad = append(fs.bad, l.Sequence)

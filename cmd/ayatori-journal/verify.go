@@ -20,8 +20,12 @@ func newVerifyCommand(g *globalOptions) *cobra.Command {
   - no intent executed twice with different results;
   - at most one password-creating credential write per Tenant UID;
   - no Ensure intent after a terminal Job outcome;
-  - no record ID stored twice, and every record decodes.
-Each violation is reported with the stream sequences involved. Exit status: 0 clean, 1 violations.`,
+  - no record ID stored twice, and every record decodes;
+  - no intent for a step (UID, generation, operation) while the previous intent
+    of that step has no outcome, unless a note (new epoch) came in between: two
+    deciders (replicas, a stale leader) never both decide one step.
+Each violation is reported with the stream sequences involved. Exit status: 0 clean,
+1 violations, 2 the journal could not be read.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, cancel := withTimeout(g)

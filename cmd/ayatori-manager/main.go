@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"go.uber.org/zap/zapcore"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -49,7 +50,9 @@ func run(args []string) error {
 	var o options
 	fs := flag.NewFlagSet("ayatori-manager", flag.ContinueOnError)
 	o.bind(fs)
-	zopts := zap.Options{}
+	// Errors are logged without a stack trace unless --zap-stacktrace-level
+	// asks for one: a missing kubeconfig is not a programming error.
+	zopts := zap.Options{StacktraceLevel: zapcore.DPanicLevel}
 	zopts.BindFlags(fs)
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig (default: in-cluster or $KUBECONFIG)")
 	if err := fs.Parse(args); err != nil {
@@ -74,7 +77,7 @@ func run(args []string) error {
 	}
 	cfg, err := ctrl.GetConfig()
 	if err != nil {
-		return fmt.Errorf("kubeconfig: %w", err)
+		return fmt.Errorf("no Kubernetes API configuration (pass --kubeconfig, set KUBECONFIG, or run in a Pod): %w", err)
 	}
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {

@@ -219,6 +219,13 @@ func (o *options) validate() error {
 			bad("--postgresql-ca-bundle-path %q is not a readable file", o.postgresqlCABundlePath)
 		}
 	}
+	if o.openBaoTokenFile != "" {
+		if st, err := os.Stat(o.openBaoTokenFile); err != nil || st.IsDir() {
+			bad("--openbao-token-file %q is not a readable file", o.openBaoTokenFile)
+		}
+	}
+	// Some checks iterate maps: sort, so the same flags give the same message.
+	slices.SortFunc(errs, func(a, b error) int { return strings.Compare(a.Error(), b.Error()) })
 	return errors.Join(errs...)
 }
 

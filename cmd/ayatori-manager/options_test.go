@@ -45,6 +45,7 @@ func TestFlagValidation(t *testing.T) {
 		{"negative resync", []string{"--instance-resync-interval=-1s"}, "--instance-resync-interval"},
 		{"retry max below base", []string{"--retry-base=10s", "--retry-max=1s"}, "--retry-max"},
 		{"bad nats url", []string{"--nats-url=http://x"}, "--nats-url"},
+		{"missing token file", []string{"--openbao-token-file=/nonexistent/token"}, "--openbao-token-file"},
 		{"missing CA bundle", []string{"--postgresql-ca-bundle-path=/nonexistent/ca.pem"}, "not a readable file"},
 		{"unknown projector", []string{"--projectors=instance,bogus"}, "unknown projector"},
 		{"replicas", []string{"--journal-replicas=2"}, "--journal-replicas"},
