@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 
 	"github.com/spf13/cobra"
-
-	"git.ddupan.top/panxiao81/ayatori/journal"
 )
 
 func newExportCommand(g *globalOptions) *cobra.Command {
@@ -31,27 +29,12 @@ such a file back with --from-file.`,
 			if err != nil {
 				return err
 			}
-			ctx, cancel := withTimeout(g)
-			defer cancel()
-			src, err := g.open(ctx)
+			l, err := g.load(cmd, &sel, true, false, sinceT)
 			if err != nil {
 				return err
 			}
-			defer src.close()
-			var recs []journal.Record
-			var bad []uint64
-			if sel.uid != "" || sel.name != "" {
-				uid, err := sel.resolve(ctx, src, cmd.ErrOrStderr())
-				if err != nil {
-					return err
-				}
-				recs, err = src.uid(ctx, uid)
-				if err != nil {
-					return err
-				}
-			} else if recs, bad, err = src.all(ctx, sinceT); err != nil {
-				return err
-			}
+			defer l.close()
+			recs, bad := l.recs, l.bad
 			w := bufio.NewWriter(cmd.OutOrStdout())
 			enc := json.NewEncoder(w)
 			bi := 0

@@ -73,24 +73,12 @@ reads the live object and reports where its status disagrees with what the journ
 (for example Ready=True while intents are pending, or a failure the status does not show).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx, cancel := withTimeout(g)
-			defer cancel()
-			src, err := g.open(ctx)
+			l, err := g.load(cmd, &sel, false, true, nil)
 			if err != nil {
 				return err
 			}
-			defer src.close()
-			uid, err := sel.resolve(ctx, src, cmd.ErrOrStderr())
-			if err != nil {
-				return err
-			}
-			recs, err := src.uid(ctx, uid)
-			if err != nil {
-				return err
-			}
-			if len(recs) == 0 {
-				return &exitError{code: 3, msg: "no records for uid " + uid}
-			}
+			defer l.close()
+			ctx, recs := l.ctx, l.recs
 			st := journal.NewState()
 			steps := make([]replayStep, 0, len(recs))
 			for _, r := range recs {

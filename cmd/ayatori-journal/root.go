@@ -338,3 +338,52 @@ func writeJSON(w io.Writer, v any) error {
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
 }
+
+// loaded is what a subcommand reads: one object's records, or the whole
+// stream's (with the sequences of undecodable records).
+type loaded struct {
+	ctx  context.Context
+	src  source
+	uid  string // "" when the whole stream was read
+	recs []journal.Record
+	bad  []uint64
+	stop func()
+}
+
+// close releases the source and the --timeout context.
+func (l *loaded) close() {
+	l.src.close()
+	l.stop()
+}
+
+// load opens the source (bounded by --timeout) and reads the object sel
+// names, or, when sel names none and whole is true, every record since
+// since. With requireRecords an object without records is exit status 3.
+// The caller closes the result.
+func (g *globalOptions) load(cmd *cobra.Command, sel *objectSelector, whole, requireRecords bool, since *time.Time) (*loaded, error) {
+	ctx, cancel := withTimeout(g)
+	src, err := g.open(ctx)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	l := &loaded{ctx: ctx, src: src, stop: cancel}
+	if whole && sel.uid == "" && sel.name == "" {
+		if l.recs, l.bad, err = src.all(ctx, since); err != nil {
+			l.close()
+			return nil, err
+		}
+		return l, nil
+	}
+	if l.uid, err = sel.resolve(ctx, src, cmd.ErrOrStderr()); err == nil {
+		l.recs, err = src.uid(ctx, l.uid)
+	}
+	if err == nil && requireRecords && len(l.recs) == 0 {
+		err = &exitError{code: 3, msg: "no records for uid " + l.uid}
+	}
+	if err != nil {
+		l.close()
+		return nil, err
+	}
+	return l, nil
+}

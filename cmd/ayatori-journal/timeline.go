@@ -26,24 +26,12 @@ func newTimelineCommand(g *globalOptions) *cobra.Command {
   ayatori-journal timeline --kind PostgreSQLTenant -n netbox --name netbox --follow`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx, cancel := withTimeout(g)
-			defer cancel()
-			src, err := g.open(ctx)
+			l, err := g.load(cmd, &sel, false, true, nil)
 			if err != nil {
 				return err
 			}
-			defer src.close()
-			uid, err := sel.resolve(ctx, src, cmd.ErrOrStderr())
-			if err != nil {
-				return err
-			}
-			recs, err := src.uid(ctx, uid)
-			if err != nil {
-				return err
-			}
-			if len(recs) == 0 {
-				return &exitError{code: 3, msg: "no records for uid " + uid}
-			}
+			defer l.close()
+			src, uid, recs := l.src, l.uid, l.recs
 			out := cmd.OutOrStdout()
 			if err := printTimeline(out, g.output, recs); err != nil {
 				return err

@@ -28,26 +28,12 @@ Each violation is reported with the stream sequences involved. Exit status: 0 cl
 1 violations, 2 the journal could not be read.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx, cancel := withTimeout(g)
-			defer cancel()
-			src, err := g.open(ctx)
+			l, err := g.load(cmd, &sel, true, false, nil)
 			if err != nil {
 				return err
 			}
-			defer src.close()
-			var recs []journal.Record
-			var bad []uint64
-			if sel.uid != "" || sel.name != "" {
-				uid, err := sel.resolve(ctx, src, cmd.ErrOrStderr())
-				if err != nil {
-					return err
-				}
-				if recs, err = src.uid(ctx, uid); err != nil {
-					return err
-				}
-			} else if recs, bad, err = src.all(ctx, nil); err != nil {
-				return err
-			}
+			defer l.close()
+			recs, bad := l.recs, l.bad
 			violations := journal.Verify(recs, bad)
 			out := cmd.OutOrStdout()
 			if g.output == "json" {

@@ -32,8 +32,8 @@ type Executor struct {
 // Handlers returns the journal handlers of this executor.
 func (e *Executor) Handlers() map[string]journal.Handler {
 	return map[string]journal.Handler{
-		OpObserveInstance:   e.observeInstance,
-		OpBootstrapRegistry: e.bootstrapRegistry,
+		OpObserveInstance:   e.instanceOp(func(rv string) any { return ObserveOutcome{SecretResourceVersion: rv} }, e.observeInstance),
+		OpBootstrapRegistry: e.instanceOp(func(rv string) any { return BootstrapOutcome{SecretResourceVersion: rv} }, e.bootstrapRegistry),
 	}
 }
 
@@ -79,25 +79,35 @@ func (e *Executor) withTimeout(ctx context.Context) (context.Context, context.Ca
 	return context.WithTimeout(ctx, t)
 }
 
+// instanceOp is the prelude of the Instance operations: decode the
+// InstanceIntent (undecodable: InvalidSpec), bound the operation by the
+// executor timeout, read the admin credentials (transient errors are
+// retried by redelivery; others fail with emptyPayload(resourceVersion) so
+// the projector sees which Secret version failed), then run op.
+func (e *Executor) instanceOp(emptyPayload func(rv string) any, op func(ctx context.Context, in InstanceIntent, t Target, rv string) (journal.Outcome, error)) journal.Handler {
+	return func(ctx context.Context, rec journal.Record) (journal.Outcome, error) {
+		var in InstanceIntent
+		if err := rec.DecodePayload(&in); err != nil {
+			return failed(&Classified{Reason: ReasonInvalidSpec, Message: "undecodable " + rec.Operation + " payload"}, nil), nil
+		}
+		ctx, cancel := e.withTimeout(ctx)
+		defer cancel()
+		creds, rv, c := e.readCredentials(ctx, in.AdminCredRef)
+		if c != nil {
+			if c.Transient {
+				return journal.Outcome{}, c
+			}
+			return failed(c, emptyPayload(rv)), nil
+		}
+		return op(ctx, in, Target{InstanceUID: rec.Object.UID, Endpoint: in.Endpoint, CredRef: in.AdminCredRef, Creds: creds}, rv)
+	}
+}
+
 // observeInstance: connect with the admin credentials (pooled, per Instance),
 // read server_version, check the admin role's privileges and the registry,
 // prove the certificate also covers hostaddr (verify-full), then re-read the
 // Secret and discard the result if the effective credentials changed.
-func (e *Executor) observeInstance(ctx context.Context, rec journal.Record) (journal.Outcome, error) {
-	var in InstanceIntent
-	if err := rec.DecodePayload(&in); err != nil {
-		return failed(&Classified{Reason: ReasonInvalidSpec, Message: "undecodable ObserveInstance payload"}, nil), nil
-	}
-	ctx, cancel := e.withTimeout(ctx)
-	defer cancel()
-	creds, rv, c := e.readCredentials(ctx, in.AdminCredRef)
-	if c != nil {
-		if c.Transient {
-			return journal.Outcome{}, c
-		}
-		return failed(c, ObserveOutcome{SecretResourceVersion: rv}), nil
-	}
-	t := Target{InstanceUID: rec.Object.UID, Endpoint: in.Endpoint, CredRef: in.AdminCredRef, Creds: creds}
+func (e *Executor) observeInstance(ctx context.Context, in InstanceIntent, t Target, rv string) (journal.Outcome, error) {
 	out := ObserveOutcome{SecretResourceVersion: rv}
 	res, err := e.observe(ctx, t, &out)
 	if err != nil {
@@ -108,7 +118,7 @@ func (e *Executor) observeInstance(ctx context.Context, rec journal.Record) (jou
 	}
 	// The observation is only valid for the credentials it used.
 	again, _, c := e.readCredentials(ctx, in.AdminCredRef)
-	if c == nil && again != creds {
+	if c == nil && again != t.Creds {
 		return journal.Outcome{}, errCredentialsChanged{}
 	}
 	return journal.Outcome{Result: journal.Result{Class: journal.Succeeded}, Payload: out}, nil
@@ -206,21 +216,7 @@ func (e *Executor) observe(ctx context.Context, t Target, out *ObserveOutcome) (
 
 // bootstrapRegistry applies the registry migrations. An error after a
 // migration started is ResultUnknown: the projector observes before retrying.
-func (e *Executor) bootstrapRegistry(ctx context.Context, rec journal.Record) (journal.Outcome, error) {
-	var in InstanceIntent
-	if err := rec.DecodePayload(&in); err != nil {
-		return failed(&Classified{Reason: ReasonInvalidSpec, Message: "undecodable BootstrapRegistry payload"}, nil), nil
-	}
-	ctx, cancel := e.withTimeout(ctx)
-	defer cancel()
-	creds, rv, c := e.readCredentials(ctx, in.AdminCredRef)
-	if c != nil {
-		if c.Transient {
-			return journal.Outcome{}, c
-		}
-		return failed(c, BootstrapOutcome{SecretResourceVersion: rv}), nil
-	}
-	t := Target{InstanceUID: rec.Object.UID, Endpoint: in.Endpoint, CredRef: in.AdminCredRef, Creds: creds}
+func (e *Executor) bootstrapRegistry(ctx context.Context, in InstanceIntent, t Target, rv string) (journal.Outcome, error) {
 	pool, err := e.Pools.Get(t)
 	if err != nil {
 		return failed(Classify(err), nil), nil

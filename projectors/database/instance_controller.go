@@ -8,8 +8,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
@@ -201,11 +199,6 @@ func orPending(p v1alpha1.InstancePhase) v1alpha1.InstancePhase {
 // Events on Ready transitions.
 func (r *InstanceReconciler) project(ctx context.Context, inst *v1alpha1.PostgreSQLInstance, d InstanceDecision) error {
 	before := inst.DeepCopy()
-	old := meta.FindStatusCondition(inst.Status.Conditions, v1alpha1.ConditionReady)
-	var oldCond metav1.Condition
-	if old != nil {
-		oldCond = *old
-	}
 	inst.Status.Phase = d.Phase
 	if d.PostgreSQLVersion != "" {
 		inst.Status.PostgreSQLVersion = d.PostgreSQLVersion
@@ -213,38 +206,13 @@ func (r *InstanceReconciler) project(ctx context.Context, inst *v1alpha1.Postgre
 	if d.Conclusive {
 		inst.Status.ObservedGeneration = inst.Generation
 	}
-	meta.SetStatusCondition(&inst.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionReady, Status: d.Ready.Status,
-		Reason: d.Ready.Reason, Message: d.Ready.Message, ObservedGeneration: inst.Generation})
-	if equalStatus(before.Status, inst.Status) {
+	old := setReady(&inst.Status.Conditions, inst.Generation, d.Ready)
+	a, b := before.Status, inst.Status
+	if a.Phase == b.Phase && a.ObservedGeneration == b.ObservedGeneration && a.PostgreSQLVersion == b.PostgreSQLVersion &&
+		equalConditions(a.Conditions, b.Conditions) {
 		return nil
 	}
-	// Optimistic lock: a status written meanwhile (by a user, or a forged
-	// one) makes this patch conflict, so the next pass decides on fresh data.
-	if err := r.Client.Status().Patch(ctx, inst, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
-		return err
-	}
-	if r.Recorder != nil && (oldCond.Status != d.Ready.Status || oldCond.Reason != d.Ready.Reason) {
-		switch d.Ready.Status {
-		case metav1.ConditionTrue:
-			r.Recorder.Eventf(inst, nil, corev1.EventTypeNormal, EventReady, "Reconcile", "%s", d.Ready.Message)
-		case metav1.ConditionFalse:
-			r.Recorder.Eventf(inst, nil, corev1.EventTypeWarning, EventNotReady, "Reconcile", "%s: %s", d.Ready.Reason, d.Ready.Message)
-		}
-	}
-	return nil
-}
-
-func equalStatus(a, b v1alpha1.PostgreSQLInstanceStatus) bool {
-	if a.Phase != b.Phase || a.ObservedGeneration != b.ObservedGeneration || a.PostgreSQLVersion != b.PostgreSQLVersion || len(a.Conditions) != len(b.Conditions) {
-		return false
-	}
-	for i := range a.Conditions {
-		x, y := a.Conditions[i], b.Conditions[i]
-		if x.Type != y.Type || x.Status != y.Status || x.Reason != y.Reason || x.Message != y.Message || x.ObservedGeneration != y.ObservedGeneration {
-			return false
-		}
-	}
-	return true
+	return patchStatus(ctx, r.Client, r.Recorder, inst, before, old, d.Ready)
 }
 
 // reconcileDelete stops provisioning (phase Deleting) and keeps the

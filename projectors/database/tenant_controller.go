@@ -8,7 +8,6 @@ import (
 	"slices"
 	"strings"
 
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -285,11 +284,6 @@ func (r *TenantReconciler) intent(t *v1alpha1.PostgreSQLTenant, inst *v1alpha1.P
 // projectTenant writes the decision into status and emits Events.
 func (r *TenantReconciler) projectTenant(ctx context.Context, t *v1alpha1.PostgreSQLTenant, n tenantNames, d TenantDecision) error {
 	before := t.DeepCopy()
-	old := meta.FindStatusCondition(t.Status.Conditions, v1alpha1.ConditionReady)
-	var oldCond metav1.Condition
-	if old != nil {
-		oldCond = *old
-	}
 	t.Status.Phase = d.Phase
 	if d.Phase != v1alpha1.TenantPhasePending || t.Status.Database != "" {
 		t.Status.Database, t.Status.LoginRole = n.database, n.role
@@ -302,35 +296,11 @@ func (r *TenantReconciler) projectTenant(ctx context.Context, t *v1alpha1.Postgr
 	if d.Conclusive {
 		t.Status.ObservedGeneration = t.Generation
 	}
-	meta.SetStatusCondition(&t.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionReady, Status: d.Ready.Status,
-		Reason: d.Ready.Reason, Message: d.Ready.Message, ObservedGeneration: t.Generation})
-	if equalTenantStatus(before.Status, t.Status) {
+	old := setReady(&t.Status.Conditions, t.Generation, d.Ready)
+	a, b := before.Status, t.Status
+	if a.Phase == b.Phase && a.ObservedGeneration == b.ObservedGeneration && a.Database == b.Database && a.LoginRole == b.LoginRole &&
+		a.DatabaseOID == b.DatabaseOID && a.Credential == b.Credential && equalConditions(a.Conditions, b.Conditions) {
 		return nil
 	}
-	if err := r.Client.Status().Patch(ctx, t, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
-		return client.IgnoreNotFound(err)
-	}
-	if r.Recorder != nil && (oldCond.Status != d.Ready.Status || oldCond.Reason != d.Ready.Reason) {
-		switch d.Ready.Status {
-		case metav1.ConditionTrue:
-			r.Recorder.Eventf(t, nil, corev1.EventTypeNormal, EventReady, "Reconcile", "%s", d.Ready.Message)
-		case metav1.ConditionFalse:
-			r.Recorder.Eventf(t, nil, corev1.EventTypeWarning, EventNotReady, "Reconcile", "%s: %s", d.Ready.Reason, d.Ready.Message)
-		}
-	}
-	return nil
-}
-
-func equalTenantStatus(a, b v1alpha1.PostgreSQLTenantStatus) bool {
-	if a.Phase != b.Phase || a.ObservedGeneration != b.ObservedGeneration || a.Database != b.Database || a.LoginRole != b.LoginRole ||
-		a.DatabaseOID != b.DatabaseOID || a.Credential != b.Credential || len(a.Conditions) != len(b.Conditions) {
-		return false
-	}
-	for i := range a.Conditions {
-		x, y := a.Conditions[i], b.Conditions[i]
-		if x.Type != y.Type || x.Status != y.Status || x.Reason != y.Reason || x.Message != y.Message || x.ObservedGeneration != y.ObservedGeneration {
-			return false
-		}
-	}
-	return true
+	return client.IgnoreNotFound(patchStatus(ctx, r.Client, r.Recorder, t, before, old, d.Ready))
 }

@@ -1,0 +1,61 @@
+package database
+
+import (
+	"context"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1alpha1 "git.ddupan.top/panxiao81/ayatori/api/database/v1alpha1"
+)
+
+// setReady records the Ready condition for generation gen in conds and
+// returns the previous one (zero when there was none).
+func setReady(conds *[]metav1.Condition, gen int64, ready ReadyCondition) metav1.Condition {
+	var old metav1.Condition
+	if c := meta.FindStatusCondition(*conds, v1alpha1.ConditionReady); c != nil {
+		old = *c
+	}
+	meta.SetStatusCondition(conds, metav1.Condition{Type: v1alpha1.ConditionReady, Status: ready.Status,
+		Reason: ready.Reason, Message: ready.Message, ObservedGeneration: gen})
+	return old
+}
+
+// patchStatus writes obj's status as a merge patch from before, with an
+// optimistic lock: a status written meanwhile (by a user, or a forged one)
+// makes the patch conflict, so the next pass decides on fresh data. Once
+// written, a change of the Ready condition's status or reason (from old)
+// is announced as a Ready (Normal) or NotReady (Warning) Event.
+func patchStatus(ctx context.Context, c client.Client, rec events.EventRecorder, obj, before client.Object, old metav1.Condition, ready ReadyCondition) error {
+	if err := c.Status().Patch(ctx, obj, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
+		return err
+	}
+	if rec == nil || (old.Status == ready.Status && old.Reason == ready.Reason) {
+		return nil
+	}
+	switch ready.Status {
+	case metav1.ConditionTrue:
+		rec.Eventf(obj, nil, corev1.EventTypeNormal, EventReady, "Reconcile", "%s", ready.Message)
+	case metav1.ConditionFalse:
+		rec.Eventf(obj, nil, corev1.EventTypeWarning, EventNotReady, "Reconcile", "%s: %s", ready.Reason, ready.Message)
+	}
+	return nil
+}
+
+// equalConditions compares the fields the projectors write (not the
+// transition times, which only change with them).
+func equalConditions(a, b []metav1.Condition) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		x, y := a[i], b[i]
+		if x.Type != y.Type || x.Status != y.Status || x.Reason != y.Reason || x.Message != y.Message || x.ObservedGeneration != y.ObservedGeneration {
+			return false
+		}
+	}
+	return true
+}
