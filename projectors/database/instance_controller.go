@@ -181,6 +181,7 @@ func (r *InstanceReconciler) Reconcile(ctx context.Context, req reconcile.Reques
 		if !res.Duplicate {
 			log.V(1).Info("intent appended", "operation", d.Intent.Operation, "attempt", d.Intent.Attempt, "seq", res.Sequence)
 		}
+		announceIntent(r.Recorder, inst, d.Intent.Operation, d.Intent.Attempt, res)
 	}
 	if err := r.project(ctx, inst, d); err != nil {
 		return reconcile.Result{}, err

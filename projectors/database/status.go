@@ -6,10 +6,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "git.ddupan.top/panxiao81/ayatori/api/database/v1alpha1"
+	"git.ddupan.top/panxiao81/ayatori/journal"
 )
 
 // setReady records the Ready condition for generation gen in conds and
@@ -58,4 +60,17 @@ func equalConditions(a, b []metav1.Condition) bool {
 		}
 	}
 	return true
+}
+
+// announceIntent emits an IntentAppended Event (Normal, action = the
+// operation) for an intent the journal just stored, so `kubectl describe`
+// shows each step as it is decided. A duplicate append (the record already
+// existed) is not announced again. The note names the operation, attempt
+// and stream sequence only: payloads never reach Events.
+func announceIntent(rec events.EventRecorder, obj runtime.Object, op string, attempt int, res journal.AppendResult) {
+	if rec == nil || res.Duplicate {
+		return
+	}
+	rec.Eventf(obj, nil, corev1.EventTypeNormal, EventIntentAppended, op,
+		"%s decided (attempt %d, journal sequence %d); an executor runs it next", op, attempt, res.Sequence)
 }

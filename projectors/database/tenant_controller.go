@@ -236,12 +236,14 @@ func (r *TenantReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 		if err != nil {
 			return reconcile.Result{}, err
 		}
-		if _, err := r.Journal.Append(ctx, &rec, journal.ExpectLastSequence(st.LastSequence)); err != nil {
+		res, err := r.Journal.Append(ctx, &rec, journal.ExpectLastSequence(st.LastSequence))
+		if err != nil {
 			if errors.Is(err, journal.ErrConflict) {
 				return reconcile.Result{Requeue: true}, nil
 			}
 			return reconcile.Result{}, fmt.Errorf("append %s intent: %w", d.Intent.Operation, err)
 		}
+		announceIntent(r.Recorder, t, d.Intent.Operation, d.Intent.Attempt, res)
 	}
 	if d.RemoveFinalizer {
 		patch := client.MergeFrom(t.DeepCopy())

@@ -234,6 +234,24 @@ func TestTenantProvisioned(t *testing.T) {
 		c2.Close(ctx)
 		t.Fatal("the tenant role can connect to another tenant's database")
 	}
+	// Each step is announced as an IntentAppended Event, then Ready.
+	var evs eventsv1.EventList
+	if err := s.CP.Client.List(ctx, &evs, client.InNamespace("acme")); err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, e := range evs.Items {
+		if e.Regarding.UID == tn.UID {
+			seen[e.Reason+"/"+e.Action] = true
+		}
+	}
+	for _, want := range []string{"IntentAppended/CheckExtensions", "IntentAppended/ClaimOwnership", "IntentAppended/WriteCredential",
+		"IntentAppended/CreateRole", "IntentAppended/CreateDatabase", "IntentAppended/EnsureExtensions",
+		"IntentAppended/EnsureExternalSecret", "IntentAppended/ObserveProjection", "IntentAppended/VerifyLogin", "Ready/Reconcile"} {
+		if !seen[want] {
+			t.Errorf("no %s Event for the Tenant (have %v)", want, seen)
+		}
+	}
 }
 
 // Criterion 8: an extension the Instance can not install is rejected
