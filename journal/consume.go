@@ -157,6 +157,9 @@ func (s *Store) Consume(ctx context.Context, cfg ConsumerConfig, handlers map[st
 
 type reasoner interface{ Reason() string }
 
+// finishTimeout bounds recording an outcome (append + ack).
+const finishTimeout = 10 * time.Second
+
 func (s *Store) handle(ctx context.Context, cfg ConsumerConfig, m jetstream.Msg, handlers map[string]Handler) {
 	md, err := m.Metadata()
 	if err != nil {
@@ -219,14 +222,25 @@ func (s *Store) handle(ctx context.Context, cfg ConsumerConfig, m jetstream.Msg,
 		_ = m.NakWithDelay(cfg.backoff(md.NumDelivered))
 		return
 	}
+	if ctx.Err() != nil && out.Result.Class != Succeeded {
+		// Shutting down: a failure may be our own cancellation, not the
+		// backend's answer. Hand the intent to another replica instead of
+		// recording it.
+		_ = m.Nak()
+		return
+	}
 	if cfg.BeforeOutcome != nil {
 		cfg.BeforeOutcome(rec)
 	}
 	s.finish(ctx, cfg, m, rec, out, md.NumDelivered)
 }
 
-// finish appends the outcome of rec and acks the message.
+// finish appends the outcome of rec and acks the message. It runs even
+// when ctx was cancelled meanwhile (shutdown): an operation that completed
+// is recorded rather than executed again elsewhere, within finishTimeout.
 func (s *Store) finish(ctx context.Context, cfg ConsumerConfig, m jetstream.Msg, rec Record, out Outcome, delivered uint64) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
+	defer cancel()
 	o, err := NewOutcome(rec, out.Result, out.Payload)
 	if err == nil {
 		o.Actor = s.cfg.Actor

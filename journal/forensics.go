@@ -119,7 +119,7 @@ type TerminalOutcome struct {
 //   - at most one password-creating WriteCredential per Tenant UID;
 //   - no Ensure intent after a terminal Job outcome;
 //   - no record ID stored twice;
-//   - no intent for a step (UID, generation, operation) while the previous
+//   - no intent for a step (UID, generation, operation, step) while the previous
 //     intent of that step has no outcome yet, unless a note (a new epoch,
 //     e.g. a revalidation) came in between: a second decider (another
 //     replica, a stale leader) must wait for the first decision's outcome;
@@ -204,7 +204,7 @@ func verifyUID(uid string, recs []Record) []Violation {
 }
 
 // RepeatedSteps returns one violation per intent that repeats a step (UID,
-// generation, operation) whose previous intent succeeded, with no note (new
+// generation, operation, step) whose previous intent succeeded, with no note (new
 // epoch) in between. For a state machine that walks each step once per
 // epoch, such as the PostgreSQLTenant chain (revalidation appends a note),
 // every hit is a duplicate decision. Periodic re-observation (the
@@ -231,8 +231,8 @@ func RepeatedSteps(records []Record) []Violation {
 }
 
 type stepKey struct {
-	gen int64
-	op  string
+	gen      int64
+	op, step string
 }
 
 // stepTracker follows the steps of one UID in stream order.
@@ -257,7 +257,7 @@ func (t *stepTracker) observe(r Record) (prev *Record, pending bool) {
 			t.results[r.CausationID] = r.Result.Class
 		}
 	case TypeIntent:
-		k := stepKey{r.Object.Generation, r.Operation}
+		k := stepKey{r.Object.Generation, r.Operation, r.Step}
 		if p, ok := t.last[k]; ok && p.ID != r.ID {
 			prev = &p
 			_, done := t.results[p.ID]

@@ -63,6 +63,14 @@ func TestVerifyIntentWhileStepPending(t *testing.T) {
 	s.note(b, "Revalidate")                // 7 new epoch
 	s.intent(b, "CreateDatabase", 3)       // 8
 	s.intent(b, "EnsureExtensions", 1)     // 9
+	// Two steps of one operation (the record's step field) are distinct.
+	for _, step := range []string{"pg_trgm", "citext"} { // 10, 11
+		r, err := journal.NewIntent(b, "InstallExtension", step, 1, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.add(r)
+	}
 	got := rules(journal.Verify(s.recs, nil))
 	if want := []uint64{1, 2}; len(got) != 1 || len(got[journal.RuleIntentWhilePending]) != 2 ||
 		got[journal.RuleIntentWhilePending][0] != want[0] || got[journal.RuleIntentWhilePending][1] != want[1] {

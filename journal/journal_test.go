@@ -319,7 +319,9 @@ func TestShutdownHandsBackIntents(t *testing.T) {
 		done <- s.Consume(actx, cc, map[string]journal.Handler{"CreateDatabase": func(ctx context.Context, r journal.Record) (journal.Outcome, error) {
 			started <- struct{}{}
 			<-ctx.Done()
-			return journal.Outcome{}, ctx.Err()
+			// As an executor that maps its cancelled backend call to a
+			// failure: not the backend's answer, so not recorded.
+			return journal.Outcome{Result: journal.Result{Class: journal.Failed, Reason: "DependencyUnavailable"}}, nil
 		}})
 	}()
 	select {

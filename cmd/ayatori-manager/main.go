@@ -142,7 +142,7 @@ func run(args []string) error {
 		}
 	}
 	if has(o.projectors, "tenant") {
-		r := &dbprojector.TenantReconciler{Client: mgr.GetClient(), Journal: store, Recorder: mgr.GetEventRecorder("ayatori-manager"),
+		r := &dbprojector.TenantReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Journal: store, Recorder: mgr.GetEventRecorder("ayatori-manager"),
 			Config: dbprojector.TenantConfig{KVMount: o.openBaoKVMount, BasePath: o.openBaoTenantBasePath,
 				ConsumerAddress: o.openBaoConsumerAddress, StoreName: o.externalSecretStoreName},
 			Policy: dbprojector.TenantPolicy{ResyncInterval: o.tenantResync, RetryBase: o.retryBase, RetryMax: o.retryMax, PendingRecheck: 30 * time.Second}}
@@ -151,7 +151,7 @@ func run(args []string) error {
 		}
 	}
 	if has(o.projectors, "instance") {
-		r := &dbprojector.InstanceReconciler{Client: mgr.GetClient(), Journal: store, Namespace: o.namespace,
+		r := &dbprojector.InstanceReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Journal: store, Namespace: o.namespace,
 			Recorder: mgr.GetEventRecorder("ayatori-manager"),
 			Policy: dbprojector.InstancePolicy{ResyncInterval: o.instanceResync, RetryBase: o.retryBase, RetryMax: o.retryMax,
 				PendingRecheck: 30 * time.Second}}

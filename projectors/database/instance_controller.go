@@ -63,6 +63,9 @@ type InstanceReconciler struct {
 	Namespace string
 	Policy    InstancePolicy
 	Clock     clock.PassiveClock
+	// APIReader reads from the API server, bypassing the cache, to confirm
+	// a lost status (nil: trust the cache).
+	APIReader client.Reader
 }
 
 // SetupWithManager registers the projector, its indexes and watches.
@@ -159,6 +162,12 @@ func (r *InstanceReconciler) Reconcile(ctx context.Context, req reconcile.Reques
 	}
 	facts.Journal = journal.Fold(recs)
 	d := DecideInstance(facts, r.Policy)
+	if d.StatusLost {
+		live := &v1alpha1.PostgreSQLInstance{}
+		if behind, err := statusBehind(ctx, r.APIReader, req.NamespacedName, live, func() string { return string(live.Status.Phase) }); err != nil || behind {
+			return reconcile.Result{Requeue: behind}, client.IgnoreNotFound(err)
+		}
+	}
 	if d.Intent != nil {
 		payload := pgexec.InstanceIntent{
 			Endpoint: pgexec.Endpoint{Host: spec.Endpoint.Host, HostAddr: spec.Endpoint.HostAddr, Port: spec.Endpoint.Port,

@@ -74,6 +74,10 @@ type InstanceDecision struct {
 	Intent     *PlannedIntent
 	// RequeueAfter > 0 asks for another reconcile after that delay.
 	RequeueAfter time.Duration
+	// StatusLost: the decision rests on an empty status; the reconciler
+	// confirms it against the API server before acting (its cache may not
+	// have seen its own last status write yet).
+	StatusLost bool
 }
 
 func reconciling(msg string) ReadyCondition {
@@ -222,7 +226,9 @@ func readyOrResync(f InstanceFacts, p InstancePolicy, verifiedAt time.Time, vers
 	if f.Status.Phase == "" {
 		// Status was lost: rebuild it from a fresh observation, never from
 		// the journal alone.
-		return observe(v1alpha1.InstancePhaseValidating, reconciling("status was lost; validating again from external facts"))
+		d := observe(v1alpha1.InstancePhaseValidating, reconciling("status was lost; validating again from external facts"))
+		d.StatusLost = true
+		return d
 	}
 	due := verifiedAt.Add(p.ResyncInterval)
 	if !f.Now.Before(due) {

@@ -133,6 +133,9 @@ func TestDecideInstance(t *testing.T) {
 			case tc.intent != "" && (d.Intent == nil || d.Intent.Operation != tc.intent || d.Intent.Attempt != tc.attempt):
 				t.Fatalf("intent %+v, want %s attempt %d", d.Intent, tc.intent, tc.attempt)
 			}
+			if want := tc.name == "status wiped: observe again"; d.StatusLost != want {
+				t.Fatalf("StatusLost %v, want %v", d.StatusLost, want)
+			}
 		})
 	}
 }

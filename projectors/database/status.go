@@ -74,3 +74,19 @@ func announceIntent(rec events.EventRecorder, obj runtime.Object, op string, att
 	rec.Eventf(obj, nil, corev1.EventTypeNormal, EventIntentAppended, op,
 		"%s decided (attempt %d, journal sequence %d); an executor runs it next", op, attempt, res.Sequence)
 }
+
+// statusBehind reports whether the API server's copy of the object (read
+// into live, key of the cached object) has a status phase although the
+// cached copy had none: then the "status was lost" decision is an artifact
+// of the informer cache not having seen the projector's own last status
+// write yet, and the pass is repeated instead of restarting every step.
+// phase reads live's status phase. With a nil reader it trusts the cache.
+func statusBehind(ctx context.Context, reader client.Reader, key client.ObjectKey, live client.Object, phase func() string) (bool, error) {
+	if reader == nil {
+		return false, nil
+	}
+	if err := reader.Get(ctx, key, live); err != nil {
+		return false, err
+	}
+	return phase() != "", nil
+}

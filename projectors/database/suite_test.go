@@ -150,7 +150,7 @@ func startEnv() (_ *env, err error) {
 	if err := mgr.Add(router); err != nil {
 		return nil, err
 	}
-	r := &dbprojector.InstanceReconciler{Client: mgr.GetClient(), Journal: e.store, Namespace: controllerNS,
+	r := &dbprojector.InstanceReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Journal: e.store, Namespace: controllerNS,
 		Recorder: mgr.GetEventRecorder("ayatori-manager"),
 		Policy:   dbprojector.InstancePolicy{ResyncInterval: 2 * time.Second, RetryBase: 300 * time.Millisecond, RetryMax: 2 * time.Second, PendingRecheck: 5 * time.Second}}
 	if err := r.SetupWithManager(mgr, router.Instances); err != nil {

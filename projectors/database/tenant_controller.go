@@ -56,6 +56,8 @@ type TenantReconciler struct {
 	Config   TenantConfig
 	Policy   TenantPolicy
 	Clock    clock.PassiveClock
+	// APIReader: see InstanceReconciler.APIReader.
+	APIReader client.Reader
 }
 
 // SetupWithManager registers the projector and its watches.
@@ -209,6 +211,12 @@ func (r *TenantReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 		facts.InstanceProblem = fmt.Sprintf("PostgreSQLInstance %s is not Ready", t.Spec.InstanceRef)
 	}
 	d := DecideTenant(facts, r.Policy)
+	if d.StatusLost {
+		live := &v1alpha1.PostgreSQLTenant{}
+		if behind, err := statusBehind(ctx, r.APIReader, req.NamespacedName, live, func() string { return string(live.Status.Phase) }); err != nil || behind {
+			return reconcile.Result{Requeue: behind}, client.IgnoreNotFound(err)
+		}
+	}
 	ref := objectRef(t)
 	if d.Note != "" {
 		note := journal.Record{ID: fmt.Sprintf("%s/g%d/note/%s/%d", t.UID, t.Generation, d.Note, st.LastSequence), Type: journal.TypeNote,

@@ -109,6 +109,8 @@ type TenantDecision struct {
 	RemoveFinalizer bool
 	DatabaseOID     uint32
 	RequeueAfter    time.Duration
+	// StatusLost: see InstanceDecision.StatusLost.
+	StatusLost bool
 }
 
 // lastNote returns the last note of op (nil: none).
@@ -155,7 +157,7 @@ func DecideTenant(f TenantFacts, p TenantPolicy) TenantDecision {
 	if f.Status.Phase == "" && len(st.Intents) > 0 {
 		// Status was lost: re-run every step against the external facts.
 		if anyAfter(st, f.Generation, epoch) {
-			return TenantDecision{Phase: v1alpha1.TenantPhasePending, Note: NoteRevalidate,
+			return TenantDecision{Phase: v1alpha1.TenantPhasePending, Note: NoteRevalidate, StatusLost: true,
 				Ready: reconciling("status was lost; re-checking every step against the external facts")}
 		}
 	}

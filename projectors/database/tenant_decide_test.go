@@ -85,8 +85,11 @@ func TestDecideTenant(t *testing.T) {
 			case tc.intent != "" && (d.Intent == nil || d.Intent.Operation != tc.intent || d.Intent.Attempt != tc.attempt):
 				t.Fatalf("intent %+v, want %s a%d", d.Intent, tc.intent, tc.attempt)
 			}
-			if tc.name == "status wiped: revalidate" && d.Note != NoteRevalidate {
-				t.Fatalf("note %q", d.Note)
+			if tc.name == "status wiped: revalidate" && (d.Note != NoteRevalidate || !d.StatusLost) {
+				t.Fatalf("note %q, status lost %v", d.Note, d.StatusLost)
+			}
+			if tc.name != "status wiped: revalidate" && d.StatusLost {
+				t.Fatal("StatusLost set although status has a phase")
 			}
 			if tc.name == "deletion records the policy" && (d.Note != NoteDeletionStarted || d.NotePolicy != v1alpha1.DeletionPolicyDelete) {
 				t.Fatalf("note %q policy %q", d.Note, d.NotePolicy)
