@@ -22,6 +22,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -30,6 +31,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	bao "github.com/openbao/openbao/api/v2"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
@@ -121,6 +123,11 @@ func run(keep bool) error {
 	}
 	section("kubectl get pgtenant -A")
 	if err := printTable(ctx, s, "/apis/database.ayatori.ddupan.top/v1alpha1/postgresqltenants"); err != nil {
+		return err
+	}
+
+	section("kubectl events --for pgtenant/netbox -n netbox   (each decided step, then Ready)")
+	if err := printEvents(ctx, c, tenants[0]); err != nil {
 		return err
 	}
 
@@ -341,6 +348,27 @@ func waitInstance(ctx context.Context, c client.Client, name string, timeout tim
 
 // printTable prints what `kubectl get` prints: the server-side Table with
 // the CRD's printer columns.
+// printEvents prints the events.k8s.io Events about one Tenant, oldest
+// first, as `kubectl events --for` would.
+func printEvents(ctx context.Context, c client.Client, nn types.NamespacedName) error {
+	t := &v1alpha1.PostgreSQLTenant{}
+	if err := c.Get(ctx, nn, t); err != nil {
+		return err
+	}
+	var list eventsv1.EventList
+	if err := c.List(ctx, &list, client.InNamespace(nn.Namespace)); err != nil {
+		return err
+	}
+	evs := slices.DeleteFunc(list.Items, func(e eventsv1.Event) bool { return e.Regarding.UID != t.UID })
+	slices.SortStableFunc(evs, func(a, b eventsv1.Event) int { return a.EventTime.Compare(b.EventTime.Time) })
+	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "TYPE\tREASON\tACTION\tNOTE")
+	for _, e := range evs {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", e.Type, e.Reason, e.Action, e.Note)
+	}
+	return tw.Flush()
+}
+
 func printTable(ctx context.Context, s *integration.Stack, path string) error {
 	hc, err := rest.HTTPClientFor(s.CP.Config)
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1alpha1 "git.ddupan.top/panxiao81/ayatori/api/database/v1alpha1"
 	"git.ddupan.top/panxiao81/ayatori/journal"
@@ -89,4 +90,14 @@ func statusBehind(ctx context.Context, reader client.Reader, key client.ObjectKe
 		return false, err
 	}
 	return phase() != "", nil
+}
+
+// result returns res, or only err when there is one: controller-runtime
+// ignores a result returned next to an error (the error's back-off wins)
+// and warns about the pair.
+func result(res reconcile.Result, err error) (reconcile.Result, error) {
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	return res, nil
 }

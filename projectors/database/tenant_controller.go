@@ -232,13 +232,13 @@ func (r *TenantReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 			}
 			return reconcile.Result{}, err
 		}
-		return reconcile.Result{Requeue: true}, r.projectTenant(ctx, t, n, d)
+		return result(reconcile.Result{Requeue: true}, r.projectTenant(ctx, t, n, d))
 	}
 	if d.Intent != nil {
 		if ierr != nil && d.Intent.Operation != pgexec.OpRetainOwnership {
 			// The Instance is gone: Delete-path steps can not run; keep waiting.
-			return reconcile.Result{RequeueAfter: r.Policy.PendingRecheck}, r.projectTenant(ctx, t, n,
-				TenantDecision{Phase: d.Phase, Ready: notReady(v1alpha1.ReasonInstanceNotReady, facts.InstanceProblem)})
+			return result(reconcile.Result{RequeueAfter: r.Policy.PendingRecheck}, r.projectTenant(ctx, t, n,
+				TenantDecision{Phase: d.Phase, Ready: notReady(v1alpha1.ReasonInstanceNotReady, facts.InstanceProblem)}))
 		}
 		rec, err := r.intent(t, inst, n, d.Intent)
 		if err != nil {
@@ -258,7 +258,7 @@ func (r *TenantReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 		controllerutil.RemoveFinalizer(t, TenantFinalizer)
 		return reconcile.Result{}, client.IgnoreNotFound(r.Client.Patch(ctx, t, patch))
 	}
-	return reconcile.Result{RequeueAfter: d.RequeueAfter}, r.projectTenant(ctx, t, n, d)
+	return result(reconcile.Result{RequeueAfter: d.RequeueAfter}, r.projectTenant(ctx, t, n, d))
 }
 
 func instanceReady(i *v1alpha1.PostgreSQLInstance) bool {

@@ -271,14 +271,16 @@ func tenantFailure(f TenantFacts, p TenantPolicy, st *journal.State, step tenant
 	if reason == v1alpha1.ReasonInvalidSpec {
 		return d
 	}
+	if step.op == esexec.OpObserveProjection && reason == v1alpha1.ReasonCredentialProjectionFailed &&
+		attemptsSince(st, step.op, f.Generation, epoch) < projectionGrace {
+		// ESO syncs asynchronously: the first observations usually find
+		// the Secret not projected yet. That is still Reconciling (spec §10:
+		// Ready=Unknown while there is no conclusion), not a failure.
+		d.Ready, d.Conclusive = reconciling("waiting for ESO to project the Secret: "+msg), false
+	}
 	delay := p.RetryMax
 	if reason != v1alpha1.ReasonConflict {
-		n := 0
-		for _, r := range intentsOf(st, step.op, f.Generation) {
-			if r.Sequence > epoch {
-				n++
-			}
-		}
+		n := attemptsSince(st, step.op, f.Generation, epoch)
 		delay = p.RetryBase << min(max(n-1, 0), 16)
 		if delay <= 0 || delay > p.RetryMax {
 			delay = p.RetryMax
@@ -292,6 +294,23 @@ func tenantFailure(f TenantFacts, p TenantPolicy, st *journal.State, step tenant
 	d.Intent = &PlannedIntent{Operation: step.op, Attempt: nextAttempt(st, step.op, f.Generation)}
 	d.RequeueAfter = p.PendingRecheck
 	return d
+}
+
+// projectionGrace is how many ObserveProjection attempts (per epoch) find
+// the Secret not yet projected before the Tenant reports
+// CredentialProjectionFailed; with the default back-off (5 s, doubling)
+// that is about 35 s.
+const projectionGrace = 4
+
+// attemptsSince counts the intents of op for gen after epoch.
+func attemptsSince(st *journal.State, op string, gen int64, epoch uint64) int {
+	n := 0
+	for _, r := range intentsOf(st, op, gen) {
+		if r.Sequence > epoch {
+			n++
+		}
+	}
+	return n
 }
 
 func tenantReason(r *journal.Result, op string) string {
