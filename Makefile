@@ -16,6 +16,10 @@ help: ## Show this help.
 
 ##@ Build tools and servers
 
+.PHONY: postgres
+postgres: ## Check for the PostgreSQL 15 server binaries; install Debian's postgresql-15 when missing (root or passwordless sudo).
+	@integration/tools/ensure-postgres.sh
+
 .PHONY: tools
 tools: ## Build every pinned tool and test server that is missing from the cache.
 	@integration/tools/build.sh
@@ -59,7 +63,7 @@ test-unit: ## Fast loop: unit tests only (no servers).
 	go test $(GO_TEST_FLAGS) -short ./...
 
 .PHONY: test
-test: tools ## Unit + envtest + integration tests on real servers.
+test: postgres tools ## Unit + envtest + integration + stack tests on real servers.
 	go test $(GO_TEST_FLAGS) -count=1 -timeout 25m ./...
 
 ##@ Benchmarks
@@ -72,15 +76,17 @@ bench-journal: ## Journal benchmarks on an embedded JetStream (sync_interval alw
 ##@ Run
 
 .PHONY: demo
-demo: tools ## Run the product on real servers, print what a user sees, tear down (see README).
-	go run ./integration/demo
+demo: postgres tools ## Run the product on real servers, print what a user sees, tear down (see README).
+	@go build -o bin/ayatori-demo ./integration/demo
+	@bin/ayatori-demo
 
 .PHONY: dev
-dev: tools ## Like demo, but keep the stack up and print how to explore it; Ctrl-C stops everything.
-	go run ./integration/demo -keep
+dev: postgres tools ## Like demo, but keep the stack up and print how to explore it; Ctrl-C stops everything.
+	@go build -o bin/ayatori-demo ./integration/demo
+	@bin/ayatori-demo -keep
 
 .PHONY: bench
-bench: tools ## Scale benchmark: N=100 and N=1000 Tenants on one Instance, then N=100 with a leader hand-over (SIGTERM, SIGKILL) mid-run (figures in docs/journal.md).
+bench: postgres tools ## Scale benchmark: N=100 and N=1000 Tenants on one Instance, then N=100 with a leader hand-over (SIGTERM, SIGKILL) mid-run (figures in docs/journal.md).
 	go run ./integration/bench -n 100
 	go run ./integration/bench -n 1000
 	go run ./integration/bench -n 100 -handover term

@@ -64,7 +64,7 @@ func PostgresBinDir() (string, error) {
 		dir = "/usr/lib/postgresql/15/bin"
 	}
 	if _, err := os.Stat(filepath.Join(dir, "initdb")); err != nil {
-		return "", fmt.Errorf("PostgreSQL server binaries not found in %s (apt-get install -y postgresql, or set AYATORI_POSTGRES_BIN_DIR): %w", dir, err)
+		return "", fmt.Errorf("PostgreSQL server binaries not found in %s (apt-get install -y postgresql-15, or set AYATORI_POSTGRES_BIN_DIR): %w", dir, err)
 	}
 	return dir, nil
 }

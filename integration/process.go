@@ -155,6 +155,13 @@ var (
 	signalOnce  sync.Once
 )
 
+// OwnSignals tells the harness that the program handles SIGINT and SIGTERM
+// itself and closes what it started (the demo's `make dev` ends with
+// Ctrl-C and exits 0). Call it before starting anything; afterwards the
+// harness installs no signal handler of its own (parent-death signals
+// still stop every child if the program dies).
+func OwnSignals() { signalOnce.Do(func() {}) }
+
 func registerCleanup(fn func()) (unregister func()) {
 	signalOnce.Do(func() {
 		ch := make(chan os.Signal, 1)

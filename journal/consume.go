@@ -176,6 +176,10 @@ func (s *Store) handle(ctx context.Context, cfg ConsumerConfig, m jetstream.Msg,
 	}
 	// 1. Outcome exists: ack without re-executing.
 	if done, err := s.hasRecord(ctx, rec.Object.UID, OutcomeID(rec.ID)); err != nil {
+		if ctx.Err() != nil {
+			_ = m.Nak() // shutting down: hand it to another replica now
+			return
+		}
 		_ = m.NakWithDelay(cfg.backoff(md.NumDelivered))
 		return
 	} else if done {

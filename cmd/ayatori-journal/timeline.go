@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -26,6 +27,9 @@ func newTimelineCommand(g *globalOptions) *cobra.Command {
   ayatori-journal timeline --kind PostgreSQLTenant -n netbox --name netbox --follow`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if follow && g.fromFile != "" {
+				return errors.New("--follow needs a live server, not --from-file")
+			}
 			l, err := g.load(cmd, &sel, false, true, nil)
 			if err != nil {
 				return err

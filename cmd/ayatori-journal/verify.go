@@ -41,7 +41,7 @@ Each violation is reported with the stream sequences involved. Exit status: 0 cl
 					return err
 				}
 			} else if len(violations) == 0 {
-				fmt.Fprintf(out, "OK: %d records, %d objects, no invariant violated\n", len(recs), len(journal.Summaries(recs)))
+				fmt.Fprintf(out, "OK: %s, %s, no invariant violated\n", plural(len(recs), "record"), plural(len(journal.Summaries(recs)), "object"))
 			} else {
 				tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 				fmt.Fprintln(tw, "RULE\tSEQUENCES\tOBJECT\tUID\tDETAIL")
@@ -79,4 +79,12 @@ func dash(s string) string {
 		return "-"
 	}
 	return s
+}
+
+// plural renders "1 record" / "2 records".
+func plural(n int, noun string) string {
+	if n == 1 {
+		return fmt.Sprintf("%d %s", n, noun)
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }

@@ -73,6 +73,9 @@ func run(args []string) error {
 	}
 
 	if o.kubeconfig != "" {
+		if _, err := os.Stat(o.kubeconfig); err != nil {
+			return fmt.Errorf("--kubeconfig: %w", err)
+		}
 		os.Setenv("KUBECONFIG", o.kubeconfig)
 	}
 	cfg, err := ctrl.GetConfig()

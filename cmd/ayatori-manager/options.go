@@ -195,8 +195,10 @@ func (o *options) validate() error {
 	default:
 		bad("--journal-replicas must be 1, 3 or 5, got %d", o.journalReplicas)
 	}
-	if u, err := url.Parse(o.natsURL); err != nil || (u.Scheme != "nats" && u.Scheme != "tls" && u.Scheme != "ws" && u.Scheme != "wss") || u.Host == "" {
-		bad("--nats-url %q must be a nats://, tls://, ws:// or wss:// URL", o.natsURL)
+	if u, err := url.Parse(o.natsURL); err != nil {
+		bad("--nats-url is not a parseable URL")
+	} else if (u.Scheme != "nats" && u.Scheme != "tls" && u.Scheme != "ws" && u.Scheme != "wss") || u.Host == "" {
+		bad("--nats-url %q must be a nats://, tls://, ws:// or wss:// URL", redactURL(u))
 	}
 	for name, v := range map[string]string{"--openbao-address": o.openBaoAddress, "--openbao-consumer-address": o.openBaoConsumerAddress} {
 		if v == "" {
@@ -230,22 +232,40 @@ func (o *options) validate() error {
 }
 
 // validateHTTPURL: absolute http(s) URL without userinfo, query or fragment.
+// Error messages show the URL redacted (see redactURL): a rejected value
+// may carry a password or token.
 func validateHTTPURL(v string) error {
 	u, err := url.Parse(v)
 	if err != nil {
-		return fmt.Errorf("%q is not a URL", v)
+		return errors.New("is not a parseable URL")
 	}
+	shown := redactURL(u)
 	switch {
 	case u.Scheme != "http" && u.Scheme != "https":
-		return fmt.Errorf("%q must be an absolute http or https URL", v)
+		return fmt.Errorf("%q must be an absolute http or https URL", shown)
 	case u.Host == "":
-		return fmt.Errorf("%q has no host", v)
+		return fmt.Errorf("%q has no host", shown)
 	case u.User != nil:
-		return fmt.Errorf("%q must not contain user information", v)
+		return fmt.Errorf("%q must not contain user information", shown)
 	case u.RawQuery != "" || u.Fragment != "" || strings.Contains(v, "?") || strings.Contains(v, "#"):
-		return fmt.Errorf("%q must not contain a query or fragment", v)
+		return fmt.Errorf("%q must not contain a query or fragment", shown)
 	}
 	return nil
+}
+
+// redactURL renders u for an error message: password replaced by "xxxxx",
+// query and fragment dropped (marked "?..." / "#...").
+func redactURL(u *url.URL) string {
+	d := *u
+	suffix := ""
+	if d.RawQuery != "" || d.ForceQuery {
+		suffix += "?..."
+	}
+	if d.Fragment != "" {
+		suffix += "#..."
+	}
+	d.RawQuery, d.ForceQuery, d.Fragment, d.RawFragment = "", false, "", ""
+	return d.Redacted() + suffix
 }
 
 // validateMountPath: mount-relative path without leading '/', empty, '.'

@@ -94,3 +94,15 @@ func TestEveryFlagDocumented(t *testing.T) {
 		}
 	})
 }
+
+// A rejected URL may carry a password or token: the message must not.
+func TestFlagErrorsRedactSecrets(t *testing.T) {
+	err := parse(t, "--namespace=x", "--openbao-auth-role=r", "--external-secret-store-name=s",
+		"--openbao-address=https://root:CANARY-pw@bao/?token=CANARY-tok", "--nats-url=http://u:CANARY-nats@h:4222")
+	if err == nil {
+		t.Fatal("bad URLs accepted")
+	}
+	if strings.Contains(err.Error(), "CANARY") {
+		t.Fatalf("secret echoed in: %v", err)
+	}
+}

@@ -61,6 +61,9 @@ func main() {
 }
 
 func run(keep bool) error {
+	// Ctrl-C ends `make dev` normally: this program tears the stack down
+	// itself (deferred Close) and exits 0.
+	integration.OwnSignals()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	section("starting the local stack")
@@ -75,6 +78,15 @@ func run(keep bool) error {
 	}()
 	c := s.CP.Client
 	samples := filepath.Join(integration.RepoRoot(), "deploy", "samples")
+
+	// Every phase / Ready change, as the API server stores it, from now
+	// until all objects are Ready.
+	wctx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	watched, err := watchProgress(wctx, s)
+	if err != nil {
+		return err
+	}
 
 	section("applying deploy/samples with the Kubernetes API (as kubectl apply would)")
 	for _, f := range []string{"admin-secret.yaml", "postgresqlinstance.yaml", "postgresqltenant-netbox.yaml", "postgresqltenant-wiki.yaml"} {
@@ -103,19 +115,19 @@ func run(keep bool) error {
 		}
 	}
 
-	section("waiting for PostgreSQLInstance/shared to be Ready (phase transitions as they happen)")
+	section("waiting for the Instance and the Tenants to be Ready (every phase transition, watched)")
 	inst, err := waitInstance(ctx, c, "shared", 3*time.Minute)
 	if err != nil {
 		return fmt.Errorf("%w\nmanager log tail:\n%s", err, integration.Tail(s.ManagerLog, 20))
 	}
-
-	section("waiting for the PostgreSQLTenants to be Ready")
 	tenants := []types.NamespacedName{{Namespace: "netbox", Name: "netbox"}, {Namespace: "wiki", Name: "wiki"}}
 	for _, nn := range tenants {
 		if _, err := waitTenant(ctx, c, nn, 3*time.Minute); err != nil {
 			return fmt.Errorf("%w\nmanager log tail:\n%s", err, integration.Tail(s.ManagerLog, 30))
 		}
 	}
+	stopWatch()
+	<-watched
 
 	section("kubectl get pginstance")
 	if err := printTable(ctx, s, "/apis/database.ayatori.ddupan.top/v1alpha1/postgresqlinstances"); err != nil {
@@ -200,8 +212,14 @@ func run(keep bool) error {
 		fmt.Printf("    export KUBECONFIG=%s\n", s.CP.KubeconfigPath)
 		fmt.Printf("    kubectl get pginstance,pgtenant -A      # kubectl from Debian's kubectl package\n")
 		fmt.Printf("    kubectl get externalsecret,secret -n netbox\n")
-		fmt.Printf("    go run ./cmd/ayatori-journal --server %s list\n", s.NATS.URL)
-		fmt.Printf("    go run ./cmd/ayatori-journal --server %s timeline --kind PostgreSQLInstance --name shared --follow\n", s.NATS.URL)
+		fmt.Printf("    kubectl describe pgtenant -n netbox netbox   # conditions and the IntentAppended Events\n")
+		fmt.Printf("    export NATS_URL=%s\n", s.NATS.URL)
+		aj := s.JournalBin
+		fmt.Printf("    %s list\n", aj)
+		fmt.Printf("    %s timeline --kind PostgreSQLTenant -n netbox --name netbox --follow\n", aj)
+		fmt.Printf("    %s replay --kind PostgreSQLTenant -n netbox --name netbox --kubeconfig $KUBECONFIG\n", aj)
+		fmt.Printf("    %s verify\n", aj)
+		fmt.Printf("    %s export > journal.ndjson && %s --from-file journal.ndjson list\n", aj, aj)
 		fmt.Printf("    manager log: %s\n", s.ManagerLog)
 		<-ctx.Done()
 		return nil
@@ -262,7 +280,6 @@ func waitGone(ctx context.Context, c client.Client, o client.Object, timeout tim
 
 func waitTenant(ctx context.Context, c client.Client, nn types.NamespacedName, timeout time.Duration) (*v1alpha1.PostgreSQLTenant, error) {
 	deadline := time.Now().Add(timeout)
-	last := ""
 	for {
 		t := &v1alpha1.PostgreSQLTenant{}
 		if err := c.Get(ctx, nn, t); err != nil {
@@ -275,10 +292,6 @@ func waitTenant(ctx context.Context, c client.Client, nn types.NamespacedName, t
 				state += fmt.Sprintf("  Ready=%s (%s) %s", cond.Status, cond.Reason, cond.Message)
 				ready = cond.Status == metav1.ConditionTrue && cond.ObservedGeneration == t.Generation
 			}
-		}
-		if state != last {
-			say("PostgreSQLTenant/%s phase=%s", nn, state)
-			last = state
 		}
 		if ready {
 			return t, nil
@@ -316,7 +329,6 @@ func load(path string) ([]*unstructured.Unstructured, error) {
 
 func waitInstance(ctx context.Context, c client.Client, name string, timeout time.Duration) (*v1alpha1.PostgreSQLInstance, error) {
 	deadline := time.Now().Add(timeout)
-	last := ""
 	for {
 		inst := &v1alpha1.PostgreSQLInstance{}
 		if err := c.Get(ctx, types.NamespacedName{Name: name}, inst); err != nil {
@@ -327,10 +339,6 @@ func waitInstance(ctx context.Context, c client.Client, name string, timeout tim
 			if cond.Type == "Ready" {
 				state += fmt.Sprintf("  Ready=%s (%s) %s", cond.Status, cond.Reason, cond.Message)
 			}
-		}
-		if state != last {
-			say("PostgreSQLInstance/%s phase=%s", name, state)
-			last = state
 		}
 		if inst.Status.Phase == v1alpha1.InstancePhaseReady && inst.Status.ObservedGeneration == inst.Generation {
 			return inst, nil
@@ -346,8 +354,66 @@ func waitInstance(ctx context.Context, c client.Client, name string, timeout tim
 	}
 }
 
-// printTable prints what `kubectl get` prints: the server-side Table with
-// the CRD's printer columns.
+// watchProgress watches Instances and Tenants and prints each change of
+// phase or Ready condition as the API server stores it (a watch sees
+// every stored version, so no transition is missed the way polling could).
+// The returned channel closes when ctx ends and the printer has stopped.
+func watchProgress(ctx context.Context, s *integration.Stack) (<-chan struct{}, error) {
+	wc, err := client.NewWithWatch(s.CP.Config, client.Options{Scheme: s.CP.Scheme})
+	if err != nil {
+		return nil, err
+	}
+	iw, err := wc.Watch(ctx, &v1alpha1.PostgreSQLInstanceList{})
+	if err != nil {
+		return nil, err
+	}
+	tw, err := wc.Watch(ctx, &v1alpha1.PostgreSQLTenantList{})
+	if err != nil {
+		iw.Stop()
+		return nil, err
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer iw.Stop()
+		defer tw.Stop()
+		last := map[string]string{}
+		show := func(kind, name, phase string, conds []metav1.Condition) {
+			state := "phase=" + phase
+			for _, c := range conds {
+				if c.Type == "Ready" {
+					state += fmt.Sprintf("  Ready=%s (%s) %s", c.Status, c.Reason, c.Message)
+				}
+			}
+			if key := kind + "/" + name; state != last[key] && phase != "" {
+				last[key] = state
+				say("%s %s", key, state)
+			}
+		}
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case ev, ok := <-iw.ResultChan():
+				if !ok {
+					return
+				}
+				if i, isInst := ev.Object.(*v1alpha1.PostgreSQLInstance); isInst {
+					show("PostgreSQLInstance", i.Name, string(i.Status.Phase), i.Status.Conditions)
+				}
+			case ev, ok := <-tw.ResultChan():
+				if !ok {
+					return
+				}
+				if t, isTenant := ev.Object.(*v1alpha1.PostgreSQLTenant); isTenant {
+					show("PostgreSQLTenant", t.Namespace+"/"+t.Name, string(t.Status.Phase), t.Status.Conditions)
+				}
+			}
+		}
+	}()
+	return done, nil
+}
+
 // printEvents prints the events.k8s.io Events about one Tenant, oldest
 // first, as `kubectl events --for` would.
 func printEvents(ctx context.Context, c client.Client, nn types.NamespacedName) error {
@@ -369,6 +435,8 @@ func printEvents(ctx context.Context, c client.Client, nn types.NamespacedName) 
 	return tw.Flush()
 }
 
+// printTable prints what `kubectl get` prints: the server-side Table with
+// the CRD's printer columns.
 func printTable(ctx context.Context, s *integration.Stack, path string) error {
 	hc, err := rest.HTTPClientFor(s.CP.Config)
 	if err != nil {

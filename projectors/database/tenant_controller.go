@@ -209,6 +209,8 @@ func (r *TenantReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 		facts.InstanceProblem = fmt.Sprintf("PostgreSQLInstance %s is being deleted", t.Spec.InstanceRef)
 	case !instanceReady(inst):
 		facts.InstanceProblem = fmt.Sprintf("PostgreSQLInstance %s is not Ready", t.Spec.InstanceRef)
+		c := meta.FindStatusCondition(inst.Status.Conditions, v1alpha1.ConditionReady)
+		facts.InstanceProgressing = c == nil || c.Status == metav1.ConditionUnknown || c.ObservedGeneration != inst.Generation
 	}
 	d := DecideTenant(facts, r.Policy)
 	if d.StatusLost {

@@ -87,6 +87,10 @@ type TenantFacts struct {
 	ImmutableErrors []string
 	// InstanceProblem is non-empty when the Instance is missing, deleting or not Ready.
 	InstanceProblem string
+	// InstanceProgressing: the Instance is not Ready yet but has no
+	// conclusion either (Ready=Unknown: first validation, registry
+	// bootstrap); the Tenant then reports Reconciling, not a failure.
+	InstanceProgressing bool
 	Deleting        bool
 	SpecPolicy      v1alpha1.DeletionPolicy
 	Journal         *journal.State
@@ -149,6 +153,10 @@ func DecideTenant(f TenantFacts, p TenantPolicy) TenantDecision {
 	if len(f.ImmutableErrors) > 0 {
 		return TenantDecision{Phase: phase, Conclusive: true,
 			Ready: notReady(v1alpha1.ReasonImmutableField, strings.Join(f.ImmutableErrors, "; ")+" (restore the previous value; v1alpha1 has no rename or migration)")}
+	}
+	if f.InstanceProblem != "" && f.InstanceProgressing {
+		return TenantDecision{Phase: phase, RequeueAfter: p.PendingRecheck,
+			Ready: reconciling("waiting: " + f.InstanceProblem + " yet")}
 	}
 	if f.InstanceProblem != "" {
 		return TenantDecision{Phase: phase, Conclusive: true, RequeueAfter: p.PendingRecheck,
