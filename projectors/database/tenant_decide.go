@@ -91,9 +91,9 @@ type TenantFacts struct {
 	// conclusion either (Ready=Unknown: first validation, registry
 	// bootstrap); the Tenant then reports Reconciling, not a failure.
 	InstanceProgressing bool
-	Deleting        bool
-	SpecPolicy      v1alpha1.DeletionPolicy
-	Journal         *journal.State
+	Deleting            bool
+	SpecPolicy          v1alpha1.DeletionPolicy
+	Journal             *journal.State
 	// Records are the UID's records in order (for notes).
 	Records []journal.Record
 	Status  v1alpha1.PostgreSQLTenantStatus

@@ -52,7 +52,10 @@ func TestDecideTenant(t *testing.T) {
 		{name: "fresh: check extensions first", phase: "Pending", ready: "Unknown", intent: pgexec.OpCheckExtensions, attempt: 1},
 		{name: "invalid input: nothing runs", facts: func(f *TenantFacts) { f.InputErrors = []string{"bad"} }, phase: "Pending", ready: "False", reason: "InvalidSpec"},
 		{name: "instance not ready", facts: func(f *TenantFacts) { f.InstanceProblem = "not Ready" }, phase: "Pending", ready: "False", reason: "InstanceNotReady"},
-		{name: "instance still validating: reconciling", facts: func(f *TenantFacts) { f.InstanceProblem = "PostgreSQLInstance x is not Ready"; f.InstanceProgressing = true },
+		{name: "instance still validating: reconciling", facts: func(f *TenantFacts) {
+			f.InstanceProblem = "PostgreSQLInstance x is not Ready"
+			f.InstanceProgressing = true
+		},
 			phase: "Pending", ready: "Unknown", reason: "Reconciling"},
 		{name: "forged phase is ignored", facts: func(f *TenantFacts) { f.Status.Phase = v1alpha1.TenantPhaseReady; f.InstanceProblem = "x" },
 			phase: "Pending", ready: "False", reason: "InstanceNotReady"},
