@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
@@ -25,6 +26,12 @@ func newListCommand(g *globalOptions) *cobra.Command {
 			untilT, err := parseTimeFlag("until", until)
 			if err != nil {
 				return err
+			}
+			// Case-insensitive: --result failed means Failed.
+			for _, v := range []string{"Succeeded", "Failed", "ResultUnknown", "pending"} {
+				if strings.EqualFold(result, v) {
+					result = v
+				}
 			}
 			switch result {
 			case "", "Succeeded", "Failed", "ResultUnknown", "pending":

@@ -144,6 +144,7 @@ func TestGolden(t *testing.T) {
 		{"unknown object", []string{"timeline", "--kind", "PostgreSQLTenant", "-n", "x", "--name", "y"}, 3, ""},
 		{"bad output", []string{"list", "-o", "yaml"}, 2, ""},
 		{"negative timeout", []string{"list", "--timeout", "-1s"}, 2, ""},
+		{"result is case-insensitive", []string{"list", "--result", "failed", "-o", "json"}, 0, "list-failed.json"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -96,6 +96,17 @@ connection, file), 3 object not found.`,
 		if g.timeout <= 0 {
 			return fmt.Errorf("--timeout must be a positive duration, got %s", g.timeout)
 		}
+		if g.fromFile == "" {
+			for _, s := range strings.Split(g.server, ",") {
+				if scheme, _, ok := strings.Cut(strings.TrimSpace(s), "://"); ok {
+					switch strings.ToLower(scheme) {
+					case "nats", "tls", "ws", "wss":
+					default:
+						return fmt.Errorf("--server: %s:// is not a NATS URL scheme (use nats://host:4222, tls://, ws:// or wss://)", scheme)
+					}
+				}
+			}
+		}
 		return nil
 	}
 	root.AddCommand(newTimelineCommand(g), newReplayCommand(g), newVerifyCommand(g), newListCommand(g), newExportCommand(g))

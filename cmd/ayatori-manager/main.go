@@ -8,6 +8,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"strings"
@@ -55,8 +56,16 @@ func run(args []string) error {
 	zopts := zap.Options{StacktraceLevel: zapcore.DPanicLevel}
 	zopts.BindFlags(fs)
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig (default: in-cluster or $KUBECONFIG)")
+	// The flag list is printed for --help only; a bad flag gets one line.
+	fs.SetOutput(io.Discard)
 	if err := fs.Parse(args); err != nil {
-		return err
+		if errors.Is(err, flag.ErrHelp) {
+			fs.SetOutput(os.Stderr)
+			fmt.Fprintln(os.Stderr, "Usage of ayatori-manager (flags documented in docs/database/deployment.md):")
+			fs.PrintDefaults()
+			return err
+		}
+		return fmt.Errorf("%w (run ayatori-manager --help for the flags)", err)
 	}
 	if err := o.validate(); err != nil {
 		return fmt.Errorf("invalid flags:\n%w", err)
