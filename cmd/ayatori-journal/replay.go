@@ -33,8 +33,11 @@ type summary struct {
 	Unknown    int    `json:"stepsResultUnknown"`
 	Pending    int    `json:"pending"`
 	LastFailed string `json:"lastFailure,omitempty"`
-	// Converged: no intent pending and the last outcome of every step succeeded.
-	Converged bool `json:"converged"`
+	// Settled: no intent pending and the last outcome of every step so far
+	// succeeded. The journal cannot tell whether more steps follow: a
+	// settled object that is not Ready is waiting for its projector's next
+	// decision.
+	Settled bool `json:"settled"`
 }
 
 func summarize(st *journal.State) summary {
@@ -57,7 +60,7 @@ func summarize(st *journal.State) summary {
 	if lastFail.Result != nil {
 		s.LastFailed = journal.StepKey(lastFail) + ": " + lastFail.Result.Reason
 	}
-	s.Converged = s.Pending == 0 && s.Failed == 0 && s.Unknown == 0 && s.Succeeded > 0
+	s.Settled = s.Pending == 0 && s.Failed == 0 && s.Unknown == 0 && s.Succeeded > 0
 	return s
 }
 
@@ -146,7 +149,7 @@ func printReplay(w io.Writer, steps []replayStep) {
 			fmt.Fprintf(w, "    last outcome: %s\n", strings.Join(parts, ", "))
 		}
 		sm := s.Summary
-		fmt.Fprintf(w, "    summary: gen=%d succeeded=%d failed=%d unknown=%d pending=%d converged=%t", sm.Generation, sm.Succeeded, sm.Failed, sm.Unknown, sm.Pending, sm.Converged)
+		fmt.Fprintf(w, "    summary: gen=%d succeeded=%d failed=%d unknown=%d pending=%d settled=%t", sm.Generation, sm.Succeeded, sm.Failed, sm.Unknown, sm.Pending, sm.Settled)
 		if sm.LastFailed != "" {
 			fmt.Fprintf(w, " lastFailure=%q", sm.LastFailed)
 		}
@@ -210,8 +213,9 @@ func diffLive(ctx context.Context, kubeconfig string, st *journal.State) (*liveD
 		d.Mismatches = append(d.Mismatches, fmt.Sprintf("live Ready=True but the journal has %d pending intent(s)", s.Pending))
 	case d.Ready == "True" && s.Failed > 0:
 		d.Mismatches = append(d.Mismatches, "live Ready=True but the journal's last outcome of a step failed ("+s.LastFailed+")")
-	case d.Ready != "True" && s.Converged && d.Generation == s.Generation:
-		d.Mismatches = append(d.Mismatches, fmt.Sprintf("the journal shows every step succeeded for generation %d, but live Ready=%s (%s)", s.Generation, dash(d.Ready), dash(d.ReadyReason)))
+	case d.Ready != "True" && s.Settled && d.Generation == s.Generation:
+		d.Mismatches = append(d.Mismatches, fmt.Sprintf("the journal has nothing pending and no failed step for generation %d, but live Ready=%s (%s): "+
+			"the next step has not been decided (is a leader running?), or this read raced with it", s.Generation, dash(d.Ready), dash(d.ReadyReason)))
 	}
 	if d.Generation > s.Generation && d.ObservedGeneration >= d.Generation {
 		d.Mismatches = append(d.Mismatches, fmt.Sprintf("status claims generation %d was observed, but the journal has no intent for generations after %d", d.ObservedGeneration, s.Generation))
