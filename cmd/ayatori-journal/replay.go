@@ -184,18 +184,28 @@ func diffLive(ctx context.Context, kubeconfig string, st *journal.State) (*liveD
 	}
 	u := &unstructured.Unstructured{}
 	u.SetGroupVersionKind(mapping.GroupVersionKind)
-	d := &liveDiff{Mismatches: []string{}}
 	if err := c.Get(ctx, client.ObjectKey{Namespace: o.Namespace, Name: o.Name}, u); err != nil {
 		if apierrors.IsNotFound(err) {
-			d.Mismatches = append(d.Mismatches, "the object no longer exists; the journal is the only record")
-			return d, nil
+			return compareLive(nil, st), nil
 		}
 		return nil, err
+	}
+	return compareLive(u, st), nil
+}
+
+// compareLive compares the live object u (nil: it does not exist) with the
+// state the journal derives for it; each disagreement is one mismatch.
+func compareLive(u *unstructured.Unstructured, st *journal.State) *liveDiff {
+	o := st.Object
+	d := &liveDiff{Mismatches: []string{}}
+	if u == nil {
+		d.Mismatches = append(d.Mismatches, "the object no longer exists; the journal is the only record")
+		return d
 	}
 	d.Found = true
 	if string(u.GetUID()) != o.UID {
 		d.Mismatches = append(d.Mismatches, fmt.Sprintf("the live object has uid %s: it was recreated; the journal shows uid %s", u.GetUID(), o.UID))
-		return d, nil
+		return d
 	}
 	d.Generation = u.GetGeneration()
 	d.Phase, _, _ = unstructured.NestedString(u.Object, "status", "phase")
@@ -220,7 +230,7 @@ func diffLive(ctx context.Context, kubeconfig string, st *journal.State) (*liveD
 	if d.Generation > s.Generation && d.ObservedGeneration >= d.Generation {
 		d.Mismatches = append(d.Mismatches, fmt.Sprintf("status claims generation %d was observed, but the journal has no intent for generations after %d", d.ObservedGeneration, s.Generation))
 	}
-	return d, nil
+	return d
 }
 
 func printDiff(w io.Writer, d *liveDiff) {

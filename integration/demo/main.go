@@ -202,6 +202,15 @@ func run(keep bool) error {
 	if err := journalCLI(ctx, s, "timeline", "--kind", "PostgreSQLInstance", "--name", "shared"); err != nil {
 		return err
 	}
+	section("ayatori-journal replay --kind PostgreSQLTenant -n netbox --name netbox --kubeconfig ...   (last lines: the live object against the journal)")
+	out, err := exec.CommandContext(ctx, s.JournalBin, "--server", s.NATS.URL, "replay", "--kind", "PostgreSQLTenant", "-n", "netbox",
+		"--name", "netbox", "--kubeconfig", s.CP.KubeconfigPath).CombinedOutput()
+	if i := bytes.LastIndex(out, []byte("live object:")); i >= 0 {
+		fmt.Print(string(out[i:]))
+	}
+	if err != nil {
+		return fmt.Errorf("replay found the live Tenant disagreeing with the journal: %w\n%s", err, out)
+	}
 	section("ayatori-journal verify")
 	if err := journalCLI(ctx, s, "verify"); err != nil {
 		return err

@@ -1,0 +1,81 @@
+package main
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+
+	"git.ddupan.top/panxiao81/ayatori/journal"
+)
+
+// compareLive: every disagreement between the live object and the journal
+// that replay --kubeconfig reports, and none on agreement.
+func TestCompareLive(t *testing.T) {
+	obj := journal.ObjectRef{Group: "database.ayatori.ddupan.top", Kind: "PostgreSQLTenant", Namespace: "netbox", Name: "netbox",
+		UID: "7d3c0e52-1c1a-4b8e-9a53-000000000002", Generation: 1}
+	var recs []journal.Record
+	add := func(r journal.Record) journal.Record {
+		r.Sequence, r.Time = uint64(len(recs)+1), time.Date(2026, 11, 29, 10, 0, len(recs), 0, time.UTC)
+		recs = append(recs, r)
+		return r
+	}
+	intent := func(op string) journal.Record {
+		r, err := journal.NewIntent(obj, op, "", 1, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return add(r)
+	}
+	outcome := func(in journal.Record, c journal.ResultClass) {
+		r, err := journal.NewOutcome(in, journal.Result{Class: c, Reason: string(c)}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		add(r)
+	}
+	live := func(uid string, gen, observed int64, ready, reason string) *unstructured.Unstructured {
+		u := &unstructured.Unstructured{Object: map[string]any{}}
+		u.SetUID(types.UID(uid))
+		u.SetGeneration(gen)
+		_ = unstructured.SetNestedField(u.Object, observed, "status", "observedGeneration")
+		_ = unstructured.SetNestedSlice(u.Object, []any{map[string]any{"type": "Ready", "status": ready, "reason": reason}}, "status", "conditions")
+		return u
+	}
+	claim := intent("ClaimOwnership")
+	outcome(claim, journal.Succeeded)
+	settled := journal.Fold(append([]journal.Record(nil), recs...))
+	role := intent("CreateRole")
+	pending := journal.Fold(append([]journal.Record(nil), recs...))
+	outcome(role, journal.Failed)
+	failed := journal.Fold(append([]journal.Record(nil), recs...))
+
+	cases := []struct {
+		name string
+		u    *unstructured.Unstructured
+		st   *journal.State
+		want string // substring of the only mismatch; "" for none
+	}{
+		{"gone", nil, settled, "no longer exists"},
+		{"recreated", live("other-uid", 1, 1, "True", "Ready"), settled, "recreated"},
+		{"ready while pending", live(obj.UID, 1, 1, "True", "Ready"), pending, "1 pending intent"},
+		{"ready after a failure", live(obj.UID, 1, 1, "True", "Ready"), failed, "failed (CreateRole"},
+		{"settled but not ready", live(obj.UID, 1, 1, "Unknown", "Reconciling"), settled, "next step has not been decided"},
+		{"observed a generation the journal never saw", live(obj.UID, 3, 3, "Unknown", "Reconciling"), pending, "no intent for generations after 1"},
+		{"agreement: reconciling while pending", live(obj.UID, 1, 1, "Unknown", "Reconciling"), pending, ""},
+		{"agreement: failure shown", live(obj.UID, 1, 1, "False", "DependencyUnavailable"), failed, ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			d := compareLive(tc.u, tc.st)
+			switch {
+			case tc.want == "" && len(d.Mismatches) != 0:
+				t.Fatalf("unexpected mismatches %q", d.Mismatches)
+			case tc.want != "" && (len(d.Mismatches) != 1 || !strings.Contains(d.Mismatches[0], tc.want)):
+				t.Fatalf("mismatches %q, want one containing %q", d.Mismatches, tc.want)
+			}
+		})
+	}
+}
