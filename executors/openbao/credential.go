@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"time"
 
 	bao "github.com/openbao/openbao/api/v2"
 
@@ -46,6 +47,12 @@ type CredentialIntent struct {
 	HostAddr    string `json:"hostaddr"`
 	Port        int32  `json:"port"`
 	SSLMode     string `json:"sslmode"`
+	// AlreadyIssued: the journal shows that this Tenant's password was
+	// generated before or handed to PostgreSQL (a CreateRole was decided),
+	// so a role may hold it. The record must then exist: an absent one is a
+	// Conflict and nothing is written (specification §6, §8.3: never a
+	// second password, never a reset of the role's password).
+	AlreadyIssued bool `json:"alreadyIssued,omitempty"`
 }
 
 // CredentialOutcome is the payload of a WriteCredential outcome: the KV path
@@ -56,7 +63,15 @@ type CredentialOutcome struct {
 	Created bool   `json:"created"`
 }
 
+// DestroyOutcome is the payload of a DestroyCredential outcome.
+type DestroyOutcome struct {
+	// Skipped explains why nothing was destroyed (a record that is not
+	// this Tenant's).
+	Skipped string `json:"skipped,omitempty"`
+}
+
 func init() {
+	journal.RegisterPayload(OpDestroyCredential, journal.TypeOutcome, DestroyOutcome{})
 	journal.RegisterPayload(OpWriteCredential, journal.TypeIntent, CredentialIntent{})
 	journal.RegisterPayload(OpDestroyCredential, journal.TypeIntent, CredentialIntent{})
 	journal.RegisterPayload(OpWriteCredential, journal.TypeOutcome, CredentialOutcome{})
@@ -157,10 +172,19 @@ func (s *Store) Write(ctx context.Context, in CredentialIntent, owner Owner) (Cr
 			return out, &Failure{Reason: ReasonConflict, Message: fmt.Sprintf("the OpenBao record %s/%s exists and does not belong to this Tenant", in.Mount, in.Path)}
 		}
 		if md.CurrentVersion > 0 {
+			if f := unreadable(md, in.Mount, in.Path, time.Now()); f != nil {
+				return out, f
+			}
 			out.Version = md.CurrentVersion
 			return out, nil
 		}
+		if in.AlreadyIssued {
+			return out, missingRecord(in)
+		}
 	case notFound(err):
+		if in.AlreadyIssued {
+			return out, missingRecord(in)
+		}
 		if err := s.Client.do(ctx, func(c *bao.Client) error {
 			return c.KVv2(in.Mount).PutMetadata(ctx, in.Path, bao.KVMetadataPutInput{CustomMetadata: toAny(owner.metadata())})
 		}); err != nil {
@@ -199,27 +223,67 @@ func (s *Store) Write(ctx context.Context, in CredentialIntent, owner Owner) (Cr
 	return out, nil
 }
 
+// missingRecord is the Conflict of an absent record whose password was
+// already issued: writing a new one would give the application a password
+// the role does not have.
+func missingRecord(in CredentialIntent) *Failure {
+	return &Failure{Reason: ReasonConflict, Message: fmt.Sprintf("the OpenBao record %s/%s is missing, but this Tenant's password was already issued "+
+		"(role %s may hold it); Ayatori never generates a second password or resets the role's password: restore the record "+
+		"(an OpenBao snapshot, with its custom_metadata) or follow \"KV record lost\" in docs/database/operations.md", in.Mount, in.Path, in.Username)}
+}
+
+// unreadable reports a record whose current version is soft-deleted or
+// destroyed (kv delete / kv destroy): the password is still the role's,
+// so the admin restores that version; nothing is written meanwhile.
+func unreadable(md *bao.KVMetadata, mount, path string, now time.Time) *Failure {
+	v, ok := md.Versions[strconv.Itoa(md.CurrentVersion)]
+	if !ok {
+		return nil
+	}
+	switch {
+	case v.Destroyed:
+		return &Failure{Reason: ReasonConflict, Message: fmt.Sprintf("the current version %d of the OpenBao record %s/%s is destroyed and cannot be undeleted; "+
+			"Ayatori never writes a second password: make a live version current again (kv rollback to an earlier version holding the same password) "+
+			"or follow \"KV record lost\" in docs/database/operations.md", md.CurrentVersion, mount, path)}
+	case !v.DeletionTime.IsZero() && !v.DeletionTime.After(now):
+		return &Failure{Reason: ReasonConflict, Message: fmt.Sprintf("the current version %d of the OpenBao record %s/%s is deleted; "+
+			"undelete it (bao kv undelete -mount=%s -versions=%d %s); Ayatori never writes a second password", md.CurrentVersion, mount, path, mount, md.CurrentVersion, path)}
+	}
+	return nil
+}
+
 // Read returns the current password of a record after proving ownership.
 // The password stays in memory; callers never log or return it.
 func (s *Store) Read(ctx context.Context, mount, path string, owner Owner) (password string, version int, err error) {
 	var md *bao.KVMetadata
-	var sec *bao.KVSecret
 	err = s.Client.do(ctx, func(c *bao.Client) error {
 		var e error
-		if md, e = c.KVv2(mount).GetMetadata(ctx, path); e != nil {
-			return e
-		}
-		sec, e = c.KVv2(mount).Get(ctx, path)
+		md, e = c.KVv2(mount).GetMetadata(ctx, path)
 		return e
 	})
 	if notFound(err) {
 		return "", 0, &Failure{Reason: ReasonConflict, Message: fmt.Sprintf("the OpenBao record %s/%s does not exist", mount, path)}
 	}
 	if err != nil {
-		return "", 0, classify(err, "credential read")
+		return "", 0, classify(err, "metadata read")
 	}
 	if !owner.owns(md.CustomMetadata) {
 		return "", 0, &Failure{Reason: ReasonConflict, Message: fmt.Sprintf("the OpenBao record %s/%s does not belong to this Tenant", mount, path)}
+	}
+	if f := unreadable(md, mount, path, time.Now()); f != nil {
+		return "", 0, f
+	}
+	var sec *bao.KVSecret
+	err = s.Client.do(ctx, func(c *bao.Client) error {
+		var e error
+		sec, e = c.KVv2(mount).Get(ctx, path)
+		return e
+	})
+	if notFound(err) {
+		return "", 0, &Failure{Reason: ReasonConflict, Message: fmt.Sprintf("the OpenBao record %s/%s has no readable version", mount, path)}
+	}
+	if err != nil {
+		return "", 0, classify(err, "credential read")
 	}
 	p, _ := sec.Data["password"].(string)
 	if p == "" {
@@ -229,34 +293,44 @@ func (s *Store) Read(ctx context.Context, mount, path string, owner Owner) (pass
 }
 
 // Destroy removes the record with all versions and metadata when it belongs
-// to owner (absent: nothing to do), then reads back that it is gone.
-func (s *Store) Destroy(ctx context.Context, mount, path string, owner Owner) error {
+// to owner (absent: nothing to do), then reads back that it is gone. A
+// record of anyone else (a retained Tenant's, a foreign one) is left in
+// place and reported in skipped: it is never a reason to keep the Tenant's
+// finalizer (specification §11).
+func (s *Store) Destroy(ctx context.Context, mount, path string, owner Owner) (skipped string, err error) {
 	var md *bao.KVMetadata
-	err := s.Client.do(ctx, func(c *bao.Client) error {
+	err = s.Client.do(ctx, func(c *bao.Client) error {
 		var e error
 		md, e = c.KVv2(mount).GetMetadata(ctx, path)
 		return e
 	})
 	if notFound(err) {
-		return nil
+		return "", nil
 	}
 	if err != nil {
-		return classify(err, "metadata read")
+		return "", classify(err, "metadata read")
 	}
 	if !owner.owns(md.CustomMetadata) {
-		return &Failure{Reason: ReasonConflict, Message: fmt.Sprintf("refusing to destroy %s/%s: it does not belong to this Tenant", mount, path)}
+		by := "no Ayatori owner"
+		if uid, _ := md.CustomMetadata[MetaTenantUID].(string); uid != "" {
+			by = "Tenant uid " + uid
+			if name, _ := md.CustomMetadata[MetaTenant].(string); name != "" {
+				by = "Tenant " + name + " (uid " + uid + ")"
+			}
+		}
+		return fmt.Sprintf("the OpenBao record %s/%s belongs to %s, not this Tenant: left in place", mount, path, by), nil
 	}
 	if err := s.Client.do(ctx, func(c *bao.Client) error { return c.KVv2(mount).DeleteMetadata(ctx, path) }); err != nil {
-		return classify(err, "destroy")
+		return "", classify(err, "destroy")
 	}
 	err = s.Client.do(ctx, func(c *bao.Client) error {
 		_, e := c.KVv2(mount).GetMetadata(ctx, path)
 		return e
 	})
 	if !notFound(err) {
-		return &Failure{Reason: ReasonDependencyUnavailable, Message: "the OpenBao record still exists after destroy"}
+		return "", &Failure{Reason: ReasonDependencyUnavailable, Message: "the OpenBao record still exists after destroy"}
 	}
-	return nil
+	return "", nil
 }
 
 func toAny(m map[string]string) map[string]any {

@@ -60,8 +60,9 @@ func (e *Executor) destroy(ctx context.Context, rec journal.Record) (journal.Out
 	}
 	ctx, cancel := e.ctx(ctx)
 	defer cancel()
-	if err := e.Store.Destroy(ctx, in.Mount, in.Path, ownerOf(rec, in)); err != nil {
+	skipped, err := e.Store.Destroy(ctx, in.Mount, in.Path, ownerOf(rec, in))
+	if err != nil {
 		return failedOutcome(err), nil
 	}
-	return journal.Outcome{Result: journal.Result{Class: journal.Succeeded}}, nil
+	return journal.Outcome{Result: journal.Result{Class: journal.Succeeded, Message: skipped}, Payload: DestroyOutcome{Skipped: skipped}}, nil
 }

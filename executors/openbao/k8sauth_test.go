@@ -111,8 +111,30 @@ path "kv/metadata/postgresql-tenants/*" { capabilities = ["create", "read", "upd
 	if err == nil {
 		t.Fatal("a token of another ServiceAccount logged in")
 	}
+	// The refusal says what failed: the Kubernetes auth login, the role, the
+	// HTTP status (issue 10 §3), not "metadata read failed".
 	var f *openbao.Failure
-	_ = errors.As(err, &f)
+	if !errors.As(err, &f) || !strings.Contains(f.Message, "Kubernetes auth login") || !strings.Contains(f.Message, "role ayatori") ||
+		!strings.Contains(f.Message, "HTTP 403") || strings.Contains(f.Message, "metadata read") {
+		t.Fatalf("unbound ServiceAccount: want a Kubernetes auth login failure naming the role and status, got %v", err)
+	}
+	// A role that requires another audience refuses the token the same way.
+	if _, err := root.Logical().WriteWithContext(ctx, "auth/kubernetes/role/aud", map[string]any{
+		"bound_service_account_names":      []string{"ayatori-manager"},
+		"bound_service_account_namespaces": []string{"ayatori-system"},
+		"audience":                         "https://openbao.example",
+		"policies":                         []string{"ayatori-controller"},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	ac, _ := openbao.NewClient(ob.Address, openbao.KubernetesAuth{Mount: "kubernetes", Role: "aud", TokenPath: write("manager2", managerToken)}, 10*time.Second)
+	_, err = (&openbao.Store{Client: ac}).Write(ctx, in, openbao.Owner{InstanceUID: "i", TenantUID: "t", Namespace: "app", Name: "app"})
+	if !errors.As(err, &f) || !strings.Contains(f.Message, "Kubernetes auth login") || !strings.Contains(f.Message, "role aud") || !strings.Contains(f.Message, "HTTP ") {
+		t.Fatalf("wrong audience: want a Kubernetes auth login failure naming the role and status, got %v", err)
+	}
+	if strings.Contains(f.Message, managerToken) {
+		t.Fatal("the failure echoes the ServiceAccount token")
+	}
 }
 
 var authMount = bao.EnableAuthOptions{Type: "kubernetes"}

@@ -5,8 +5,11 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
+
+	bao "github.com/openbao/openbao/api/v2"
 
 	"git.ddupan.top/panxiao81/ayatori/executors/openbao"
 	"git.ddupan.top/panxiao81/ayatori/integration"
@@ -51,8 +54,13 @@ func TestCredentialStore(t *testing.T) {
 	if !errors.As(err, &f) || f.Reason != "Conflict" {
 		t.Fatalf("foreign write: want Conflict, got %v", err)
 	}
-	if err := s.Destroy(ctx, "kv", in.Path, intruder); !errors.As(err, &f) || f.Reason != "Conflict" {
-		t.Fatalf("foreign destroy: want Conflict, got %v", err)
+	// Destroying someone else's record is skipped and reported, never a
+	// failure that would keep a finalizer.
+	if skipped, err := s.Destroy(ctx, "kv", in.Path, intruder); err != nil || !strings.Contains(skipped, "left in place") || !strings.Contains(skipped, "tenant-1") {
+		t.Fatalf("foreign destroy: want skipped, got %q %v", skipped, err)
+	}
+	if pw2, v2, err := s.Read(ctx, "kv", in.Path, owner); err != nil || pw2 != pw1 || v2 != 1 {
+		t.Fatalf("a skipped destroy changed the record: v%d %v", v2, err)
 	}
 	// A record written by someone else without our metadata is foreign.
 	root, _ := ob.Client(ob.RootToken)
@@ -65,13 +73,128 @@ func TestCredentialStore(t *testing.T) {
 		t.Fatalf("pre-existing foreign record: want Conflict, got %v", err)
 	}
 	// Destroy removes every version and the metadata.
-	if err := s.Destroy(ctx, "kv", in.Path, owner); err != nil {
-		t.Fatal(err)
+	if skipped, err := s.Destroy(ctx, "kv", in.Path, owner); err != nil || skipped != "" {
+		t.Fatal(skipped, err)
 	}
 	if _, err := root.KVv2("kv").GetMetadata(ctx, in.Path); err == nil {
 		t.Fatal("metadata still exists after destroy")
 	}
-	if err := s.Destroy(ctx, "kv", in.Path, owner); err != nil {
-		t.Fatalf("destroy is idempotent: %v", err)
+	if skipped, err := s.Destroy(ctx, "kv", in.Path, owner); err != nil || skipped != "" {
+		t.Fatalf("destroy is idempotent: %q %v", skipped, err)
+	}
+}
+
+func newStore(t *testing.T) (*openbao.Store, *integration.OpenBao) {
+	t.Helper()
+	ob := integration.StartOpenBao(t)
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tokenFile, []byte(ob.RootToken), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := openbao.NewClient(ob.Address, openbao.TokenFileAuth{Path: tokenFile}, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &openbao.Store{Client: c}, ob
+}
+
+// TestCredentialNeverSecondPassword (issue 10 §3): once the Tenant's
+// password was issued, a record deleted out of band (metadata and all
+// versions, or only the data) is a Conflict that names the path and what to
+// do; nothing is written, so no second password can reach the application.
+func TestCredentialNeverSecondPassword(t *testing.T) {
+	s, ob := newStore(t)
+	ctx := context.Background()
+	root, _ := ob.Client(ob.RootToken)
+	in := openbao.CredentialIntent{Mount: "kv", Path: "postgresql-tenants/ns/lost", InstanceUID: "inst-1", Username: "lost", Database: "lost",
+		Host: "db.home.arpa", HostAddr: "192.0.2.10", Port: 5432, SSLMode: "verify-full"}
+	owner := openbao.Owner{InstanceUID: "inst-1", TenantUID: "tenant-1", Namespace: "ns", Name: "lost"}
+	if out, err := s.Write(ctx, in, owner); err != nil || !out.Created {
+		t.Fatalf("first write %+v %v", out, err)
+	}
+	if err := root.KVv2("kv").DeleteMetadata(ctx, in.Path); err != nil {
+		t.Fatal(err)
+	}
+	again := in
+	again.AlreadyIssued = true
+	_, err := s.Write(ctx, again, owner)
+	var f *openbao.Failure
+	if !errors.As(err, &f) || f.Reason != "Conflict" || !strings.Contains(f.Message, "kv/"+in.Path) || !strings.Contains(f.Message, "never generates a second password") {
+		t.Fatalf("absent record after issue: want Conflict naming the path, got %v", err)
+	}
+	if _, err := root.KVv2("kv").GetMetadata(ctx, in.Path); err == nil {
+		t.Fatal("something was written for an absent record whose password was already issued")
+	}
+	// Metadata without a version (a crash between the two writes, or a
+	// record emptied by hand) is the same case.
+	if err := root.KVv2("kv").PutMetadata(ctx, in.Path, bao.KVMetadataPutInput{CustomMetadata: map[string]any{
+		openbao.MetaInstanceUID: "inst-1", openbao.MetaTenantUID: "tenant-1", openbao.MetaTenant: "ns/lost"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Write(ctx, again, owner); !errors.As(err, &f) || f.Reason != "Conflict" {
+		t.Fatalf("metadata-only record after issue: want Conflict, got %v", err)
+	}
+	if md, err := root.KVv2("kv").GetMetadata(ctx, in.Path); err != nil || md.CurrentVersion != 0 {
+		t.Fatalf("a version was written: %+v %v", md, err)
+	}
+	// Without a prior issue (a fresh Tenant) the same state is completed.
+	if out, err := s.Write(ctx, in, owner); err != nil || !out.Created {
+		t.Fatalf("fresh write %+v %v", out, err)
+	}
+}
+
+// TestCredentialDeletedVersion (issue 10 §3): a soft-deleted current
+// version is reported with the path and "undelete", a destroyed one with
+// "destroyed"; Write and Read write nothing; after an undelete the same
+// password is reused.
+func TestCredentialDeletedVersion(t *testing.T) {
+	s, ob := newStore(t)
+	ctx := context.Background()
+	root, _ := ob.Client(ob.RootToken)
+	in := openbao.CredentialIntent{Mount: "kv", Path: "postgresql-tenants/ns/soft", InstanceUID: "inst-1", Username: "soft", Database: "soft",
+		Host: "db.home.arpa", HostAddr: "192.0.2.10", Port: 5432, SSLMode: "verify-full"}
+	owner := openbao.Owner{InstanceUID: "inst-1", TenantUID: "tenant-1", Namespace: "ns", Name: "soft"}
+	if _, err := s.Write(ctx, in, owner); err != nil {
+		t.Fatal(err)
+	}
+	pw1, _, err := s.Read(ctx, "kv", in.Path, owner)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := root.KVv2("kv").Delete(ctx, in.Path); err != nil {
+		t.Fatal(err)
+	}
+	var f *openbao.Failure
+	for _, issued := range []bool{false, true} {
+		w := in
+		w.AlreadyIssued = issued
+		_, err := s.Write(ctx, w, owner)
+		if !errors.As(err, &f) || f.Reason != "Conflict" || !strings.Contains(f.Message, "kv/"+in.Path) || !strings.Contains(f.Message, "undelete") {
+			t.Fatalf("write on a deleted version (issued=%v): want Conflict with the path and undelete, got %v", issued, err)
+		}
+	}
+	if _, _, err := s.Read(ctx, "kv", in.Path, owner); !errors.As(err, &f) || !strings.Contains(f.Message, "undelete") {
+		t.Fatalf("read on a deleted version: %v", err)
+	}
+	if md, _ := root.KVv2("kv").GetMetadata(ctx, in.Path); md.CurrentVersion != 1 {
+		t.Fatalf("a second version was written: %d", md.CurrentVersion)
+	}
+	if err := root.KVv2("kv").Undelete(ctx, in.Path, []int{1}); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := s.Write(ctx, in, owner); err != nil || out.Created || out.Version != 1 {
+		t.Fatalf("after undelete: %+v %v", out, err)
+	}
+	if pw2, _, _ := s.Read(ctx, "kv", in.Path, owner); pw2 != pw1 {
+		t.Fatal("the password changed across delete/undelete")
+	}
+	if err := root.KVv2("kv").Destroy(ctx, in.Path, []int{1}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Write(ctx, in, owner); !errors.As(err, &f) || f.Reason != "Conflict" || !strings.Contains(f.Message, "destroyed") {
+		t.Fatalf("write on a destroyed version: %v", err)
+	}
+	if md, _ := root.KVv2("kv").GetMetadata(ctx, in.Path); md.CurrentVersion != 1 {
+		t.Fatalf("a second version was written: %d", md.CurrentVersion)
 	}
 }
