@@ -6,8 +6,11 @@ package externalsecrets
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -16,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"git.ddupan.top/panxiao81/ayatori/journal"
@@ -26,7 +30,64 @@ const (
 	OpEnsureExternalSecret = "EnsureExternalSecret"
 	OpObserveProjection    = "ObserveProjection"
 	OpDeleteExternalSecret = "DeleteExternalSecret"
+	// OpRetainExternalSecret releases the ExternalSecret of a Tenant deleted
+	// with deletionPolicy Retain: the owner reference to the Tenant is
+	// removed (so a garbage collector never deletes it, and with it the
+	// application's Secret) and the ExternalSecret is marked retained. It
+	// keeps projecting the retained KV record; it is unmanaged from then on
+	// (docs/decisions/0003-retained-externalsecret.md).
+	OpRetainExternalSecret = "RetainExternalSecret"
 )
+
+// Labels and annotations Ayatori writes on the ExternalSecret (ESO copies
+// them to the target Secret).
+const (
+	LabelManagedBy = "app.kubernetes.io/managed-by"
+	// LabelTenant is the Tenant's name as a label value: the name itself
+	// when it is a valid label value (at most 63 characters), else a
+	// shortened, hashed form (see LabelValue). The annotation has the full
+	// namespace/name.
+	LabelTenant      = "database.ayatori.ddupan.top/tenant"
+	AnnotationTenant = "database.ayatori.ddupan.top/tenant"
+	// AnnotationRetained marks an ExternalSecret released by
+	// RetainExternalSecret: "<namespace>/<name> uid <uid>" of the Tenant.
+	AnnotationRetained = "database.ayatori.ddupan.top/retained-from"
+)
+
+// LabelValue returns s when it is a valid label value, else its first 52
+// characters, "-" and 10 hex digits of its SHA-256: always a valid label
+// value for any Kubernetes object name (at most 253 characters).
+func LabelValue(s string) string {
+	if len(validation.IsValidLabelValue(s)) == 0 {
+		return s
+	}
+	sum := sha256.Sum256([]byte(s))
+	prefix := s
+	if len(prefix) > 52 {
+		prefix = prefix[:52]
+	}
+	prefix = strings.TrimRightFunc(prefix, func(r rune) bool { return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9') })
+	if prefix == "" {
+		return hex.EncodeToString(sum[:])[:10]
+	}
+	return prefix + "-" + hex.EncodeToString(sum[:])[:10]
+}
+
+// ValidateNames checks every name this executor derives for a Tenant before
+// the first external write: the ExternalSecret and target Secret names, and
+// the label values. It returns one message per problem.
+func ValidateNames(externalSecret, targetSecret, tenantName string) []string {
+	var errs []string
+	for what, n := range map[string]string{"ExternalSecret name": externalSecret, "target Secret name": targetSecret} {
+		for _, m := range validation.IsDNS1123Subdomain(n) {
+			errs = append(errs, fmt.Sprintf("derived %s %q is not a valid object name: %s", what, n, m))
+		}
+	}
+	for _, m := range validation.IsValidLabelValue(LabelValue(tenantName)) {
+		errs = append(errs, fmt.Sprintf("derived label value for %q is invalid: %s", tenantName, m))
+	}
+	return errs
+}
 
 // ExternalSecretGVK is external-secrets.io/v1 ExternalSecret.
 var ExternalSecretGVK = schema.GroupVersionKind{Group: "external-secrets.io", Version: "v1", Kind: "ExternalSecret"}
@@ -49,10 +110,20 @@ type ProjectionIntent struct {
 	OwnerKind       string `json:"ownerKind"`
 }
 
+// ProjectionOutcome is the payload of DeleteExternalSecret and
+// RetainExternalSecret outcomes.
+type ProjectionOutcome struct {
+	// Skipped explains what was left in place (an object that is not this
+	// Tenant's).
+	Skipped string `json:"skipped,omitempty"`
+}
+
 func init() {
-	for _, op := range []string{OpEnsureExternalSecret, OpObserveProjection, OpDeleteExternalSecret} {
+	for _, op := range []string{OpEnsureExternalSecret, OpObserveProjection, OpDeleteExternalSecret, OpRetainExternalSecret} {
 		journal.RegisterPayload(op, journal.TypeIntent, ProjectionIntent{})
 	}
+	journal.RegisterPayload(OpDeleteExternalSecret, journal.TypeOutcome, ProjectionOutcome{})
+	journal.RegisterPayload(OpRetainExternalSecret, journal.TypeOutcome, ProjectionOutcome{})
 }
 
 // Executor manages ExternalSecrets with a Kubernetes client (reads go to
@@ -77,12 +148,18 @@ func (e *Executor) Handlers() map[string]journal.Handler {
 		OpEnsureExternalSecret: e.op(e.ensure),
 		OpObserveProjection:    e.op(e.observe),
 		OpDeleteExternalSecret: e.op(e.delete),
+		OpRetainExternalSecret: e.op(e.retain),
 	}
 }
 
 type failure struct{ reason, msg string }
 
 func (f *failure) Error() string { return f.reason + ": " + f.msg }
+
+// skipped is a successful outcome that left a foreign object in place.
+type skipped struct{ msg string }
+
+func (s *skipped) Error() string { return s.msg }
 
 func (e *Executor) op(fn func(ctx context.Context, rec journal.Record, in ProjectionIntent) error) journal.Handler {
 	return func(ctx context.Context, rec journal.Record) (journal.Outcome, error) {
@@ -97,6 +174,10 @@ func (e *Executor) op(fn func(ctx context.Context, rec journal.Record, in Projec
 		ctx, cancel := context.WithTimeout(ctx, t)
 		defer cancel()
 		if err := fn(ctx, rec, in); err != nil {
+			var sk *skipped
+			if errors.As(err, &sk) {
+				return journal.Outcome{Result: journal.Result{Class: journal.Succeeded, Message: sk.msg}, Payload: ProjectionOutcome{Skipped: sk.msg}}, nil
+			}
 			var f *failure
 			if !errors.As(err, &f) {
 				f = &failure{reason: "DependencyUnavailable", msg: "the Kubernetes API request failed: " + string(apierrors.ReasonForError(err))}
@@ -128,8 +209,10 @@ func (e *Executor) ensure(ctx context.Context, rec journal.Record, in Projection
 	spec := map[string]any{
 		"refreshInterval": "1h",
 		"secretStoreRef":  map[string]any{"kind": "ClusterSecretStore", "name": in.StoreName},
-		"target":          map[string]any{"name": in.TargetSecretName, "creationPolicy": "Owner", "deletionPolicy": "Delete"},
-		"data":            data,
+		// Retain: a deleted or destroyed KV version must never make ESO
+		// delete the application's Secret; the Tenant reports it instead.
+		"target": map[string]any{"name": in.TargetSecretName, "creationPolicy": "Owner", "deletionPolicy": "Retain"},
+		"data":   data,
 	}
 	cur := &unstructured.Unstructured{}
 	cur.SetGroupVersionKind(ExternalSecretGVK)
@@ -139,7 +222,8 @@ func (e *Executor) ensure(ctx context.Context, rec journal.Record, in Projection
 		es.SetGroupVersionKind(ExternalSecretGVK)
 		es.SetNamespace(rec.Object.Namespace)
 		es.SetName(in.ExternalSecret)
-		es.SetLabels(map[string]string{"app.kubernetes.io/managed-by": "ayatori", "database.ayatori.ddupan.top/tenant": rec.Object.Name})
+		es.SetLabels(map[string]string{LabelManagedBy: "ayatori", LabelTenant: LabelValue(rec.Object.Name)})
+		es.SetAnnotations(map[string]string{AnnotationTenant: rec.Object.Namespace + "/" + rec.Object.Name})
 		t := true
 		es.SetOwnerReferences([]metav1.OwnerReference{{APIVersion: in.OwnerAPIVersion, Kind: in.OwnerKind, Name: rec.Object.Name,
 			UID: types.UID(rec.Object.UID), Controller: &t, BlockOwnerDeletion: &t}})
@@ -150,8 +234,19 @@ func (e *Executor) ensure(ctx context.Context, rec journal.Record, in Projection
 		return err
 	}
 	if !ownedBy(cur, rec.Object.UID) {
-		return &failure{reason: "Conflict", msg: fmt.Sprintf("ExternalSecret %s/%s exists and is not owned by this Tenant", rec.Object.Namespace, in.ExternalSecret)}
+		return &failure{reason: "Conflict", msg: fmt.Sprintf("ExternalSecret %s/%s exists and is not owned by this Tenant (%s)", rec.Object.Namespace, in.ExternalSecret, describeOwner(cur))}
 	}
+	lbl, ann := cur.GetLabels(), cur.GetAnnotations()
+	if lbl == nil {
+		lbl = map[string]string{}
+	}
+	if ann == nil {
+		ann = map[string]string{}
+	}
+	lbl[LabelManagedBy], lbl[LabelTenant] = "ayatori", LabelValue(rec.Object.Name)
+	ann[AnnotationTenant] = rec.Object.Namespace + "/" + rec.Object.Name
+	cur.SetLabels(lbl)
+	cur.SetAnnotations(ann)
 	cur.Object["spec"] = spec
 	return e.Client.Update(ctx, cur)
 }
@@ -201,54 +296,109 @@ func orUnknown(s string) string {
 }
 
 // delete removes the ExternalSecret (UID precondition, only if ours) and
-// confirms the target Secret is gone. The target carries an owner
+// its target Secret. Objects that are not this Tenant's (an ExternalSecret
+// retained by an earlier Tenant of the same name, a foreign one, a Secret
+// produced by such an ExternalSecret) are left in place and reported: they
+// never hold the finalizer (specification §11). The target carries an owner
 // reference to the ExternalSecret (creationPolicy Owner); the executor
-// deletes it itself when it still exists, as the garbage collector would.
+// deletes it itself, as the garbage collector would, when its
+// ExternalSecret was ours or no longer exists.
 func (e *Executor) delete(ctx context.Context, rec journal.Record, in ProjectionIntent) error {
+	ns := rec.Object.Namespace
 	es := &unstructured.Unstructured{}
 	es.SetGroupVersionKind(ExternalSecretGVK)
-	err := e.reader().Get(ctx, types.NamespacedName{Namespace: rec.Object.Namespace, Name: in.ExternalSecret}, es)
+	err := e.reader().Get(ctx, types.NamespacedName{Namespace: ns, Name: in.ExternalSecret}, es)
 	var esUID types.UID
 	switch {
 	case apierrors.IsNotFound(err):
 	case err != nil:
 		return err
 	case !ownedBy(es, rec.Object.UID):
-		return &failure{reason: "Conflict", msg: "refusing to delete ExternalSecret " + in.ExternalSecret + ": not owned by this Tenant"}
+		return &skipped{msg: fmt.Sprintf("ExternalSecret %s/%s is not owned by this Tenant (%s); it and its target Secret were left in place", ns, in.ExternalSecret, describeOwner(es))}
 	default:
 		esUID = es.GetUID()
-		uid := es.GetUID()
-		if err := e.Client.Delete(ctx, es, client.Preconditions{UID: &uid}); client.IgnoreNotFound(err) != nil {
+		if err := e.Client.Delete(ctx, es, client.Preconditions{UID: &esUID}); client.IgnoreNotFound(err) != nil {
 			return err
 		}
 	}
 	meta := &metav1.PartialObjectMetadata{}
 	meta.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Secret"))
-	err = e.reader().Get(ctx, types.NamespacedName{Namespace: rec.Object.Namespace, Name: in.TargetSecretName}, meta)
+	err = e.reader().Get(ctx, types.NamespacedName{Namespace: ns, Name: in.TargetSecretName}, meta)
 	if apierrors.IsNotFound(err) {
 		return nil
 	}
 	if err != nil {
 		return err
 	}
-	if esUID == "" || !ownedBy(meta, string(esUID)) {
-		// Not produced by our ExternalSecret: leave it alone.
-		owners := meta.GetOwnerReferences()
-		for _, o := range owners {
+	ours := esUID != "" && ownedBy(meta, string(esUID))
+	if !ours && esUID == "" {
+		// Our ExternalSecret is already gone (an earlier attempt deleted it):
+		// a Secret it produced has a dead owner, which the garbage
+		// collector would remove.
+		for _, o := range meta.GetOwnerReferences() {
 			if o.Kind == "ExternalSecret" && o.Name == in.ExternalSecret {
-				esUID = o.UID
+				ours = true
 			}
 		}
-		if esUID == "" {
-			return nil
-		}
+	}
+	if !ours {
+		return &skipped{msg: fmt.Sprintf("Secret %s/%s was not produced by this Tenant's ExternalSecret; left in place", ns, in.TargetSecretName)}
 	}
 	uid := meta.GetUID()
 	if err := e.Client.Delete(ctx, meta, client.Preconditions{UID: &uid}); client.IgnoreNotFound(err) != nil {
 		return err
 	}
-	if err := e.reader().Get(ctx, types.NamespacedName{Namespace: rec.Object.Namespace, Name: in.TargetSecretName}, meta); !apierrors.IsNotFound(err) {
+	if err := e.reader().Get(ctx, types.NamespacedName{Namespace: ns, Name: in.TargetSecretName}, meta); !apierrors.IsNotFound(err) {
 		return &failure{reason: "CredentialProjectionFailed", msg: "the target Secret still exists after deletion"}
 	}
 	return nil
+}
+
+// describeOwner names who an object belongs to, for skip reports.
+func describeOwner(o metav1.Object) string {
+	if r := o.GetAnnotations()[AnnotationRetained]; r != "" {
+		return "retained from Tenant " + r
+	}
+	for _, ref := range o.GetOwnerReferences() {
+		return fmt.Sprintf("owned by %s %s uid %s", ref.Kind, ref.Name, ref.UID)
+	}
+	return "no owner"
+}
+
+// retain releases this Tenant's ExternalSecret at Retain deletion: the
+// owner reference to the Tenant goes, the retained-from annotation is set.
+// The ExternalSecret and the application's Secret stay and keep following
+// the retained KV record. Absent or not ours: nothing to do (reported).
+func (e *Executor) retain(ctx context.Context, rec journal.Record, in ProjectionIntent) error {
+	ns := rec.Object.Namespace
+	es := &unstructured.Unstructured{}
+	es.SetGroupVersionKind(ExternalSecretGVK)
+	err := e.reader().Get(ctx, types.NamespacedName{Namespace: ns, Name: in.ExternalSecret}, es)
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil
+	case err != nil:
+		return err
+	case !ownedBy(es, rec.Object.UID):
+		if es.GetAnnotations()[AnnotationRetained] != "" && strings.HasSuffix(es.GetAnnotations()[AnnotationRetained], " uid "+rec.Object.UID) {
+			return nil // released by an earlier attempt
+		}
+		return &skipped{msg: fmt.Sprintf("ExternalSecret %s/%s is not owned by this Tenant (%s); left as it is", ns, in.ExternalSecret, describeOwner(es))}
+	}
+	var keep []metav1.OwnerReference
+	for _, o := range es.GetOwnerReferences() {
+		if string(o.UID) != rec.Object.UID {
+			keep = append(keep, o)
+		}
+	}
+	es.SetOwnerReferences(keep)
+	ann := es.GetAnnotations()
+	if ann == nil {
+		ann = map[string]string{}
+	}
+	ann[AnnotationRetained] = ns + "/" + rec.Object.Name + " uid " + rec.Object.UID
+	es.SetAnnotations(ann)
+	// Update carries the resourceVersion read above: a concurrent change
+	// makes it fail and the step is retried on fresh data.
+	return e.Client.Update(ctx, es)
 }

@@ -132,6 +132,9 @@ func validateTenant(t *v1alpha1.PostgreSQLTenant, n tenantNames) []string {
 	if len(t.Spec.InstanceRef)+len(t.Name) > 241 {
 		errs = append(errs, "spec.instanceRef and metadata.name together exceed 241 characters")
 	}
+	// Every Kubernetes name and label value derived from the Tenant must be
+	// valid before the first external write.
+	errs = append(errs, esexec.ValidateNames(n.externalSecret, n.secret, t.Name)...)
 	return errs
 }
 
@@ -242,7 +245,7 @@ func (r *TenantReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 			return result(reconcile.Result{RequeueAfter: r.Policy.PendingRecheck}, r.projectTenant(ctx, t, n,
 				TenantDecision{Phase: d.Phase, Ready: notReady(v1alpha1.ReasonInstanceNotReady, facts.InstanceProblem)}))
 		}
-		rec, err := r.intent(t, inst, n, d.Intent)
+		rec, err := r.intent(t, inst, n, d.Intent, st)
 		if err != nil {
 			return reconcile.Result{}, err
 		}
@@ -256,6 +259,7 @@ func (r *TenantReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 		announceIntent(r.Recorder, t, d.Intent.Operation, d.Intent.Attempt, res)
 	}
 	if d.RemoveFinalizer {
+		reportLeftInPlace(r.Recorder, t, d.LeftInPlace)
 		patch := client.MergeFrom(t.DeepCopy())
 		controllerutil.RemoveFinalizer(t, TenantFinalizer)
 		return reconcile.Result{}, client.IgnoreNotFound(r.Client.Patch(ctx, t, patch))
@@ -270,7 +274,7 @@ func instanceReady(i *v1alpha1.PostgreSQLInstance) bool {
 
 // intent builds the intent record of a planned step, with the payload of
 // the executor that runs it.
-func (r *TenantReconciler) intent(t *v1alpha1.PostgreSQLTenant, inst *v1alpha1.PostgreSQLInstance, n tenantNames, p *PlannedIntent) (journal.Record, error) {
+func (r *TenantReconciler) intent(t *v1alpha1.PostgreSQLTenant, inst *v1alpha1.PostgreSQLInstance, n tenantNames, p *PlannedIntent, st *journal.State) (journal.Record, error) {
 	spec := instanceSpecWithDefaults(inst.Spec)
 	ep := pgexec.Endpoint{Host: spec.Endpoint.Host, HostAddr: spec.Endpoint.HostAddr, Port: spec.Endpoint.Port,
 		Database: spec.Endpoint.Database, SSLMode: string(spec.Endpoint.SSLMode)}
@@ -278,8 +282,8 @@ func (r *TenantReconciler) intent(t *v1alpha1.PostgreSQLTenant, inst *v1alpha1.P
 	switch p.Operation {
 	case baoexec.OpWriteCredential, baoexec.OpDestroyCredential:
 		payload = baoexec.CredentialIntent{Mount: r.Config.KVMount, Path: n.kvPath, InstanceUID: string(inst.UID), Username: n.role,
-			Database: n.database, Host: ep.Host, HostAddr: ep.HostAddr, Port: ep.Port, SSLMode: ep.SSLMode}
-	case esexec.OpEnsureExternalSecret, esexec.OpObserveProjection, esexec.OpDeleteExternalSecret:
+			Database: n.database, Host: ep.Host, HostAddr: ep.HostAddr, Port: ep.Port, SSLMode: ep.SSLMode, AlreadyIssued: passwordIssued(st)}
+	case esexec.OpEnsureExternalSecret, esexec.OpObserveProjection, esexec.OpDeleteExternalSecret, esexec.OpRetainExternalSecret:
 		payload = esexec.ProjectionIntent{ExternalSecret: n.externalSecret, TargetSecretName: n.secret, StoreName: r.Config.StoreName,
 			RemoteKey: n.kvPath, OwnerAPIVersion: v1alpha1.GroupVersion.String(), OwnerKind: "PostgreSQLTenant"}
 	default:

@@ -112,7 +112,10 @@ type TenantDecision struct {
 	// RemoveFinalizer: deletion is complete (or Retain: the registry update is journaled).
 	RemoveFinalizer bool
 	DatabaseOID     uint32
-	RequeueAfter    time.Duration
+	// LeftInPlace lists the objects deletion skipped because they are not
+	// this Tenant's (reported as an Event when the finalizer goes).
+	LeftInPlace  []string
+	RequeueAfter time.Duration
 	// StatusLost: see InstanceDecision.StatusLost.
 	StatusLost bool
 }
@@ -354,17 +357,12 @@ func decideTenantDelete(f TenantFacts, p TenantPolicy, st *journal.State) Tenant
 		return TenantDecision{Phase: v1alpha1.TenantPhaseDeleting, RemoveFinalizer: true, Ready: reconciling("nothing to clean up")}
 	}
 	if dn.Policy != v1alpha1.DeletionPolicyDelete {
-		for _, r := range intentsOf(st, pgexec.OpRetainOwnership, f.Generation) {
-			if r.Sequence > note.Sequence {
-				return TenantDecision{Phase: v1alpha1.TenantPhaseDeleting, RemoveFinalizer: true, Ready: reconciling("retained")}
-			}
-		}
-		return TenantDecision{Phase: v1alpha1.TenantPhaseDeleting, Ready: reconciling("retaining external resources"),
-			Intent: &PlannedIntent{Operation: pgexec.OpRetainOwnership, Attempt: nextAttempt(st, pgexec.OpRetainOwnership, f.Generation)}}
+		return decideTenantRetain(f, p, st, note.Sequence)
 	}
 	d := runChain(f, p, st, deleteSteps, note.Sequence, v1alpha1.TenantPhaseDeleting)
 	if d.done {
-		return TenantDecision{Phase: v1alpha1.TenantPhaseDeleting, RemoveFinalizer: true, Ready: reconciling("every external resource was deleted")}
+		return TenantDecision{Phase: v1alpha1.TenantPhaseDeleting, RemoveFinalizer: true, Ready: reconciling("every external resource was deleted"),
+			LeftInPlace: leftInPlace(st, deleteSteps, f.Generation, note.Sequence)}
 	}
 	d.Phase = v1alpha1.TenantPhaseDeleting
 	return d.TenantDecision

@@ -1,0 +1,96 @@
+package database
+
+import (
+	"encoding/json"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/tools/events"
+
+	v1alpha1 "git.ddupan.top/panxiao81/ayatori/api/database/v1alpha1"
+	esexec "git.ddupan.top/panxiao81/ayatori/executors/externalsecrets"
+	pgexec "git.ddupan.top/panxiao81/ayatori/executors/postgresql"
+	"git.ddupan.top/panxiao81/ayatori/journal"
+)
+
+// EventLeftInPlace reports the objects a deletion skipped because they are
+// not this Tenant's (a retained predecessor's, a foreign one).
+const EventLeftInPlace = "LeftInPlace"
+
+// decideTenantRetain is the Retain deletion (specification §11.1,
+// docs/decisions/0003-retained-externalsecret.md): RetainOwnership is
+// journaled and executed whenever PostgreSQL is reachable (it never holds
+// the CR); RetainExternalSecret releases the ExternalSecret from the
+// Tenant's owner reference before the finalizer goes, so no garbage
+// collector deletes it (and the application's Secret with it).
+func decideTenantRetain(f TenantFacts, p TenantPolicy, st *journal.State, after uint64) TenantDecision {
+	if len(intentsAfter(st, pgexec.OpRetainOwnership, f.Generation, after)) == 0 {
+		return TenantDecision{Phase: v1alpha1.TenantPhaseDeleting, Ready: reconciling("retaining external resources"), RequeueAfter: 200 * time.Millisecond,
+			Intent: &PlannedIntent{Operation: pgexec.OpRetainOwnership, Attempt: nextAttempt(st, pgexec.OpRetainOwnership, f.Generation)}}
+	}
+	step := tenantStep{esexec.OpRetainExternalSecret, v1alpha1.TenantPhaseDeleting}
+	d := runChain(f, p, st, []tenantStep{step}, after, v1alpha1.TenantPhaseDeleting)
+	if d.done {
+		return TenantDecision{Phase: v1alpha1.TenantPhaseDeleting, RemoveFinalizer: true, Ready: reconciling("retained"),
+			LeftInPlace: leftInPlace(st, []tenantStep{step}, f.Generation, after)}
+	}
+	d.Phase = v1alpha1.TenantPhaseDeleting
+	if d.Intent == nil && d.Ready.Reason == v1alpha1.ReasonReconciling {
+		d.Ready = reconciling("releasing the ExternalSecret from the Tenant (it stays with the retained credential)")
+	}
+	return d.TenantDecision
+}
+
+func intentsAfter(st *journal.State, op string, gen int64, after uint64) []journal.Record {
+	var out []journal.Record
+	for _, r := range intentsOf(st, op, gen) {
+		if r.Sequence > after {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// leftInPlace collects what the successful deletion steps after the
+// DeletionStarted note skipped: the executors' messages (ExternalSecret,
+// Secret, KV record) and the PostgreSQL steps' "not owned" payloads.
+func leftInPlace(st *journal.State, steps []tenantStep, gen int64, after uint64) []string {
+	var out []string
+	for _, s := range steps {
+		in := intentsAfter(st, s.op, gen, after)
+		if len(in) == 0 {
+			continue
+		}
+		o, ok := st.OutcomeOf(in[len(in)-1].ID)
+		if !ok || o.Result == nil || o.Result.Class != journal.Succeeded {
+			continue
+		}
+		if o.Result.Message != "" {
+			out = append(out, o.Operation+": "+o.Result.Message)
+			continue
+		}
+		var p struct {
+			Skipped string `json:"skipped"`
+		}
+		if json.Unmarshal(o.Payload, &p) != nil || p.Skipped == "" || p.Skipped == "absent" {
+			continue
+		}
+		if p.Skipped == "not owned" {
+			out = append(out, o.Operation+": skipped, the registry has no managed record of this Tenant for it (left in place)")
+			continue
+		}
+		out = append(out, o.Operation+": "+p.Skipped)
+	}
+	return out
+}
+
+// reportLeftInPlace emits one Warning Event naming every skipped object.
+func reportLeftInPlace(rec events.EventRecorder, obj runtime.Object, left []string) {
+	if rec == nil || len(left) == 0 {
+		return
+	}
+	rec.Eventf(obj, nil, corev1.EventTypeWarning, EventLeftInPlace, "Delete",
+		"deletion finished; not this Tenant's, so left in place: %s", strings.Join(left, "; "))
+}
