@@ -1,0 +1,374 @@
+package database_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	bao "github.com/openbao/openbao/api/v2"
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/util/retry"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1alpha1 "git.ddupan.top/panxiao81/ayatori/api/database/v1alpha1"
+	esexec "git.ddupan.top/panxiao81/ayatori/executors/externalsecrets"
+	"git.ddupan.top/panxiao81/ayatori/integration"
+	"git.ddupan.top/panxiao81/ayatori/journal"
+)
+
+// The Tenant's credential, ExternalSecret and Secret against out-of-band
+// changes (issue 10 §3), on the full stack.
+
+func kvPath(namespace, name string) string { return integration.TenantBasePath + "/" + namespace + "/" + name }
+
+// bumpPolicy changes spec.deletionPolicy: a new generation, so every step
+// runs again (the "then any spec change" of the reports).
+func bumpPolicy(t *testing.T, s *integration.Stack, namespace, name string, p v1alpha1.DeletionPolicy) {
+	t.Helper()
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cur := &v1alpha1.PostgreSQLTenant{}
+		if err := s.CP.Client.Get(context.Background(), types.NamespacedName{Namespace: namespace, Name: name}, cur); err != nil {
+			return err
+		}
+		cur.Spec.DeletionPolicy = p
+		return s.CP.Client.Update(context.Background(), cur)
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func getSecret(t *testing.T, s *integration.Stack, namespace, name string) (*corev1.Secret, bool) {
+	t.Helper()
+	sec := &corev1.Secret{}
+	err := s.CP.Client.Get(context.Background(), types.NamespacedName{Namespace: namespace, Name: name}, sec)
+	if apierrors.IsNotFound(err) {
+		return nil, false
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sec, true
+}
+
+func getES(t *testing.T, s *integration.Stack, namespace, name string) (*unstructured.Unstructured, bool) {
+	t.Helper()
+	es := &unstructured.Unstructured{}
+	es.SetGroupVersionKind(esexec.ExternalSecretGVK)
+	err := s.CP.Client.Get(context.Background(), types.NamespacedName{Namespace: namespace, Name: name}, es)
+	if apierrors.IsNotFound(err) {
+		return nil, false
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return es, true
+}
+
+// forceSync makes ESO read OpenBao again now (an annotation change).
+func forceSync(t *testing.T, s *integration.Stack, namespace, name string) {
+	t.Helper()
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		es, ok := getES(t, s, namespace, name)
+		if !ok {
+			return fmt.Errorf("ExternalSecret %s/%s does not exist", namespace, name)
+		}
+		ann := es.GetAnnotations()
+		if ann == nil {
+			ann = map[string]string{}
+		}
+		ann["force-sync"] = time.Now().Format(time.RFC3339Nano)
+		es.SetAnnotations(ann)
+		return s.CP.Client.Update(context.Background(), es)
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// loginWith connects with the projected Secret's fields.
+func loginWith(t *testing.T, s *integration.Stack, sec *corev1.Secret) error {
+	t.Helper()
+	ctx := context.Background()
+	dsn := fmt.Sprintf("host=%s port=%s dbname=%s user=%s password=%s sslmode=%s sslrootcert=%s", sec.Data["hostaddr"], sec.Data["port"],
+		sec.Data["database"], sec.Data["username"], sec.Data["password"], sec.Data["sslmode"], s.PG.CAFile)
+	c, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		return err
+	}
+	return c.Close(ctx)
+}
+
+// createdWrites counts WriteCredential outcomes that generated a password.
+func createdWrites(t *testing.T, s *integration.Stack, uid types.UID) int {
+	t.Helper()
+	recs, err := journalStore(t, s).Read(context.Background(), string(uid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, r := range recs {
+		if r.Type == journal.TypeOutcome && r.Operation == journal.OperationWriteCredential && strings.Contains(string(r.Payload), `"created":true`) {
+			n++
+		}
+	}
+	return n
+}
+
+// Issue 10 §3: the KV record is deleted out of band while the role exists,
+// then the spec changes. Specification §6/§8.3: Conflict, never a second
+// password, never a reset of the role's password; nothing is written and
+// the condition says what to do. Restoring the record (same password,
+// ownership metadata) as the runbook says makes the Tenant Ready again.
+func TestTenantKVRecordLostNoSecondPassword(t *testing.T) {
+	s := getStack(t)
+	ctx := context.Background()
+	tn := newTenant(t, s, "kvlost", "app", nil)
+	waitTenant(t, s, "kvlost", "app", metav1.ConditionTrue, "Ready", 2*time.Minute)
+	pw, _ := kvPassword(t, s, "kvlost", "app")
+	root, _ := s.Bao.Client(s.Bao.RootToken)
+	kv := root.KVv2(integration.KVMount)
+	md, err := kv.GetMetadata(ctx, kvPath("kvlost", "app"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sec, err := kv.Get(ctx, kvPath("kvlost", "app"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := kv.DeleteMetadata(ctx, kvPath("kvlost", "app")); err != nil {
+		t.Fatal(err)
+	}
+	bumpPolicy(t, s, "kvlost", "app", v1alpha1.DeletionPolicyDelete)
+	got := waitTenant(t, s, "kvlost", "app", metav1.ConditionFalse, "Conflict", time.Minute)
+	msg := readyMsg(got.Status.Conditions)
+	for _, want := range []string{"kv/" + kvPath("kvlost", "app"), "missing", "never generates a second password", "restore the record"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("condition message lacks %q: %s", want, msg)
+		}
+	}
+	time.Sleep(3 * time.Second) // a few Conflict re-checks (retry-max 3s)
+	if _, err := kv.GetMetadata(ctx, kvPath("kvlost", "app")); err == nil {
+		t.Fatal("a KV record was written for a Tenant whose role holds the first password")
+	}
+	if n := createdWrites(t, s, tn.UID); n != 1 {
+		t.Fatalf("%d password-generating writes in the journal, want 1", n)
+	}
+	// The role still has the first password: the application's Secret works.
+	projected, ok := getSecret(t, s, "kvlost", "shared-app-postgresql")
+	if !ok || string(projected.Data["password"]) != pw {
+		t.Fatal("the application's Secret changed")
+	}
+	if err := loginWith(t, s, projected); err != nil {
+		t.Fatalf("the role's password was changed: %v", err)
+	}
+	// The runbook's recovery: restore the record with its ownership metadata.
+	if err := kv.PutMetadata(ctx, kvPath("kvlost", "app"), bao.KVMetadataPutInput{CustomMetadata: md.CustomMetadata}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(ctx, kvPath("kvlost", "app"), sec.Data, bao.WithCheckAndSet(0)); err != nil {
+		t.Fatal(err)
+	}
+	waitTenant(t, s, "kvlost", "app", metav1.ConditionTrue, "Ready", time.Minute)
+	if pw2, _ := kvPassword(t, s, "kvlost", "app"); pw2 != pw {
+		t.Fatal("the restored password was replaced")
+	}
+}
+
+// Issue 10 §3: a soft-deleted current KV version (kv delete) must not make
+// ESO delete the application's Secret (target deletionPolicy Retain); the
+// Tenant reports it (NotReady, the KV path, "undelete") and writes no
+// second password; after an undelete it is Ready again.
+func TestTenantKVVersionDeletedKeepsSecret(t *testing.T) {
+	s := getStack(t)
+	ctx := context.Background()
+	tn := newTenant(t, s, "kvsoft", "app", nil)
+	waitTenant(t, s, "kvsoft", "app", metav1.ConditionTrue, "Ready", 2*time.Minute)
+	if es, ok := getES(t, s, "kvsoft", "shared-app-postgresql"); !ok {
+		t.Fatal("no ExternalSecret")
+	} else if p, _, _ := unstructured.NestedString(es.Object, "spec", "target", "deletionPolicy"); p != "Retain" {
+		t.Fatalf("target deletionPolicy %q, want Retain", p)
+	}
+	pw, ver := kvPassword(t, s, "kvsoft", "app")
+	root, _ := s.Bao.Client(s.Bao.RootToken)
+	kv := root.KVv2(integration.KVMount)
+	if err := kv.Delete(ctx, kvPath("kvsoft", "app")); err != nil {
+		t.Fatal(err)
+	}
+	// ESO reads the deleted version now.
+	forceSync(t, s, "kvsoft", "shared-app-postgresql")
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		es, ok := getES(t, s, "kvsoft", "shared-app-postgresql")
+		if !ok {
+			return false, nil
+		}
+		conds, _, _ := unstructured.NestedSlice(es.Object, "status", "conditions")
+		for _, c := range conds {
+			if m, _ := c.(map[string]any); m["type"] == "Ready" && m["status"] == "False" {
+				return true, nil
+			}
+		}
+		_, exists := getSecret(t, s, "kvsoft", "shared-app-postgresql")
+		return !exists, nil
+	})
+	if err != nil {
+		t.Fatalf("ESO never noticed the deleted version\nESO log:\n%s", integration.Tail(s.ESO.LogPath, 10))
+	}
+	projected, ok := getSecret(t, s, "kvsoft", "shared-app-postgresql")
+	if !ok {
+		t.Fatal("ESO deleted the application's Secret because the KV version was soft-deleted")
+	}
+	if string(projected.Data["password"]) != pw {
+		t.Fatal("the application's Secret changed")
+	}
+	bumpPolicy(t, s, "kvsoft", "app", v1alpha1.DeletionPolicyDelete)
+	got := waitTenant(t, s, "kvsoft", "app", metav1.ConditionFalse, "Conflict", time.Minute)
+	msg := readyMsg(got.Status.Conditions)
+	for _, want := range []string{"kv/" + kvPath("kvsoft", "app"), "undelete", "deleted"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("condition message lacks %q: %s", want, msg)
+		}
+	}
+	if md, err := kv.GetMetadata(ctx, kvPath("kvsoft", "app")); err != nil || md.CurrentVersion != ver {
+		t.Fatalf("a new version was written: %+v %v", md, err)
+	}
+	if n := createdWrites(t, s, tn.UID); n != 1 {
+		t.Fatalf("%d password-generating writes, want 1", n)
+	}
+	if err := kv.Undelete(ctx, kvPath("kvsoft", "app"), []int{ver}); err != nil {
+		t.Fatal(err)
+	}
+	waitTenant(t, s, "kvsoft", "app", metav1.ConditionTrue, "Ready", time.Minute)
+	if pw2, ver2 := kvPassword(t, s, "kvsoft", "app"); pw2 != pw || ver2 != ver {
+		t.Fatal("the credential changed across delete/undelete")
+	}
+}
+
+// Issue 10 §3: delete a Retain Tenant, recreate it with deletionPolicy
+// Delete (Conflict, specification §11.1), delete that: the finalizer goes;
+// the retained ExternalSecret, Secret, KV record, database and role are
+// left in place and reported. The retained ExternalSecret is released
+// from the Tenant (no owner reference left for a garbage collector) and
+// keeps the application's Secret (docs/decisions/0003).
+func TestTenantRetainedThenRecreatedWithDelete(t *testing.T) {
+	s := getStack(t)
+	ctx := context.Background()
+	first := newTenant(t, s, "again", "app", nil)
+	waitTenant(t, s, "again", "app", metav1.ConditionTrue, "Ready", 2*time.Minute)
+	pw, ver := kvPassword(t, s, "again", "app")
+	if err := s.CP.Client.Delete(ctx, first); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, s, first)
+	es, ok := getES(t, s, "again", "shared-app-postgresql")
+	if !ok {
+		t.Fatal("Retain deleted the ExternalSecret")
+	}
+	for _, o := range es.GetOwnerReferences() {
+		if o.UID == first.UID {
+			t.Fatal("the retained ExternalSecret still has an owner reference to the deleted Tenant (a garbage collector would delete it)")
+		}
+	}
+	if !strings.Contains(es.GetAnnotations()[esexec.AnnotationRetained], string(first.UID)) {
+		t.Fatalf("the retained ExternalSecret is not marked retained: %v", es.GetAnnotations())
+	}
+	second := newTenant(t, s, "again", "app", func(tn *v1alpha1.PostgreSQLTenant) { tn.Spec.DeletionPolicy = v1alpha1.DeletionPolicyDelete })
+	waitTenant(t, s, "again", "app", metav1.ConditionFalse, "Conflict", time.Minute)
+	if err := s.CP.Client.Delete(ctx, second); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, s, second)
+	// Everything of the first Tenant is still there, unchanged.
+	if _, ok := getES(t, s, "again", "shared-app-postgresql"); !ok {
+		t.Fatal("the retained ExternalSecret was deleted")
+	}
+	projected, ok := getSecret(t, s, "again", "shared-app-postgresql")
+	if !ok {
+		t.Fatal("the retained application Secret was deleted")
+	}
+	if err := loginWith(t, s, projected); err != nil {
+		t.Fatalf("the retained credential no longer works: %v", err)
+	}
+	if pw2, ver2 := kvPassword(t, s, "again", "app"); pw2 != pw || ver2 != ver {
+		t.Fatal("the retained KV record changed")
+	}
+	if superQuery[int64](t, s, "postgres", "SELECT count(*) FROM pg_database WHERE datname = 'app'") != 1 ||
+		superQuery[int64](t, s, "postgres", "SELECT count(*) FROM pg_roles WHERE rolname = 'app'") != 1 {
+		t.Fatal("the retained database or role was dropped")
+	}
+	// The skipped objects are reported on the second Tenant.
+	var evs eventsv1.EventList
+	if err := s.CP.Client.List(ctx, &evs, client.InNamespace("again")); err != nil {
+		t.Fatal(err)
+	}
+	var note string
+	for _, e := range evs.Items {
+		if e.Regarding.UID == second.UID && e.Reason == "LeftInPlace" {
+			note = e.Note
+		}
+	}
+	for _, want := range []string{"ExternalSecret again/shared-app-postgresql", "retained from Tenant again/app", "OpenBao record kv/" + kvPath("again", "app")} {
+		if !strings.Contains(note, want) {
+			t.Errorf("LeftInPlace Event lacks %q: %q", want, note)
+		}
+	}
+}
+
+// Issue 10 §3: the longest names the API accepts work end to end (every
+// derived ExternalSecret/Secret name, label and annotation is valid), and
+// longer ones are refused at admission with a clear message.
+func TestTenantLongestNames(t *testing.T) {
+	s := getStack(t)
+	ctx := context.Background()
+	// A 64-character name with explicit database and login role (the
+	// reported case: the label value was over 63 characters).
+	name64 := strings.Repeat("n", 60) + "-064"
+	newTenant(t, s, "longnames", name64, func(tn *v1alpha1.PostgreSQLTenant) { tn.Spec.Database, tn.Spec.LoginRole = "long64", "long64" })
+	// The longest name with this instanceRef (6 + 235 = 241), a 253-character target Secret.
+	name235 := strings.Repeat("m.", 116) + "235"
+	secret253 := strings.Repeat("s", 253)
+	newTenant(t, s, "longnames", name235, func(tn *v1alpha1.PostgreSQLTenant) {
+		tn.Spec.Database, tn.Spec.LoginRole = "long235", "long235"
+		tn.Spec.Credential.SecretName = secret253
+	})
+	// A long instanceRef: a second Instance on the same server whose name
+	// leaves 64 characters for the Tenant name.
+	instName := strings.Repeat("i", 173) + "-inst"
+	if err := s.CP.Client.Create(ctx, &v1alpha1.PostgreSQLInstance{ObjectMeta: metav1.ObjectMeta{Name: instName}, Spec: v1alpha1.PostgreSQLInstanceSpec{
+		Endpoint:           v1alpha1.PostgreSQLEndpoint{Host: "localhost", HostAddr: "127.0.0.1", Port: int32(s.PG.Port)},
+		AdminCredentialRef: v1alpha1.AdminCredentialReference{Name: "shared-admin"}}}); err != nil {
+		t.Fatal(err)
+	}
+	name63 := strings.Repeat("q", 60) + "-63"
+	newTenant(t, s, "longnames", name63, func(tn *v1alpha1.PostgreSQLTenant) {
+		tn.Spec.InstanceRef = instName
+		tn.Spec.Database, tn.Spec.LoginRole = "longinst", "longinst"
+	})
+	if len(instName)+len(name63) != 241 || len(name235) != 235 {
+		t.Fatalf("test names: %d %d", len(instName)+len(name63), len(name235))
+	}
+	for _, c := range []struct{ name, secret string }{{name64, "shared-" + name64 + "-postgresql"}, {name235, secret253}, {name63, instName + "-" + name63 + "-postgresql"}} {
+		waitTenant(t, s, "longnames", c.name, metav1.ConditionTrue, "Ready", 3*time.Minute)
+		projected, ok := getSecret(t, s, "longnames", c.secret)
+		if !ok {
+			t.Fatalf("no projected Secret %s", c.secret)
+		}
+		if err := loginWith(t, s, projected); err != nil {
+			t.Fatalf("login with the Secret of %d-character Tenant: %v", len(c.name), err)
+		}
+	}
+	// Over the limit: refused at admission, nothing created.
+	name253 := strings.Repeat("z", 253)
+	err := s.CP.Client.Create(ctx, &v1alpha1.PostgreSQLTenant{ObjectMeta: metav1.ObjectMeta{Namespace: "longnames", Name: name253},
+		Spec: v1alpha1.PostgreSQLTenantSpec{InstanceRef: "shared", Database: "long253", LoginRole: "long253"}})
+	if err == nil || !strings.Contains(err.Error(), "241") {
+		t.Fatalf("a 253-character Tenant name with instanceRef shared: want refusal naming the 241-character limit, got %v", err)
+	}
+}
