@@ -35,7 +35,7 @@ const (
 	// removed (so a garbage collector never deletes it, and with it the
 	// application's Secret) and the ExternalSecret is marked retained. It
 	// keeps projecting the retained KV record; it is unmanaged from then on
-	// (docs/decisions/0003-retained-externalsecret.md).
+	// (docs/decisions/0004-retained-externalsecret.md).
 	OpRetainExternalSecret = "RetainExternalSecret"
 )
 
@@ -52,6 +52,9 @@ const (
 	// AnnotationRetained marks an ExternalSecret released by
 	// RetainExternalSecret: "<namespace>/<name> uid <uid>" of the Tenant.
 	AnnotationRetained = "database.ayatori.ddupan.top/retained-from"
+	// AnnotationResync is changed (to the intent ID) when the target
+	// Secret is missing, so ESO writes it again at once.
+	AnnotationResync = "database.ayatori.ddupan.top/resync"
 )
 
 // LabelValue returns s when it is a valid label value, else its first 52
@@ -245,6 +248,15 @@ func (e *Executor) ensure(ctx context.Context, rec journal.Record, in Projection
 	}
 	lbl[LabelManagedBy], lbl[LabelTenant] = "ayatori", LabelValue(rec.Object.Name)
 	ann[AnnotationTenant] = rec.Object.Namespace + "/" + rec.Object.Name
+	// A target Secret deleted by hand: an annotation change makes ESO
+	// read OpenBao and write the Secret now, not at the next refresh.
+	meta := &metav1.PartialObjectMetadata{}
+	meta.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Secret"))
+	if err := e.reader().Get(ctx, types.NamespacedName{Namespace: rec.Object.Namespace, Name: in.TargetSecretName}, meta); apierrors.IsNotFound(err) {
+		ann[AnnotationResync] = rec.ID
+	} else if err != nil {
+		return err
+	}
 	cur.SetLabels(lbl)
 	cur.SetAnnotations(ann)
 	cur.Object["spec"] = spec

@@ -256,7 +256,7 @@ func TestTenantKVVersionDeletedKeepsSecret(t *testing.T) {
 // the retained ExternalSecret, Secret, KV record, database and role are
 // left in place and reported. The retained ExternalSecret is released
 // from the Tenant (no owner reference left for a garbage collector) and
-// keeps the application's Secret (docs/decisions/0003).
+// keeps the application's Secret (docs/decisions/0004).
 func TestTenantRetainedThenRecreatedWithDelete(t *testing.T) {
 	s := getStack(t)
 	ctx := context.Background()
@@ -370,5 +370,55 @@ func TestTenantLongestNames(t *testing.T) {
 		Spec: v1alpha1.PostgreSQLTenantSpec{InstanceRef: "shared", Database: "long253", LoginRole: "long253"}})
 	if err == nil || !strings.Contains(err.Error(), "241") {
 		t.Fatalf("a 253-character Tenant name with instanceRef shared: want refusal naming the 241-character limit, got %v", err)
+	}
+}
+
+// Issue 10 §3: the ExternalSecret or the target Secret deleted by hand is
+// repaired (or reported) at once, not at the next periodic re-check (1 h in
+// this stack).
+func TestTenantOwnedObjectsRepaired(t *testing.T) {
+	s := getStack(t)
+	ctx := context.Background()
+	tn := newTenant(t, s, "repair", "app", nil)
+	waitTenant(t, s, "repair", "app", metav1.ConditionTrue, "Ready", 2*time.Minute)
+	const name = "shared-app-postgresql"
+	es, _ := getES(t, s, "repair", name)
+	if err := s.CP.Client.Delete(ctx, es); err != nil {
+		t.Fatal(err)
+	}
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 45*time.Second, true, func(ctx context.Context) (bool, error) {
+		again, ok := getES(t, s, "repair", name)
+		if !ok || again.GetUID() == es.GetUID() {
+			return false, nil
+		}
+		for _, o := range again.GetOwnerReferences() {
+			if o.UID == tn.UID {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Fatalf("the deleted ExternalSecret was not recreated\nmanager log tail:\n%s", integration.Tail(s.ManagerLog, 20))
+	}
+	waitTenant(t, s, "repair", "app", metav1.ConditionTrue, "Ready", time.Minute)
+	sec, ok := getSecret(t, s, "repair", name)
+	if !ok {
+		t.Fatal("no target Secret")
+	}
+	if err := s.CP.Client.Delete(ctx, sec); err != nil {
+		t.Fatal(err)
+	}
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 45*time.Second, true, func(ctx context.Context) (bool, error) {
+		again, ok := getSecret(t, s, "repair", name)
+		return ok && again.UID != sec.UID, nil
+	})
+	if err != nil {
+		t.Fatalf("the deleted Secret was not written again\nmanager log tail:\n%s\nESO log:\n%s", integration.Tail(s.ManagerLog, 20), integration.Tail(s.ESO.LogPath, 10))
+	}
+	waitTenant(t, s, "repair", "app", metav1.ConditionTrue, "Ready", time.Minute)
+	again, _ := getSecret(t, s, "repair", name)
+	if err := loginWith(t, s, again); err != nil {
+		t.Fatalf("the rewritten Secret does not log in: %v", err)
 	}
 }

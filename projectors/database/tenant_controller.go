@@ -84,7 +84,10 @@ func (r *TenantReconciler) SetupWithManager(mgr ctrl.Manager, outcomes <-chan re
 				out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&t)})
 			}
 			return out
-		}))
+		})).
+		// The ExternalSecret the Tenant owns (a deleted or failing one is
+		// repaired or reported at once; see projectionDrift).
+		Watches(newExternalSecret(), handler.EnqueueRequestForOwner(mgr.GetScheme(), mgr.GetRESTMapper(), &v1alpha1.PostgreSQLTenant{}))
 	if outcomes != nil {
 		b = b.WatchesRawSource(channelSource(outcomes))
 	}
@@ -220,6 +223,17 @@ func (r *TenantReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 		live := &v1alpha1.PostgreSQLTenant{}
 		if behind, err := statusBehind(ctx, r.APIReader, req.NamespacedName, live, func() string { return string(live.Status.Phase) }); err != nil || behind {
 			return reconcile.Result{Requeue: behind}, client.IgnoreNotFound(err)
+		}
+	}
+	if !deleting && d.Note == "" && d.Intent == nil && d.Ready.Status == metav1.ConditionTrue {
+		// What the Tenant owns in Kubernetes changed (watched): repair or
+		// report now, not at the next periodic re-check.
+		problem, err := r.projectionDrift(ctx, t, n)
+		if err != nil {
+			return reconcile.Result{}, err
+		}
+		if problem != "" {
+			d = TenantDecision{Phase: d.Phase, Note: NoteRevalidate, DatabaseOID: d.DatabaseOID, Ready: reconciling(problem + "; re-checking every step")}
 		}
 	}
 	ref := objectRef(t)

@@ -20,7 +20,7 @@ import (
 const EventLeftInPlace = "LeftInPlace"
 
 // decideTenantRetain is the Retain deletion (specification §11.1,
-// docs/decisions/0003-retained-externalsecret.md): RetainOwnership is
+// docs/decisions/0004-retained-externalsecret.md): RetainOwnership is
 // journaled and executed whenever PostgreSQL is reachable (it never holds
 // the CR); RetainExternalSecret releases the ExternalSecret from the
 // Tenant's owner reference before the finalizer goes, so no garbage

@@ -1,0 +1,78 @@
+package database
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1alpha1 "git.ddupan.top/panxiao81/ayatori/api/database/v1alpha1"
+	esexec "git.ddupan.top/panxiao81/ayatori/executors/externalsecrets"
+)
+
+// newExternalSecret returns an empty ExternalSecret for reads and watches.
+func newExternalSecret() *unstructured.Unstructured {
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(esexec.ExternalSecretGVK)
+	return u
+}
+
+// projectionDrift is the read-only check of what a Ready Tenant owns in
+// Kubernetes (issue 10 §3): its ExternalSecret exists, is owned by it and
+// is Ready, and the target Secret exists (metadata only). It returns what
+// is wrong ("" when nothing is). The cache answers first; a problem is
+// confirmed with a live read, so a cache that lags behind the executor
+// never restarts the chain. The projector then re-runs every step
+// (Revalidate): EnsureExternalSecret repairs a deleted ExternalSecret, and
+// a failing step is reported at once instead of at the next re-check.
+func (r *TenantReconciler) projectionDrift(ctx context.Context, t *v1alpha1.PostgreSQLTenant, n tenantNames) (string, error) {
+	problem, err := externalSecretProblem(ctx, r.Client, t, n)
+	if err != nil || r.APIReader == nil {
+		return problem, err
+	}
+	if problem != "" {
+		return externalSecretProblem(ctx, r.APIReader, t, n)
+	}
+	// Secrets of Tenant namespaces are not cached: a live metadata read
+	// (never the data).
+	meta := &metav1.PartialObjectMetadata{}
+	meta.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Secret"))
+	err = r.APIReader.Get(ctx, types.NamespacedName{Namespace: t.Namespace, Name: n.secret}, meta)
+	if apierrors.IsNotFound(err) {
+		return fmt.Sprintf("the Secret %s/%s was deleted", t.Namespace, n.secret), nil
+	}
+	return "", err
+}
+
+func externalSecretProblem(ctx context.Context, c client.Reader, t *v1alpha1.PostgreSQLTenant, n tenantNames) (string, error) {
+	es := newExternalSecret()
+	err := c.Get(ctx, types.NamespacedName{Namespace: t.Namespace, Name: n.externalSecret}, es)
+	switch {
+	case apierrors.IsNotFound(err):
+		return fmt.Sprintf("the ExternalSecret %s/%s was deleted", t.Namespace, n.externalSecret), nil
+	case err != nil:
+		return "", err
+	}
+	owned := false
+	for _, o := range es.GetOwnerReferences() {
+		if o.UID == t.UID {
+			owned = true
+		}
+	}
+	if !owned {
+		return fmt.Sprintf("the ExternalSecret %s/%s is no longer owned by this Tenant", t.Namespace, n.externalSecret), nil
+	}
+	conds, _, _ := unstructured.NestedSlice(es.Object, "status", "conditions")
+	for _, c := range conds {
+		if m, ok := c.(map[string]any); ok && m["type"] == "Ready" && m["status"] == string(metav1.ConditionFalse) {
+			reason, _ := m["reason"].(string)
+			return fmt.Sprintf("ESO reports the ExternalSecret %s/%s not Ready (%s)", t.Namespace, n.externalSecret, reason), nil
+		}
+	}
+	return "", nil
+}
