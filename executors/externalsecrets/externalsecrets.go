@@ -1,7 +1,9 @@
 // Package externalsecrets is the External Secrets Operator executor of the
 // database domain: it manages the Tenant's ExternalSecret (never a Secret
-// with data) and observes that ESO projected the target Secret, checking
-// only the Secret's existence (metadata), never its data.
+// with data) and observes that ESO projected the target Secret: its
+// connection keys (username, database, host, hostaddr, port, sslmode) must
+// match the Instance and the Tenant; the password key is never compared,
+// copied or reported.
 package externalsecrets
 
 import (
@@ -10,6 +12,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -55,6 +59,9 @@ const (
 	// AnnotationResync is changed (to the intent ID) when the target
 	// Secret is missing, so ESO writes it again at once.
 	AnnotationResync = "database.ayatori.ddupan.top/resync"
+	// AnnotationCredentialVersion is the KV version the ExternalSecret
+	// should project.
+	AnnotationCredentialVersion = "database.ayatori.ddupan.top/credential-version"
 )
 
 // LabelValue returns s when it is a valid label value, else its first 52
@@ -111,6 +118,15 @@ type ProjectionIntent struct {
 	// OwnerAPIVersion/OwnerKind name the Tenant for the owner reference.
 	OwnerAPIVersion string `json:"ownerAPIVersion"`
 	OwnerKind       string `json:"ownerKind"`
+	// CredentialVersion is the KV version the last WriteCredential
+	// produced; a change is written to the ExternalSecret's annotations so
+	// ESO reads OpenBao again at once (e.g. after the Instance endpoint
+	// changed).
+	CredentialVersion int `json:"credentialVersion,omitempty"`
+	// Connection holds the expected non-secret keys of the target Secret
+	// (username, database, host, hostaddr, port, sslmode): ObserveProjection
+	// succeeds only when the Secret holds exactly these.
+	Connection map[string]string `json:"connection,omitempty"`
 }
 
 // ProjectionOutcome is the payload of DeleteExternalSecret and
@@ -226,7 +242,11 @@ func (e *Executor) ensure(ctx context.Context, rec journal.Record, in Projection
 		es.SetNamespace(rec.Object.Namespace)
 		es.SetName(in.ExternalSecret)
 		es.SetLabels(map[string]string{LabelManagedBy: "ayatori", LabelTenant: LabelValue(rec.Object.Name)})
-		es.SetAnnotations(map[string]string{AnnotationTenant: rec.Object.Namespace + "/" + rec.Object.Name})
+		ann := map[string]string{AnnotationTenant: rec.Object.Namespace + "/" + rec.Object.Name}
+		if in.CredentialVersion > 0 {
+			ann[AnnotationCredentialVersion] = strconv.Itoa(in.CredentialVersion)
+		}
+		es.SetAnnotations(ann)
 		t := true
 		es.SetOwnerReferences([]metav1.OwnerReference{{APIVersion: in.OwnerAPIVersion, Kind: in.OwnerKind, Name: rec.Object.Name,
 			UID: types.UID(rec.Object.UID), Controller: &t, BlockOwnerDeletion: &t}})
@@ -248,6 +268,9 @@ func (e *Executor) ensure(ctx context.Context, rec journal.Record, in Projection
 	}
 	lbl[LabelManagedBy], lbl[LabelTenant] = "ayatori", LabelValue(rec.Object.Name)
 	ann[AnnotationTenant] = rec.Object.Namespace + "/" + rec.Object.Name
+	if in.CredentialVersion > 0 {
+		ann[AnnotationCredentialVersion] = strconv.Itoa(in.CredentialVersion)
+	}
 	// A target Secret deleted by hand: an annotation change makes ESO
 	// read OpenBao and write the Secret now, not at the next refresh.
 	meta := &metav1.PartialObjectMetadata{}
@@ -289,13 +312,39 @@ func (e *Executor) observe(ctx context.Context, rec journal.Record, in Projectio
 		}
 		return &failure{reason: "CredentialProjectionFailed", msg: fmt.Sprintf("waiting for ESO to sync ExternalSecret %s (%s)", in.ExternalSecret, detail)}
 	}
-	meta := &metav1.PartialObjectMetadata{}
-	meta.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Secret"))
-	if err := e.reader().Get(ctx, types.NamespacedName{Namespace: rec.Object.Namespace, Name: in.TargetSecretName}, meta); err != nil {
+	if len(in.Connection) == 0 {
+		meta := &metav1.PartialObjectMetadata{}
+		meta.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Secret"))
+		if err := e.reader().Get(ctx, types.NamespacedName{Namespace: rec.Object.Namespace, Name: in.TargetSecretName}, meta); err != nil {
+			if apierrors.IsNotFound(err) {
+				return &failure{reason: "CredentialProjectionFailed", msg: "the target Secret " + in.TargetSecretName + " does not exist yet"}
+			}
+			return err
+		}
+		return nil
+	}
+	// The connection keys must match the Instance and the Tenant (the
+	// password key is never compared, copied or reported).
+	sec := &corev1.Secret{}
+	if err := e.reader().Get(ctx, types.NamespacedName{Namespace: rec.Object.Namespace, Name: in.TargetSecretName}, sec); err != nil {
 		if apierrors.IsNotFound(err) {
 			return &failure{reason: "CredentialProjectionFailed", msg: "the target Secret " + in.TargetSecretName + " does not exist yet"}
 		}
 		return err
+	}
+	var stale []string
+	for k, v := range in.Connection {
+		if k == "password" {
+			continue
+		}
+		if string(sec.Data[k]) != v {
+			stale = append(stale, k)
+		}
+	}
+	if len(stale) > 0 {
+		sort.Strings(stale)
+		return &failure{reason: "CredentialProjectionFailed", msg: fmt.Sprintf("the Secret %s does not match the Instance and Tenant yet (%s); waiting for ESO to project credential version %d",
+			in.TargetSecretName, strings.Join(stale, ", "), in.CredentialVersion)}
 	}
 	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"math/big"
 	"net"
 	"net/http"
+	"sort"
 	"strconv"
 	"time"
 
@@ -61,6 +62,9 @@ type CredentialOutcome struct {
 	Path    string `json:"path"`
 	Version int    `json:"version"`
 	Created bool   `json:"created"`
+	// Updated names the connection fields a new version (same password)
+	// changed to follow the Instance (host, hostaddr, port, ...).
+	Updated []string `json:"updated,omitempty"`
 }
 
 // DestroyOutcome is the payload of a DestroyCredential outcome.
@@ -175,8 +179,7 @@ func (s *Store) Write(ctx context.Context, in CredentialIntent, owner Owner) (Cr
 			if f := unreadable(md, in.Mount, in.Path, time.Now()); f != nil {
 				return out, f
 			}
-			out.Version = md.CurrentVersion
-			return out, nil
+			return s.follow(ctx, in, md.CurrentVersion)
 		}
 		if in.AlreadyIssued {
 			return out, missingRecord(in)
@@ -197,8 +200,10 @@ func (s *Store) Write(ctx context.Context, in CredentialIntent, owner Owner) (Cr
 	if err != nil {
 		return out, err
 	}
-	data := map[string]any{"username": in.Username, "password": password, "database": in.Database, "host": in.Host,
-		"hostaddr": in.HostAddr, "port": strconv.Itoa(int(in.Port)), "sslmode": in.SSLMode}
+	data := map[string]any{"password": password}
+	for k, v := range ConnectionFields(in) {
+		data[k] = v
+	}
 	var sec *bao.KVSecret
 	err = s.Client.do(ctx, func(c *bao.Client) error {
 		var err error
@@ -220,6 +225,61 @@ func (s *Store) Write(ctx context.Context, in CredentialIntent, owner Owner) (Cr
 		return out, classify(err, "credential write")
 	}
 	out.Version, out.Created = sec.VersionMetadata.Version, true
+	return out, nil
+}
+
+// ConnectionFields returns the six keys besides the password that a
+// Tenant's record (and its projected Secret) must hold for in: they follow
+// the Instance endpoint and the Tenant's names.
+func ConnectionFields(in CredentialIntent) map[string]string {
+	return map[string]string{"username": in.Username, "database": in.Database, "host": in.Host, "hostaddr": in.HostAddr,
+		"port": strconv.Itoa(int(in.Port)), "sslmode": in.SSLMode}
+}
+
+// follow reuses the current version when its connection fields match the
+// intent; otherwise (the Instance endpoint changed) it writes a new version
+// with the same password and the new fields (cas = the version read, so a
+// concurrent writer can never be overwritten). Never a new password.
+func (s *Store) follow(ctx context.Context, in CredentialIntent, current int) (CredentialOutcome, error) {
+	out := CredentialOutcome{Path: in.Path, Version: current}
+	var sec *bao.KVSecret
+	err := s.Client.do(ctx, func(c *bao.Client) error {
+		var e error
+		sec, e = c.KVv2(in.Mount).GetVersion(ctx, in.Path, current)
+		return e
+	})
+	if err != nil {
+		return out, classify(err, "credential read")
+	}
+	password, _ := sec.Data["password"].(string)
+	if password == "" {
+		return out, &Failure{Reason: ReasonConflict, Message: fmt.Sprintf("the OpenBao record %s/%s has no password; Ayatori never writes a second one", in.Mount, in.Path)}
+	}
+	want := ConnectionFields(in)
+	var changed []string
+	for k, v := range want {
+		if got, _ := sec.Data[k].(string); got != v {
+			changed = append(changed, k)
+		}
+	}
+	if len(changed) == 0 {
+		return out, nil
+	}
+	data := map[string]any{"password": password}
+	for k, v := range want {
+		data[k] = v
+	}
+	var put *bao.KVSecret
+	err = s.Client.do(ctx, func(c *bao.Client) error {
+		var e error
+		put, e = c.KVv2(in.Mount).Put(ctx, in.Path, data, bao.WithCheckAndSet(current))
+		return e
+	})
+	if err != nil {
+		return out, classify(err, "credential update")
+	}
+	sort.Strings(changed)
+	out.Version, out.Updated = put.VersionMetadata.Version, changed
 	return out, nil
 }
 

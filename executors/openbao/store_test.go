@@ -198,3 +198,32 @@ func TestCredentialDeletedVersion(t *testing.T) {
 		t.Fatalf("a second version was written: %d", md.CurrentVersion)
 	}
 }
+
+// TestCredentialFollowsEndpoint (issue 10 §3): when the Instance endpoint
+// changes, the record gets a new version with the new connection fields and
+// the same password; an unchanged intent writes nothing.
+func TestCredentialFollowsEndpoint(t *testing.T) {
+	s, _ := newStore(t)
+	ctx := context.Background()
+	in := openbao.CredentialIntent{Mount: "kv", Path: "postgresql-tenants/ns/moving", InstanceUID: "inst-1", Username: "moving", Database: "moving",
+		Host: "db.home.arpa", HostAddr: "192.0.2.10", Port: 5432, SSLMode: "verify-full"}
+	owner := openbao.Owner{InstanceUID: "inst-1", TenantUID: "tenant-1", Namespace: "ns", Name: "moving"}
+	if _, err := s.Write(ctx, in, owner); err != nil {
+		t.Fatal(err)
+	}
+	pw1, _, _ := s.Read(ctx, "kv", in.Path, owner)
+	moved := in
+	moved.Host, moved.HostAddr, moved.Port = "db2.home.arpa", "192.0.2.20", 6432
+	moved.AlreadyIssued = true
+	out, err := s.Write(ctx, moved, owner)
+	if err != nil || out.Created || out.Version != 2 || strings.Join(out.Updated, ",") != "host,hostaddr,port" {
+		t.Fatalf("endpoint change: %+v %v", out, err)
+	}
+	pw2, v2, _ := s.Read(ctx, "kv", in.Path, owner)
+	if pw2 != pw1 || v2 != 2 {
+		t.Fatalf("the password changed with the endpoint (v%d)", v2)
+	}
+	if again, err := s.Write(ctx, moved, owner); err != nil || again.Version != 2 || len(again.Updated) != 0 {
+		t.Fatalf("unchanged endpoint wrote again: %+v %v", again, err)
+	}
+}

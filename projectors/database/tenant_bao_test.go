@@ -3,6 +3,8 @@ package database_test
 import (
 	"context"
 	"fmt"
+	"io"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -420,5 +422,104 @@ func TestTenantOwnedObjectsRepaired(t *testing.T) {
 	again, _ := getSecret(t, s, "repair", name)
 	if err := loginWith(t, s, again); err != nil {
 		t.Fatalf("the rewritten Secret does not log in: %v", err)
+	}
+}
+
+// tcpProxy forwards a new 127.0.0.1 port to target (PostgreSQL negotiates
+// TLS inside its protocol, so the certificate still verifies) until the
+// test ends.
+func tcpProxy(t *testing.T, target string) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				u, err := net.Dial("tcp", target)
+				if err != nil {
+					return
+				}
+				defer u.Close()
+				done := make(chan struct{}, 2)
+				go func() { _, _ = io.Copy(u, c); done <- struct{}{} }()
+				go func() { _, _ = io.Copy(c, u); done <- struct{}{} }()
+				<-done
+			}()
+		}
+	}()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// Issue 10 §3: the Instance endpoint changes (here the port): the KV record
+// gets a new version with the new port and the same password, ESO projects
+// it, and the Tenant is Ready only once the Secret's connection fields match.
+func TestTenantFollowsInstanceEndpoint(t *testing.T) {
+	s := getStack(t)
+	ctx := context.Background()
+	if err := s.CP.Client.Create(ctx, &v1alpha1.PostgreSQLInstance{ObjectMeta: metav1.ObjectMeta{Name: "moving"}, Spec: v1alpha1.PostgreSQLInstanceSpec{
+		Endpoint:           v1alpha1.PostgreSQLEndpoint{Host: "localhost", HostAddr: "127.0.0.1", Port: int32(s.PG.Port)},
+		AdminCredentialRef: v1alpha1.AdminCredentialReference{Name: "shared-admin"}}}); err != nil {
+		t.Fatal(err)
+	}
+	tn := newTenant(t, s, "moving", "app", func(tn *v1alpha1.PostgreSQLTenant) {
+		tn.Spec.InstanceRef = "moving"
+		tn.Spec.Database, tn.Spec.LoginRole = "movingapp", "movingapp"
+	})
+	waitTenant(t, s, "moving", "app", metav1.ConditionTrue, "Ready", 2*time.Minute)
+	pw, ver := kvPassword(t, s, "moving", "app")
+	port := tcpProxy(t, fmt.Sprintf("127.0.0.1:%d", s.PG.Port))
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		inst := &v1alpha1.PostgreSQLInstance{}
+		if err := s.CP.Client.Get(ctx, types.NamespacedName{Name: "moving"}, inst); err != nil {
+			return err
+		}
+		inst.Spec.Endpoint.Port = int32(port)
+		return s.CP.Client.Update(ctx, inst)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprint(port)
+	err := wait.PollUntilContextTimeout(ctx, 300*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		root, _ := s.Bao.Client(s.Bao.RootToken)
+		sec, err := root.KVv2(integration.KVMount).Get(ctx, kvPath("moving", "app"))
+		if err != nil || sec.Data["port"] != want {
+			return false, nil
+		}
+		projected, ok := getSecret(t, s, "moving", "moving-app-postgresql")
+		if !ok || string(projected.Data["port"]) != want {
+			return false, nil
+		}
+		cur := &v1alpha1.PostgreSQLTenant{}
+		if err := s.CP.Client.Get(ctx, client.ObjectKeyFromObject(tn), cur); err != nil {
+			return false, nil
+		}
+		for _, c := range cur.Status.Conditions {
+			if c.Type == "Ready" && c.Status == metav1.ConditionTrue && c.ObservedGeneration == cur.Generation {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Fatalf("the KV record / Secret never followed the new port %s\nmanager log tail:\n%s", want, integration.Tail(s.ManagerLog, 25))
+	}
+	pw2, ver2 := kvPassword(t, s, "moving", "app")
+	if pw2 != pw || ver2 != ver+1 {
+		t.Fatalf("want the same password in version %d, got version %d (same password: %v)", ver+1, ver2, pw2 == pw)
+	}
+	if n := createdWrites(t, s, tn.UID); n != 1 {
+		t.Fatalf("%d password-generating writes, want 1", n)
+	}
+	projected, _ := getSecret(t, s, "moving", "moving-app-postgresql")
+	if err := loginWith(t, s, projected); err != nil {
+		t.Fatalf("login through the new port with the projected Secret: %v", err)
 	}
 }

@@ -232,6 +232,9 @@ func (r *TenantReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 		if err != nil {
 			return reconcile.Result{}, err
 		}
+		if changed := credentialDrift(st, r.credentialIntent(inst, n)); problem == "" && len(changed) > 0 {
+			problem = "the Instance endpoint changed (" + strings.Join(changed, ", ") + "); the credential record and the Secret follow it"
+		}
 		if problem != "" {
 			d = TenantDecision{Phase: d.Phase, Note: NoteRevalidate, DatabaseOID: d.DatabaseOID, Ready: reconciling(problem + "; re-checking every step")}
 		}
@@ -293,13 +296,19 @@ func (r *TenantReconciler) intent(t *v1alpha1.PostgreSQLTenant, inst *v1alpha1.P
 	ep := pgexec.Endpoint{Host: spec.Endpoint.Host, HostAddr: spec.Endpoint.HostAddr, Port: spec.Endpoint.Port,
 		Database: spec.Endpoint.Database, SSLMode: string(spec.Endpoint.SSLMode)}
 	var payload any
+	cred := r.credentialIntent(inst, n)
 	switch p.Operation {
 	case baoexec.OpWriteCredential, baoexec.OpDestroyCredential:
-		payload = baoexec.CredentialIntent{Mount: r.Config.KVMount, Path: n.kvPath, InstanceUID: string(inst.UID), Username: n.role,
-			Database: n.database, Host: ep.Host, HostAddr: ep.HostAddr, Port: ep.Port, SSLMode: ep.SSLMode, AlreadyIssued: passwordIssued(st)}
+		cred.AlreadyIssued = passwordIssued(st)
+		payload = cred
 	case esexec.OpEnsureExternalSecret, esexec.OpObserveProjection, esexec.OpDeleteExternalSecret, esexec.OpRetainExternalSecret:
-		payload = esexec.ProjectionIntent{ExternalSecret: n.externalSecret, TargetSecretName: n.secret, StoreName: r.Config.StoreName,
+		pi := esexec.ProjectionIntent{ExternalSecret: n.externalSecret, TargetSecretName: n.secret, StoreName: r.Config.StoreName,
 			RemoteKey: n.kvPath, OwnerAPIVersion: v1alpha1.GroupVersion.String(), OwnerKind: "PostgreSQLTenant"}
+		if p.Operation == esexec.OpEnsureExternalSecret || p.Operation == esexec.OpObserveProjection {
+			_, pi.CredentialVersion = lastCredential(st)
+			pi.Connection = baoexec.ConnectionFields(cred)
+		}
+		payload = pi
 	default:
 		exts := append([]string(nil), t.Spec.Extensions...)
 		slices.Sort(exts)
@@ -309,6 +318,13 @@ func (r *TenantReconciler) intent(t *v1alpha1.PostgreSQLTenant, inst *v1alpha1.P
 				PasswordKey: spec.AdminCredentialRef.PasswordKey}}
 	}
 	return journal.NewIntent(objectRef(t), p.Operation, "", p.Attempt, payload)
+}
+
+// credentialIntent is the credential record the Tenant should have now.
+func (r *TenantReconciler) credentialIntent(inst *v1alpha1.PostgreSQLInstance, n tenantNames) baoexec.CredentialIntent {
+	spec := instanceSpecWithDefaults(inst.Spec)
+	return baoexec.CredentialIntent{Mount: r.Config.KVMount, Path: n.kvPath, InstanceUID: string(inst.UID), Username: n.role,
+		Database: n.database, Host: spec.Endpoint.Host, HostAddr: spec.Endpoint.HostAddr, Port: spec.Endpoint.Port, SSLMode: string(spec.Endpoint.SSLMode)}
 }
 
 // projectTenant writes the decision into status and emits Events.

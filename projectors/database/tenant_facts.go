@@ -33,3 +33,56 @@ func passwordIssued(st *journal.State) bool {
 	}
 	return false
 }
+
+// lastCredential returns the payload of the latest WriteCredential intent
+// and the KV version of the latest successful WriteCredential outcome.
+func lastCredential(st *journal.State) (in *baoexec.CredentialIntent, version int) {
+	if st == nil {
+		return nil, 0
+	}
+	var li, lo *journal.Record
+	for _, r := range st.Intents {
+		if r.Operation == baoexec.OpWriteCredential && (li == nil || r.Sequence > li.Sequence) {
+			r := r
+			li = &r
+		}
+	}
+	for _, o := range st.Outcomes {
+		if o.Operation == baoexec.OpWriteCredential && o.Result != nil && o.Result.Class == journal.Succeeded && (lo == nil || o.Sequence > lo.Sequence) {
+			o := o
+			lo = &o
+		}
+	}
+	if li != nil {
+		var p baoexec.CredentialIntent
+		if li.DecodePayload(&p) == nil {
+			in = &p
+		}
+	}
+	if lo != nil {
+		var out baoexec.CredentialOutcome
+		if lo.DecodePayload(&out) == nil {
+			version = out.Version
+		}
+	}
+	return in, version
+}
+
+// credentialDrift names the connection fields of the last credential
+// write that differ from want (the Instance endpoint or the Tenant's names
+// changed since): the chain runs again so the KV record (a new version,
+// same password) and the projected Secret follow.
+func credentialDrift(st *journal.State, want baoexec.CredentialIntent) []string {
+	last, _ := lastCredential(st)
+	if last == nil {
+		return nil
+	}
+	have, exp := baoexec.ConnectionFields(*last), baoexec.ConnectionFields(want)
+	var out []string
+	for _, k := range []string{"username", "database", "host", "hostaddr", "port", "sslmode"} {
+		if have[k] != exp[k] {
+			out = append(out, k)
+		}
+	}
+	return out
+}

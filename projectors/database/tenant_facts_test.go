@@ -33,3 +33,28 @@ func TestPasswordIssued(t *testing.T) {
 		}
 	}
 }
+
+// A changed Instance endpoint is drift against the last credential write;
+// the same endpoint is not.
+func TestCredentialDrift(t *testing.T) {
+	in := baoexec.CredentialIntent{Mount: "kv", Path: "p", Username: "app", Database: "app", Host: "db", HostAddr: "192.0.2.1", Port: 5432, SSLMode: "verify-full"}
+	st, _ := tenantHistory(ok(pgexec.OpClaimOwnership), step{op: baoexec.OpWriteCredential, class: journal.Succeeded, payload: baoexec.CredentialOutcome{Version: 3}})
+	// tenantHistory writes intents without payload: add one with in.
+	rec, _ := journal.NewIntent(journal.ObjectRef{UID: "t-1", Generation: 1}, baoexec.OpWriteCredential, "", 9, in)
+	rec.Sequence = 100
+	st.Intents[rec.ID] = rec
+	if got, v := lastCredential(st); got == nil || got.Host != "db" || v != 3 {
+		t.Fatalf("lastCredential = %+v, %d", got, v)
+	}
+	if d := credentialDrift(st, in); len(d) != 0 {
+		t.Fatalf("no change reported as drift: %v", d)
+	}
+	moved := in
+	moved.HostAddr, moved.Port = "192.0.2.2", 6432
+	if d := credentialDrift(st, moved); len(d) != 2 || d[0] != "hostaddr" || d[1] != "port" {
+		t.Fatalf("drift = %v", d)
+	}
+	if d := credentialDrift(journal.NewState(), moved); d != nil {
+		t.Fatalf("drift without a credential write: %v", d)
+	}
+}
