@@ -30,7 +30,9 @@ import (
 // The Tenant's credential, ExternalSecret and Secret against out-of-band
 // changes (issue 10 §3), on the full stack.
 
-func kvPath(namespace, name string) string { return integration.TenantBasePath + "/" + namespace + "/" + name }
+func kvPath(namespace, name string) string {
+	return integration.TenantBasePath + "/" + namespace + "/" + name
+}
 
 // bumpPolicy changes spec.deletionPolicy: a new generation, so every step
 // runs again (the "then any spec change" of the reports).
