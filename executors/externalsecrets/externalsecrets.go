@@ -1,9 +1,8 @@
 // Package externalsecrets is the External Secrets Operator executor of the
 // database domain: it manages the Tenant's ExternalSecret (never a Secret
-// with data) and observes that ESO projected the target Secret: its
-// connection keys (username, database, host, hostaddr, port, sslmode) must
-// match the Instance and the Tenant; the password key is never compared,
-// copied or reported.
+// with data) and observes that ESO projected the target Secret from the
+// current credential version, reading only the Secret's metadata, never its
+// data (docs/decisions/0002).
 package externalsecrets
 
 import (
@@ -12,7 +11,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -119,14 +117,13 @@ type ProjectionIntent struct {
 	OwnerAPIVersion string `json:"ownerAPIVersion"`
 	OwnerKind       string `json:"ownerKind"`
 	// CredentialVersion is the KV version the last WriteCredential
-	// produced; a change is written to the ExternalSecret's annotations so
-	// ESO reads OpenBao again at once (e.g. after the Instance endpoint
-	// changed).
+	// produced (its connection fields follow the Instance). EnsureExternalSecret
+	// writes it into an annotation of the ExternalSecret, so ESO reads
+	// OpenBao again at once when it changes; ESO copies the annotation to
+	// the target Secret when it syncs, and ObserveProjection succeeds only
+	// when the Secret carries it: the Secret was then written from this
+	// version or a later one. Only metadata is read (decision 0002).
 	CredentialVersion int `json:"credentialVersion,omitempty"`
-	// Connection holds the expected non-secret keys of the target Secret
-	// (username, database, host, hostaddr, port, sslmode): ObserveProjection
-	// succeeds only when the Secret holds exactly these.
-	Connection map[string]string `json:"connection,omitempty"`
 }
 
 // ProjectionOutcome is the payload of DeleteExternalSecret and
@@ -312,39 +309,19 @@ func (e *Executor) observe(ctx context.Context, rec journal.Record, in Projectio
 		}
 		return &failure{reason: "CredentialProjectionFailed", msg: fmt.Sprintf("waiting for ESO to sync ExternalSecret %s (%s)", in.ExternalSecret, detail)}
 	}
-	if len(in.Connection) == 0 {
-		meta := &metav1.PartialObjectMetadata{}
-		meta.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Secret"))
-		if err := e.reader().Get(ctx, types.NamespacedName{Namespace: rec.Object.Namespace, Name: in.TargetSecretName}, meta); err != nil {
-			if apierrors.IsNotFound(err) {
-				return &failure{reason: "CredentialProjectionFailed", msg: "the target Secret " + in.TargetSecretName + " does not exist yet"}
-			}
-			return err
-		}
-		return nil
-	}
-	// The connection keys must match the Instance and the Tenant (the
-	// password key is never compared, copied or reported).
-	sec := &corev1.Secret{}
-	if err := e.reader().Get(ctx, types.NamespacedName{Namespace: rec.Object.Namespace, Name: in.TargetSecretName}, sec); err != nil {
+	meta := &metav1.PartialObjectMetadata{}
+	meta.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Secret"))
+	if err := e.reader().Get(ctx, types.NamespacedName{Namespace: rec.Object.Namespace, Name: in.TargetSecretName}, meta); err != nil {
 		if apierrors.IsNotFound(err) {
 			return &failure{reason: "CredentialProjectionFailed", msg: "the target Secret " + in.TargetSecretName + " does not exist yet"}
 		}
 		return err
 	}
-	var stale []string
-	for k, v := range in.Connection {
-		if k == "password" {
-			continue
+	if in.CredentialVersion > 0 {
+		if got := meta.GetAnnotations()[AnnotationCredentialVersion]; got != strconv.Itoa(in.CredentialVersion) {
+			return &failure{reason: "CredentialProjectionFailed", msg: fmt.Sprintf("the Secret %s was not yet written from credential version %d (it has %q); waiting for ESO",
+				in.TargetSecretName, in.CredentialVersion, got)}
 		}
-		if string(sec.Data[k]) != v {
-			stale = append(stale, k)
-		}
-	}
-	if len(stale) > 0 {
-		sort.Strings(stale)
-		return &failure{reason: "CredentialProjectionFailed", msg: fmt.Sprintf("the Secret %s does not match the Instance and Tenant yet (%s); waiting for ESO to project credential version %d",
-			in.TargetSecretName, strings.Join(stale, ", "), in.CredentialVersion)}
 	}
 	return nil
 }

@@ -306,7 +306,6 @@ func (r *TenantReconciler) intent(t *v1alpha1.PostgreSQLTenant, inst *v1alpha1.P
 			RemoteKey: n.kvPath, OwnerAPIVersion: v1alpha1.GroupVersion.String(), OwnerKind: "PostgreSQLTenant"}
 		if p.Operation == esexec.OpEnsureExternalSecret || p.Operation == esexec.OpObserveProjection {
 			_, pi.CredentialVersion = lastCredential(st)
-			pi.Connection = baoexec.ConnectionFields(cred)
 		}
 		payload = pi
 	default:
