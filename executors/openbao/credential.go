@@ -289,7 +289,7 @@ func (s *Store) follow(ctx context.Context, in CredentialIntent, current int) (C
 func missingRecord(in CredentialIntent) *Failure {
 	return &Failure{Reason: ReasonConflict, Message: fmt.Sprintf("the OpenBao record %s/%s is missing, but this Tenant's password was already issued "+
 		"(role %s may hold it); Ayatori never generates a second password or resets the role's password: restore the record "+
-		"(an OpenBao snapshot, with its custom_metadata) or follow \"KV record lost\" in docs/database/operations.md", in.Mount, in.Path, in.Username)}
+		"(an OpenBao snapshot, with its custom_metadata) or see \"KV record lost or deleted\" in docs/database/README.md", in.Mount, in.Path, in.Username)}
 }
 
 // unreadable reports a record whose current version is soft-deleted or
@@ -304,7 +304,7 @@ func unreadable(md *bao.KVMetadata, mount, path string, now time.Time) *Failure 
 	case v.Destroyed:
 		return &Failure{Reason: ReasonConflict, Message: fmt.Sprintf("the current version %d of the OpenBao record %s/%s is destroyed and cannot be undeleted; "+
 			"Ayatori never writes a second password: make a live version current again (kv rollback to an earlier version holding the same password) "+
-			"or follow \"KV record lost\" in docs/database/operations.md", md.CurrentVersion, mount, path)}
+			"or see \"KV record lost or deleted\" in docs/database/README.md", md.CurrentVersion, mount, path)}
 	case !v.DeletionTime.IsZero() && !v.DeletionTime.After(now):
 		return &Failure{Reason: ReasonConflict, Message: fmt.Sprintf("the current version %d of the OpenBao record %s/%s is deleted; "+
 			"undelete it (bao kv undelete -mount=%s -versions=%d %s); Ayatori never writes a second password", md.CurrentVersion, mount, path, mount, md.CurrentVersion, path)}
