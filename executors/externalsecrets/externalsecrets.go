@@ -81,6 +81,28 @@ func LabelValue(s string) string {
 	return prefix + "-" + hex.EncodeToString(sum[:])[:10]
 }
 
+// MaxExternalSecretName is the longest ExternalSecret name ESO can serve:
+// ESO writes the target Secret with the field manager
+// "externalsecrets.external-secrets.io/<ExternalSecret name>", and the API
+// server refuses field managers longer than 128 characters.
+const MaxExternalSecretName = 128 - len("externalsecrets.external-secrets.io/")
+
+// ExternalSecretName is the Tenant's ExternalSecret name: the specified
+// <instanceRef>-<name>-postgresql when it has at most
+// MaxExternalSecretName characters, else its first characters, "-", 10 hex
+// digits of the SHA-256 of instanceRef/name and "-postgresql" (exactly
+// MaxExternalSecretName characters, a valid object name).
+func ExternalSecretName(instanceRef, tenant string) string {
+	n := instanceRef + "-" + tenant + "-postgresql"
+	if len(n) <= MaxExternalSecretName {
+		return n
+	}
+	sum := sha256.Sum256([]byte(instanceRef + "/" + tenant))
+	suffix := "-" + hex.EncodeToString(sum[:])[:10] + "-postgresql"
+	prefix := strings.TrimRight(n[:MaxExternalSecretName-len(suffix)], ".-")
+	return prefix + suffix
+}
+
 // ValidateNames checks every name this executor derives for a Tenant before
 // the first external write: the ExternalSecret and target Secret names, and
 // the label values. It returns one message per problem.
@@ -90,6 +112,9 @@ func ValidateNames(externalSecret, targetSecret, tenantName string) []string {
 		for _, m := range validation.IsDNS1123Subdomain(n) {
 			errs = append(errs, fmt.Sprintf("derived %s %q is not a valid object name: %s", what, n, m))
 		}
+	}
+	if len(externalSecret) > MaxExternalSecretName {
+		errs = append(errs, fmt.Sprintf("derived ExternalSecret name %q is longer than %d characters (ESO's field manager limit)", externalSecret, MaxExternalSecretName))
 	}
 	for _, m := range validation.IsValidLabelValue(LabelValue(tenantName)) {
 		errs = append(errs, fmt.Sprintf("derived label value for %q is invalid: %s", tenantName, m))
@@ -105,7 +130,7 @@ var Keys = []string{"username", "password", "database", "host", "hostaddr", "por
 
 // ProjectionIntent is the payload of this executor's intents.
 type ProjectionIntent struct {
-	// ExternalSecret is the ExternalSecret name (<instanceRef>-<name>-postgresql).
+	// ExternalSecret is the ExternalSecret name (ExternalSecretName).
 	ExternalSecret string `json:"externalSecret"`
 	// TargetSecretName is the Secret ESO writes.
 	TargetSecretName string `json:"targetSecretName"`

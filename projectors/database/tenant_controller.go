@@ -109,9 +109,11 @@ func (r *TenantReconciler) names(t *v1alpha1.PostgreSQLTenant) tenantNames {
 	if n.role == "" {
 		n.role = t.Name
 	}
-	n.externalSecret = t.Spec.InstanceRef + "-" + t.Name + "-postgresql"
+	// The ExternalSecret name is shortened (hashed) where ESO needs it; the
+	// default Secret name is always <instanceRef>-<name>-postgresql.
+	n.externalSecret = esexec.ExternalSecretName(t.Spec.InstanceRef, t.Name)
 	if n.secret == "" {
-		n.secret = n.externalSecret
+		n.secret = t.Spec.InstanceRef + "-" + t.Name + "-postgresql"
 	}
 	n.kvPath = strings.Trim(r.Config.BasePath, "/") + "/" + t.Namespace + "/" + t.Name
 	n.url = strings.TrimSuffix(r.Config.ConsumerAddress, "/") + "/v1/" + strings.Trim(r.Config.KVMount, "/") + "/data/" + n.kvPath
