@@ -259,7 +259,7 @@ func (r *TenantReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 		return result(reconcile.Result{Requeue: true}, r.projectTenant(ctx, t, n, d))
 	}
 	if d.Intent != nil {
-		if ierr != nil && d.Intent.Operation != pgexec.OpRetainOwnership {
+		if ierr != nil && d.Intent.Operation != pgexec.OpRetainOwnership && d.Intent.Operation != esexec.OpRetainExternalSecret {
 			// The Instance is gone: Delete-path steps can not run; keep waiting.
 			return result(reconcile.Result{RequeueAfter: r.Policy.PendingRecheck}, r.projectTenant(ctx, t, n,
 				TenantDecision{Phase: d.Phase, Ready: notReady(v1alpha1.ReasonInstanceNotReady, facts.InstanceProblem)}))
