@@ -134,39 +134,39 @@ func createdWrites(t *testing.T, s *integration.Stack, uid types.UID) int {
 func TestTenantKVRecordLostNoSecondPassword(t *testing.T) {
 	s := getStack(t)
 	ctx := context.Background()
-	tn := newTenant(t, s, "kvlost", "app", nil)
-	waitTenant(t, s, "kvlost", "app", metav1.ConditionTrue, "Ready", 2*time.Minute)
-	pw, _ := kvPassword(t, s, "kvlost", "app")
+	tn := newTenant(t, s, "kvlost", "lostapp", nil)
+	waitTenant(t, s, "kvlost", "lostapp", metav1.ConditionTrue, "Ready", 2*time.Minute)
+	pw, _ := kvPassword(t, s, "kvlost", "lostapp")
 	root, _ := s.Bao.Client(s.Bao.RootToken)
 	kv := root.KVv2(integration.KVMount)
-	md, err := kv.GetMetadata(ctx, kvPath("kvlost", "app"))
+	md, err := kv.GetMetadata(ctx, kvPath("kvlost", "lostapp"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	sec, err := kv.Get(ctx, kvPath("kvlost", "app"))
+	sec, err := kv.Get(ctx, kvPath("kvlost", "lostapp"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := kv.DeleteMetadata(ctx, kvPath("kvlost", "app")); err != nil {
+	if err := kv.DeleteMetadata(ctx, kvPath("kvlost", "lostapp")); err != nil {
 		t.Fatal(err)
 	}
-	bumpPolicy(t, s, "kvlost", "app", v1alpha1.DeletionPolicyDelete)
-	got := waitTenant(t, s, "kvlost", "app", metav1.ConditionFalse, "Conflict", time.Minute)
+	bumpPolicy(t, s, "kvlost", "lostapp", v1alpha1.DeletionPolicyDelete)
+	got := waitTenant(t, s, "kvlost", "lostapp", metav1.ConditionFalse, "Conflict", time.Minute)
 	msg := readyMsg(got.Status.Conditions)
-	for _, want := range []string{"kv/" + kvPath("kvlost", "app"), "missing", "never generates a second password", "restore the record"} {
+	for _, want := range []string{"kv/" + kvPath("kvlost", "lostapp"), "missing", "never generates a second password", "restore the record"} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("condition message lacks %q: %s", want, msg)
 		}
 	}
 	time.Sleep(3 * time.Second) // a few Conflict re-checks (retry-max 3s)
-	if _, err := kv.GetMetadata(ctx, kvPath("kvlost", "app")); err == nil {
+	if _, err := kv.GetMetadata(ctx, kvPath("kvlost", "lostapp")); err == nil {
 		t.Fatal("a KV record was written for a Tenant whose role holds the first password")
 	}
 	if n := createdWrites(t, s, tn.UID); n != 1 {
 		t.Fatalf("%d password-generating writes in the journal, want 1", n)
 	}
 	// The role still has the first password: the application's Secret works.
-	projected, ok := getSecret(t, s, "kvlost", "shared-app-postgresql")
+	projected, ok := getSecret(t, s, "kvlost", "shared-lostapp-postgresql")
 	if !ok || string(projected.Data["password"]) != pw {
 		t.Fatal("the application's Secret changed")
 	}
@@ -174,14 +174,14 @@ func TestTenantKVRecordLostNoSecondPassword(t *testing.T) {
 		t.Fatalf("the role's password was changed: %v", err)
 	}
 	// The runbook's recovery: restore the record with its ownership metadata.
-	if err := kv.PutMetadata(ctx, kvPath("kvlost", "app"), bao.KVMetadataPutInput{CustomMetadata: md.CustomMetadata}); err != nil {
+	if err := kv.PutMetadata(ctx, kvPath("kvlost", "lostapp"), bao.KVMetadataPutInput{CustomMetadata: md.CustomMetadata}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := kv.Put(ctx, kvPath("kvlost", "app"), sec.Data, bao.WithCheckAndSet(0)); err != nil {
+	if _, err := kv.Put(ctx, kvPath("kvlost", "lostapp"), sec.Data, bao.WithCheckAndSet(0)); err != nil {
 		t.Fatal(err)
 	}
-	waitTenant(t, s, "kvlost", "app", metav1.ConditionTrue, "Ready", time.Minute)
-	if pw2, _ := kvPassword(t, s, "kvlost", "app"); pw2 != pw {
+	waitTenant(t, s, "kvlost", "lostapp", metav1.ConditionTrue, "Ready", time.Minute)
+	if pw2, _ := kvPassword(t, s, "kvlost", "lostapp"); pw2 != pw {
 		t.Fatal("the restored password was replaced")
 	}
 }
@@ -193,23 +193,23 @@ func TestTenantKVRecordLostNoSecondPassword(t *testing.T) {
 func TestTenantKVVersionDeletedKeepsSecret(t *testing.T) {
 	s := getStack(t)
 	ctx := context.Background()
-	tn := newTenant(t, s, "kvsoft", "app", nil)
-	waitTenant(t, s, "kvsoft", "app", metav1.ConditionTrue, "Ready", 2*time.Minute)
-	if es, ok := getES(t, s, "kvsoft", "shared-app-postgresql"); !ok {
+	tn := newTenant(t, s, "kvsoft", "softapp", nil)
+	waitTenant(t, s, "kvsoft", "softapp", metav1.ConditionTrue, "Ready", 2*time.Minute)
+	if es, ok := getES(t, s, "kvsoft", "shared-softapp-postgresql"); !ok {
 		t.Fatal("no ExternalSecret")
 	} else if p, _, _ := unstructured.NestedString(es.Object, "spec", "target", "deletionPolicy"); p != "Retain" {
 		t.Fatalf("target deletionPolicy %q, want Retain", p)
 	}
-	pw, ver := kvPassword(t, s, "kvsoft", "app")
+	pw, ver := kvPassword(t, s, "kvsoft", "softapp")
 	root, _ := s.Bao.Client(s.Bao.RootToken)
 	kv := root.KVv2(integration.KVMount)
-	if err := kv.Delete(ctx, kvPath("kvsoft", "app")); err != nil {
+	if err := kv.Delete(ctx, kvPath("kvsoft", "softapp")); err != nil {
 		t.Fatal(err)
 	}
 	// ESO reads the deleted version now.
-	forceSync(t, s, "kvsoft", "shared-app-postgresql")
+	forceSync(t, s, "kvsoft", "shared-softapp-postgresql")
 	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
-		es, ok := getES(t, s, "kvsoft", "shared-app-postgresql")
+		es, ok := getES(t, s, "kvsoft", "shared-softapp-postgresql")
 		if !ok {
 			return false, nil
 		}
@@ -219,38 +219,38 @@ func TestTenantKVVersionDeletedKeepsSecret(t *testing.T) {
 				return true, nil
 			}
 		}
-		_, exists := getSecret(t, s, "kvsoft", "shared-app-postgresql")
+		_, exists := getSecret(t, s, "kvsoft", "shared-softapp-postgresql")
 		return !exists, nil
 	})
 	if err != nil {
 		t.Fatalf("ESO never noticed the deleted version\nESO log:\n%s", integration.Tail(s.ESO.LogPath, 10))
 	}
-	projected, ok := getSecret(t, s, "kvsoft", "shared-app-postgresql")
+	projected, ok := getSecret(t, s, "kvsoft", "shared-softapp-postgresql")
 	if !ok {
 		t.Fatal("ESO deleted the application's Secret because the KV version was soft-deleted")
 	}
 	if string(projected.Data["password"]) != pw {
 		t.Fatal("the application's Secret changed")
 	}
-	bumpPolicy(t, s, "kvsoft", "app", v1alpha1.DeletionPolicyDelete)
-	got := waitTenant(t, s, "kvsoft", "app", metav1.ConditionFalse, "Conflict", time.Minute)
+	bumpPolicy(t, s, "kvsoft", "softapp", v1alpha1.DeletionPolicyDelete)
+	got := waitTenant(t, s, "kvsoft", "softapp", metav1.ConditionFalse, "Conflict", time.Minute)
 	msg := readyMsg(got.Status.Conditions)
-	for _, want := range []string{"kv/" + kvPath("kvsoft", "app"), "undelete", "deleted"} {
+	for _, want := range []string{"kv/" + kvPath("kvsoft", "softapp"), "undelete", "deleted"} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("condition message lacks %q: %s", want, msg)
 		}
 	}
-	if md, err := kv.GetMetadata(ctx, kvPath("kvsoft", "app")); err != nil || md.CurrentVersion != ver {
+	if md, err := kv.GetMetadata(ctx, kvPath("kvsoft", "softapp")); err != nil || md.CurrentVersion != ver {
 		t.Fatalf("a new version was written: %+v %v", md, err)
 	}
 	if n := createdWrites(t, s, tn.UID); n != 1 {
 		t.Fatalf("%d password-generating writes, want 1", n)
 	}
-	if err := kv.Undelete(ctx, kvPath("kvsoft", "app"), []int{ver}); err != nil {
+	if err := kv.Undelete(ctx, kvPath("kvsoft", "softapp"), []int{ver}); err != nil {
 		t.Fatal(err)
 	}
-	waitTenant(t, s, "kvsoft", "app", metav1.ConditionTrue, "Ready", time.Minute)
-	if pw2, ver2 := kvPassword(t, s, "kvsoft", "app"); pw2 != pw || ver2 != ver {
+	waitTenant(t, s, "kvsoft", "softapp", metav1.ConditionTrue, "Ready", time.Minute)
+	if pw2, ver2 := kvPassword(t, s, "kvsoft", "softapp"); pw2 != pw || ver2 != ver {
 		t.Fatal("the credential changed across delete/undelete")
 	}
 }
@@ -264,14 +264,14 @@ func TestTenantKVVersionDeletedKeepsSecret(t *testing.T) {
 func TestTenantRetainedThenRecreatedWithDelete(t *testing.T) {
 	s := getStack(t)
 	ctx := context.Background()
-	first := newTenant(t, s, "again", "app", nil)
-	waitTenant(t, s, "again", "app", metav1.ConditionTrue, "Ready", 2*time.Minute)
-	pw, ver := kvPassword(t, s, "again", "app")
+	first := newTenant(t, s, "again", "againapp", nil)
+	waitTenant(t, s, "again", "againapp", metav1.ConditionTrue, "Ready", 2*time.Minute)
+	pw, ver := kvPassword(t, s, "again", "againapp")
 	if err := s.CP.Client.Delete(ctx, first); err != nil {
 		t.Fatal(err)
 	}
 	waitGone(t, s, first)
-	es, ok := getES(t, s, "again", "shared-app-postgresql")
+	es, ok := getES(t, s, "again", "shared-againapp-postgresql")
 	if !ok {
 		t.Fatal("Retain deleted the ExternalSecret")
 	}
@@ -283,28 +283,28 @@ func TestTenantRetainedThenRecreatedWithDelete(t *testing.T) {
 	if !strings.Contains(es.GetAnnotations()[esexec.AnnotationRetained], string(first.UID)) {
 		t.Fatalf("the retained ExternalSecret is not marked retained: %v", es.GetAnnotations())
 	}
-	second := newTenant(t, s, "again", "app", func(tn *v1alpha1.PostgreSQLTenant) { tn.Spec.DeletionPolicy = v1alpha1.DeletionPolicyDelete })
-	waitTenant(t, s, "again", "app", metav1.ConditionFalse, "Conflict", time.Minute)
+	second := newTenant(t, s, "again", "againapp", func(tn *v1alpha1.PostgreSQLTenant) { tn.Spec.DeletionPolicy = v1alpha1.DeletionPolicyDelete })
+	waitTenant(t, s, "again", "againapp", metav1.ConditionFalse, "Conflict", time.Minute)
 	if err := s.CP.Client.Delete(ctx, second); err != nil {
 		t.Fatal(err)
 	}
 	waitGone(t, s, second)
 	// Everything of the first Tenant is still there, unchanged.
-	if _, ok := getES(t, s, "again", "shared-app-postgresql"); !ok {
+	if _, ok := getES(t, s, "again", "shared-againapp-postgresql"); !ok {
 		t.Fatal("the retained ExternalSecret was deleted")
 	}
-	projected, ok := getSecret(t, s, "again", "shared-app-postgresql")
+	projected, ok := getSecret(t, s, "again", "shared-againapp-postgresql")
 	if !ok {
 		t.Fatal("the retained application Secret was deleted")
 	}
 	if err := loginWith(t, s, projected); err != nil {
 		t.Fatalf("the retained credential no longer works: %v", err)
 	}
-	if pw2, ver2 := kvPassword(t, s, "again", "app"); pw2 != pw || ver2 != ver {
+	if pw2, ver2 := kvPassword(t, s, "again", "againapp"); pw2 != pw || ver2 != ver {
 		t.Fatal("the retained KV record changed")
 	}
-	if superQuery[int64](t, s, "postgres", "SELECT count(*) FROM pg_database WHERE datname = 'app'") != 1 ||
-		superQuery[int64](t, s, "postgres", "SELECT count(*) FROM pg_roles WHERE rolname = 'app'") != 1 {
+	if superQuery[int64](t, s, "postgres", "SELECT count(*) FROM pg_database WHERE datname = 'againapp'") != 1 ||
+		superQuery[int64](t, s, "postgres", "SELECT count(*) FROM pg_roles WHERE rolname = 'againapp'") != 1 {
 		t.Fatal("the retained database or role was dropped")
 	}
 	// The skipped objects are reported on the second Tenant.
@@ -318,7 +318,7 @@ func TestTenantRetainedThenRecreatedWithDelete(t *testing.T) {
 			note = e.Note
 		}
 	}
-	for _, want := range []string{"ExternalSecret again/shared-app-postgresql", "retained from Tenant again/app", "OpenBao record kv/" + kvPath("again", "app")} {
+	for _, want := range []string{"ExternalSecret again/shared-againapp-postgresql", "retained from Tenant again/againapp", "OpenBao record kv/" + kvPath("again", "againapp")} {
 		if !strings.Contains(note, want) {
 			t.Errorf("LeftInPlace Event lacks %q: %q", want, note)
 		}
@@ -383,9 +383,9 @@ func TestTenantLongestNames(t *testing.T) {
 func TestTenantOwnedObjectsRepaired(t *testing.T) {
 	s := getStack(t)
 	ctx := context.Background()
-	tn := newTenant(t, s, "repair", "app", nil)
-	waitTenant(t, s, "repair", "app", metav1.ConditionTrue, "Ready", 2*time.Minute)
-	const name = "shared-app-postgresql"
+	tn := newTenant(t, s, "repair", "repairapp", nil)
+	waitTenant(t, s, "repair", "repairapp", metav1.ConditionTrue, "Ready", 2*time.Minute)
+	const name = "shared-repairapp-postgresql"
 	es, _ := getES(t, s, "repair", name)
 	if err := s.CP.Client.Delete(ctx, es); err != nil {
 		t.Fatal(err)
@@ -405,7 +405,7 @@ func TestTenantOwnedObjectsRepaired(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the deleted ExternalSecret was not recreated\nmanager log tail:\n%s", integration.Tail(s.ManagerLog, 20))
 	}
-	waitTenant(t, s, "repair", "app", metav1.ConditionTrue, "Ready", time.Minute)
+	waitTenant(t, s, "repair", "repairapp", metav1.ConditionTrue, "Ready", time.Minute)
 	sec, ok := getSecret(t, s, "repair", name)
 	if !ok {
 		t.Fatal("no target Secret")
@@ -420,7 +420,7 @@ func TestTenantOwnedObjectsRepaired(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the deleted Secret was not written again\nmanager log tail:\n%s\nESO log:\n%s", integration.Tail(s.ManagerLog, 20), integration.Tail(s.ESO.LogPath, 10))
 	}
-	waitTenant(t, s, "repair", "app", metav1.ConditionTrue, "Ready", time.Minute)
+	waitTenant(t, s, "repair", "repairapp", metav1.ConditionTrue, "Ready", time.Minute)
 	again, _ := getSecret(t, s, "repair", name)
 	if err := loginWith(t, s, again); err != nil {
 		t.Fatalf("the rewritten Secret does not log in: %v", err)
