@@ -358,8 +358,21 @@ func TestTenantLongestNames(t *testing.T) {
 	if len(instName)+len(name63) != 241 || len(name235) != 235 {
 		t.Fatalf("test names: %d %d", len(instName)+len(name63), len(name235))
 	}
+	root, _ := s.Bao.Client(s.Bao.RootToken)
 	for _, c := range []struct{ name, secret string }{{name64, "shared-" + name64 + "-postgresql"}, {name235, secret253}, {name63, instName + "-" + name63 + "-postgresql"}} {
-		waitTenant(t, s, "longnames", c.name, metav1.ConditionTrue, "Ready", 3*time.Minute)
+		tn := waitTenant(t, s, "longnames", c.name, metav1.ConditionTrue, "Ready", 3*time.Minute)
+		// The KV path keeps names up to 100 characters (OpenBao's file
+		// storage fails on path segments over 107); the record's metadata
+		// has the full name.
+		path := strings.TrimPrefix(tn.Status.Credential.OpenBaoURL, s.Bao.Address+"/v1/kv/data/")
+		seg := path[strings.LastIndex(path, "/")+1:]
+		if (len(c.name) <= 100 && seg != c.name) || len(seg) > 100 {
+			t.Fatalf("KV path segment for a %d-character name: %q", len(c.name), seg)
+		}
+		md, err := root.KVv2(integration.KVMount).GetMetadata(ctx, path)
+		if err != nil || md.CustomMetadata["ayatori.ddupan.top/tenant"] != "longnames/"+c.name {
+			t.Fatalf("KV record at %s: %v %v", path, md, err)
+		}
 		projected, ok := getSecret(t, s, "longnames", c.secret)
 		if !ok {
 			t.Fatalf("no projected Secret %s", c.secret)

@@ -115,7 +115,7 @@ func (r *TenantReconciler) names(t *v1alpha1.PostgreSQLTenant) tenantNames {
 	if n.secret == "" {
 		n.secret = t.Spec.InstanceRef + "-" + t.Name + "-postgresql"
 	}
-	n.kvPath = strings.Trim(r.Config.BasePath, "/") + "/" + t.Namespace + "/" + t.Name
+	n.kvPath = strings.Trim(r.Config.BasePath, "/") + "/" + t.Namespace + "/" + kvSegment(t.Name)
 	n.url = strings.TrimSuffix(r.Config.ConsumerAddress, "/") + "/v1/" + strings.Trim(r.Config.KVMount, "/") + "/data/" + n.kvPath
 	return n
 }

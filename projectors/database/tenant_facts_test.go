@@ -1,6 +1,7 @@
 package database
 
 import (
+	"strings"
 	"testing"
 
 	baoexec "git.ddupan.top/panxiao81/ayatori/executors/openbao"
@@ -56,5 +57,20 @@ func TestCredentialDrift(t *testing.T) {
 	}
 	if d := credentialDrift(journal.NewState(), moved); d != nil {
 		t.Fatalf("drift without a credential write: %v", d)
+	}
+}
+
+// KV path segments stay within OpenBao's storage limit for every Tenant
+// name the API accepts; short names are kept.
+func TestKVSegment(t *testing.T) {
+	if kvSegment("app") != "app" || kvSegment(strings.Repeat("a", 100)) != strings.Repeat("a", 100) {
+		t.Fatal("a short name was changed")
+	}
+	a, b := kvSegment(strings.Repeat("m.", 116)+"235"), kvSegment(strings.Repeat("m.", 116)+"236")
+	if len(a) > maxKVSegment || a == b || strings.HasSuffix(a, ".") || strings.Contains(a, ".-") {
+		t.Fatalf("kvSegment: %q %q", a, b)
+	}
+	if got := len(kvSegment(strings.Repeat("x", 253))); got != maxKVSegment {
+		t.Fatalf("253-character name: %d characters", got)
 	}
 }
