@@ -468,7 +468,7 @@ func TestZZTenantCanary(t *testing.T) {
 	ctx := context.Background()
 	var secrets []string
 	root, _ := s.Bao.Client(s.Bao.RootToken)
-	for _, p := range []string{"acme/shop", "rebuild/app", "keep/kept"} {
+	for _, p := range []string{"acme/shop", "rebuild/app", "keep/kept", "kvlost/lostapp", "kvsoft/softapp", "again/againapp", "moving/app", "repair/repairapp"} {
 		if sec, err := root.KVv2("kv").Get(ctx, "postgresql-tenants/"+p); err == nil {
 			secrets = append(secrets, sec.Data["password"].(string))
 		}
