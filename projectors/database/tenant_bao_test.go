@@ -538,3 +538,45 @@ func TestTenantFollowsInstanceEndpoint(t *testing.T) {
 		t.Fatalf("login through the new port with the projected Secret: %v", err)
 	}
 }
+
+// The manager killed at RetainExternalSecret (before and after its
+// outcome): after a restart the Tenant goes and its ExternalSecret is
+// released (no owner reference to it, marked retained), the Secret kept.
+func TestTenantRetainCrash(t *testing.T) {
+	s := getStack(t)
+	ctx := context.Background()
+	ns(t, s, "retcrash")
+	for i, point := range []string{"executor-before-outcome", "executor-after-outcome"} {
+		name := fmt.Sprintf("retcrash%d", i)
+		t.Run(point, func(t *testing.T) {
+			tn := newTenant(t, s, "retcrash", name, nil)
+			waitTenant(t, s, "retcrash", name, metav1.ConditionTrue, "Ready", 2*time.Minute)
+			s.StopManager()
+			if err := s.StartManagerEnv([]string{"AYATORI_FAILPOINTS=" + point + "=" + esexec.OpRetainExternalSecret}); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.CP.Client.Delete(ctx, tn); err != nil {
+				t.Fatal(err)
+			}
+			if !s.WaitManagerExit(90 * time.Second) {
+				t.Fatalf("the failpoint %s never fired", point)
+			}
+			if err := s.StartManager(); err != nil {
+				t.Fatal(err)
+			}
+			waitGone(t, s, tn)
+			es, ok := getES(t, s, "retcrash", "shared-"+name+"-postgresql")
+			if !ok {
+				t.Fatal("the retained ExternalSecret is gone")
+			}
+			for _, o := range es.GetOwnerReferences() {
+				if o.UID == tn.UID {
+					t.Fatal("the retained ExternalSecret still points at the deleted Tenant")
+				}
+			}
+			if _, ok := getSecret(t, s, "retcrash", "shared-"+name+"-postgresql"); !ok {
+				t.Fatal("the retained Secret is gone")
+			}
+		})
+	}
+}
