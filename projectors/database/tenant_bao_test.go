@@ -307,17 +307,21 @@ func TestTenantRetainedThenRecreatedWithDelete(t *testing.T) {
 		superQuery[int64](t, s, "postgres", "SELECT count(*) FROM pg_roles WHERE rolname = 'againapp'") != 1 {
 		t.Fatal("the retained database or role was dropped")
 	}
-	// The skipped objects are reported on the second Tenant.
-	var evs eventsv1.EventList
-	if err := s.CP.Client.List(ctx, &evs, client.InNamespace("again")); err != nil {
-		t.Fatal(err)
-	}
+	// The skipped objects are reported on the second Tenant (the Event is
+	// written just before the finalizer goes; the recorder is asynchronous).
 	var note string
-	for _, e := range evs.Items {
-		if e.Regarding.UID == second.UID && e.Reason == "LeftInPlace" {
-			note = e.Note
+	_ = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
+		var evs eventsv1.EventList
+		if err := s.CP.Client.List(ctx, &evs, client.InNamespace("again")); err != nil {
+			return false, nil
 		}
-	}
+		for _, e := range evs.Items {
+			if e.Regarding.UID == second.UID && e.Reason == "LeftInPlace" {
+				note = e.Note
+			}
+		}
+		return note != "", nil
+	})
 	for _, want := range []string{"ExternalSecret again/shared-againapp-postgresql", "retained from Tenant again/againapp", "OpenBao record kv/" + kvPath("again", "againapp")} {
 		if !strings.Contains(note, want) {
 			t.Errorf("LeftInPlace Event lacks %q: %q", want, note)
