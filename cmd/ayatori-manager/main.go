@@ -72,6 +72,11 @@ func run(args []string) error {
 	}
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zopts)))
 	log := ctrl.Log.WithName("setup")
+	if names := pgexec.ClearLibpqEnvironment(); len(names) > 0 {
+		// Connections are built from the Instances alone; a PGOPTIONS or
+		// PGTARGETSESSIONATTRS meant for psql must not change them.
+		log.Info("ignoring libpq environment variables", "names", names)
+	}
 	if o.actor == "" {
 		host, _ := os.Hostname()
 		o.actor = fmt.Sprintf("%s/%d", host, os.Getpid())
