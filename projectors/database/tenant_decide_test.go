@@ -110,3 +110,40 @@ func TestDecideTenant(t *testing.T) {
 		})
 	}
 }
+
+// TestDecideTenantDeleteReportsLeftAlone: a Delete whose steps skipped
+// objects that were not created for the Tenant completes (the finalizer
+// goes) and lists them, except "absent".
+func TestDecideTenantDeleteReportsLeftAlone(t *testing.T) {
+	st, recs := tenantHistory(ok(pgexec.OpCheckExtensions), ok(pgexec.OpClaimOwnership),
+		step{op: pgexec.OpCreateRole, class: journal.Failed, reason: "Conflict"})
+	obj := recs[0].Object
+	note := journal.Record{ID: "t-1/g1/note/DeletionStarted/3", Type: journal.TypeNote, Operation: NoteDeletionStarted, Object: obj, Attempt: 1}
+	if err := note.SetPayload(DeletionNote{Policy: v1alpha1.DeletionPolicyDelete}); err != nil {
+		t.Fatal(err)
+	}
+	note.Sequence = uint64(len(recs) + 1)
+	recs = append(recs, note)
+	skips := map[string]string{
+		pgexec.OpDisableLogin: "role app has OID 9, not the OID 7 Ayatori created; left alone",
+		pgexec.OpDropDatabase: "database app exists but was not created by Ayatori for this Tenant; left alone",
+		pgexec.OpDropRole:     "absent",
+	}
+	for _, op := range []string{"DeleteExternalSecret", pgexec.OpDisableLogin, pgexec.OpDropDatabase, pgexec.OpDropRole, baoexec.OpDestroyCredential, pgexec.OpReleaseOwnership} {
+		in, _ := journal.NewIntent(obj, op, "", 1, nil)
+		in.Sequence = uint64(len(recs) + 1)
+		recs = append(recs, in)
+		out, _ := journal.NewOutcome(in, journal.Result{Class: journal.Succeeded}, pgexec.TenantOutcome{Skipped: skips[op]})
+		out.Sequence = uint64(len(recs) + 1)
+		recs = append(recs, out)
+	}
+	st = journal.Fold(recs)
+	d := DecideTenant(TenantFacts{Generation: 1, Deleting: true, SpecPolicy: v1alpha1.DeletionPolicyDelete, Journal: st, Records: recs, Now: t0}, tenantPolicy)
+	if !d.RemoveFinalizer {
+		t.Fatalf("finalizer kept: %+v", d)
+	}
+	want := []string{pgexec.OpDisableLogin + ": " + skips[pgexec.OpDisableLogin], pgexec.OpDropDatabase + ": " + skips[pgexec.OpDropDatabase]}
+	if len(d.LeftAlone) != 2 || d.LeftAlone[0] != want[0] || d.LeftAlone[1] != want[1] {
+		t.Fatalf("left alone %q, want %q", d.LeftAlone, want)
+	}
+}
