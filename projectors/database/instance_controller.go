@@ -48,9 +48,6 @@ const (
 	EventNotReady       = "NotReady"
 	EventIntentAppended = "IntentAppended"
 	EventDeletionWait   = "WaitingForTenants"
-	// EventLeftAlone (Warning): a deletion finished and left objects that
-	// only carry the Tenant's names but were not created for it.
-	EventLeftAlone = "ResourcesLeftAlone"
 )
 
 // InstanceReconciler is the PostgreSQLInstance projector. It never touches

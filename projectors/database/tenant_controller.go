@@ -8,7 +8,6 @@ import (
 	"slices"
 	"strings"
 
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -257,10 +256,6 @@ func (r *TenantReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 		announceIntent(r.Recorder, t, d.Intent.Operation, d.Intent.Attempt, res)
 	}
 	if d.RemoveFinalizer {
-		if len(d.LeftAlone) > 0 && r.Recorder != nil {
-			r.Recorder.Eventf(t, nil, corev1.EventTypeWarning, EventLeftAlone, "Delete",
-				"deletion finished; objects under this Tenant's names that Ayatori did not create for it were left alone: %s", strings.Join(d.LeftAlone, "; "))
-		}
 		patch := client.MergeFrom(t.DeepCopy())
 		controllerutil.RemoveFinalizer(t, TenantFinalizer)
 		return reconcile.Result{}, client.IgnoreNotFound(r.Client.Patch(ctx, t, patch))

@@ -111,12 +111,8 @@ type TenantDecision struct {
 	NotePolicy v1alpha1.DeletionPolicy
 	// RemoveFinalizer: deletion is complete (or Retain: the registry update is journaled).
 	RemoveFinalizer bool
-	// LeftAlone lists, when a Delete completes, the steps that found an
-	// object under the Tenant's names that was not created for it and left
-	// it alone ("<operation>: <why>"); reported once as a Warning Event.
-	LeftAlone    []string
-	DatabaseOID  uint32
-	RequeueAfter time.Duration
+	DatabaseOID     uint32
+	RequeueAfter    time.Duration
 	// StatusLost: see InstanceDecision.StatusLost.
 	StatusLost bool
 }
@@ -369,41 +365,10 @@ func decideTenantDelete(f TenantFacts, p TenantPolicy, st *journal.State) Tenant
 	}
 	d := runChain(f, p, st, deleteSteps, note.Sequence, v1alpha1.TenantPhaseDeleting)
 	if d.done {
-		return TenantDecision{Phase: v1alpha1.TenantPhaseDeleting, RemoveFinalizer: true, Ready: reconciling("every external resource was deleted"),
-			LeftAlone: leftAlone(st, deleteSteps, f.Generation, note.Sequence)}
+		return TenantDecision{Phase: v1alpha1.TenantPhaseDeleting, RemoveFinalizer: true, Ready: reconciling("every external resource was deleted")}
 	}
 	d.Phase = v1alpha1.TenantPhaseDeleting
 	return d.TenantDecision
-}
-
-// leftAlone collects the "skipped" reasons of the last successful outcome
-// of each step after epoch, except "absent" (nothing there is no news).
-// Every executor's outcome payload names it "skipped".
-func leftAlone(st *journal.State, steps []tenantStep, gen int64, epoch uint64) []string {
-	var out []string
-	for _, step := range steps {
-		var last *journal.Record
-		for _, r := range intentsOf(st, step.op, gen) {
-			if r.Sequence > epoch {
-				r := r
-				last = &r
-			}
-		}
-		if last == nil {
-			continue
-		}
-		o, ok := st.OutcomeOf(last.ID)
-		if !ok || o.Result.Class != journal.Succeeded {
-			continue
-		}
-		var p struct {
-			Skipped string `json:"skipped"`
-		}
-		if json.Unmarshal(o.Payload, &p) == nil && p.Skipped != "" && p.Skipped != "absent" {
-			out = append(out, step.op+": "+p.Skipped)
-		}
-	}
-	return out
 }
 
 // claimedEver reports whether a ClaimOwnership was ever decided for the

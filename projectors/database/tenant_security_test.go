@@ -19,7 +19,6 @@ import (
 	baoexec "git.ddupan.top/panxiao81/ayatori/executors/openbao"
 	pgexec "git.ddupan.top/panxiao81/ayatori/executors/postgresql"
 	"git.ddupan.top/panxiao81/ayatori/integration"
-	dbprojector "git.ddupan.top/panxiao81/ayatori/projectors/database"
 )
 
 // privilegeSnapshot is every role attribute, membership, per-database and
@@ -263,14 +262,14 @@ func TestTenantForeignObjectsSurviveDelete(t *testing.T) {
 					return false, nil
 				}
 				for _, e := range evs.Items {
-					if e.Regarding.UID == tn.UID && e.Reason == dbprojector.EventLeftAlone {
+					if e.Regarding.UID == tn.UID && e.Reason == "LeftInPlace" {
 						note = e.Note
 					}
 				}
 				return note != "", nil
 			})
 			if !strings.Contains(note, "DropDatabase: ") || !strings.Contains(note, name) {
-				t.Fatalf("no %s Event naming the foreign database: %q", dbprojector.EventLeftAlone, note)
+				t.Fatalf("no LeftInPlace Event naming the foreign database: %q", note)
 			}
 			if op == pgexec.OpCreateRole {
 				if n := superQuery[int64](t, s, "postgres", "SELECT count(*) FROM pg_roles WHERE rolname = '"+name+"'"); n != 0 {
@@ -350,4 +349,83 @@ func TestTenantLoginRejectedByHBA(t *testing.T) {
 	}
 	restore = func() error { return nil }
 	waitTenant(t, s, namespace, name, metav1.ConditionTrue, "Ready", 2*time.Minute)
+}
+
+// TestTenantTwoInstancesOneServerRace (issue 10 §2): two Instances register
+// the same server and two Tenants claim the same names through them, both
+// claims landing before either creates anything. Exactly one creates the
+// role and database; the other is a Conflict and never adopts them, and
+// deleting it (deletionPolicy Delete) leaves the winner's data intact.
+func TestTenantTwoInstancesOneServerRace(t *testing.T) {
+	s := getStack(t)
+	ctx := context.Background()
+	if err := s.CP.Client.Create(ctx, &v1alpha1.PostgreSQLInstance{ObjectMeta: metav1.ObjectMeta{Name: "twin"}, Spec: v1alpha1.PostgreSQLInstanceSpec{
+		Endpoint:           v1alpha1.PostgreSQLEndpoint{Host: "localhost", HostAddr: "127.0.0.1", Port: int32(s.PG.Port)},
+		AdminCredentialRef: v1alpha1.AdminCredentialReference{Name: "shared-admin"}}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		i := &v1alpha1.PostgreSQLInstance{}
+		return s.CP.Client.Get(ctx, client.ObjectKey{Name: "twin"}, i) == nil && i.Status.Phase == v1alpha1.InstancePhaseReady, nil
+	}); err != nil {
+		t.Fatal("Instance twin never Ready")
+	}
+	const name = "contested"
+	s.StopManager()
+	if err := s.StartManagerEnv([]string{"AYATORI_FAILPOINTS=executor-after-outcome=" + pgexec.OpClaimOwnership}); err != nil {
+		t.Fatal(err)
+	}
+	del := func(tn *v1alpha1.PostgreSQLTenant) { tn.Spec.DeletionPolicy = v1alpha1.DeletionPolicyDelete }
+	a := newTenant(t, s, "twin-a", name, del)
+	if !s.WaitManagerExit(90 * time.Second) {
+		t.Fatal("the failpoint never fired")
+	}
+	b := newTenant(t, s, "twin-b", name, func(tn *v1alpha1.PostgreSQLTenant) { del(tn); tn.Spec.InstanceRef = "twin" })
+	if err := s.StartManager(); err != nil {
+		t.Fatal(err)
+	}
+	// One becomes Ready, the other a Conflict.
+	var winner, loser *v1alpha1.PostgreSQLTenant
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		var ready, conflicted []*v1alpha1.PostgreSQLTenant
+		for _, tn := range []*v1alpha1.PostgreSQLTenant{a, b} {
+			cur := &v1alpha1.PostgreSQLTenant{}
+			if err := s.CP.Client.Get(ctx, client.ObjectKeyFromObject(tn), cur); err != nil {
+				return false, nil
+			}
+			for _, c := range cur.Status.Conditions {
+				if c.Type == "Ready" && c.Status == metav1.ConditionTrue {
+					ready = append(ready, cur)
+				}
+				if c.Type == "Ready" && c.Reason == v1alpha1.ReasonConflict {
+					conflicted = append(conflicted, cur)
+				}
+			}
+		}
+		if len(ready) == 1 && len(conflicted) == 1 {
+			winner, loser = ready[0], conflicted[0]
+			return true, nil
+		}
+		return false, nil
+	}); err != nil {
+		t.Fatalf("not exactly one Ready and one Conflict\nmanager log tail:\n%s", integration.Tail(s.ManagerLog, 25))
+	}
+	wpw, _ := kvPassword(t, s, winner.Namespace, name)
+	tenantExec(t, s, name, wpw, name, "CREATE TABLE precious(v int)", "INSERT INTO precious VALUES (7)")
+	if err := s.CP.Client.Delete(ctx, loser); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, s, loser)
+	if v := superQuery[int32](t, s, name, "SELECT v FROM precious"); v != 7 {
+		t.Fatalf("winner's data %d", v)
+	}
+	wipeStatus(t, s, winner.Namespace, name)
+	waitTenant(t, s, winner.Namespace, name, metav1.ConditionTrue, "Ready", 2*time.Minute)
+	if err := s.CP.Client.Delete(ctx, winner); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, s, winner)
+	if n := superQuery[int64](t, s, "postgres", "SELECT count(*) FROM pg_database WHERE datname = '"+name+"'"); n != 0 {
+		t.Fatal("the winner's Delete left its database")
+	}
 }
