@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
 
+	"git.ddupan.top/panxiao81/ayatori/internal/redact"
 	"git.ddupan.top/panxiao81/ayatori/journal"
 )
 
@@ -79,6 +80,8 @@ connection, file), 3 object not found.`,
 	root.SetErr(stderr)
 	pf := root.PersistentFlags()
 	pf.StringVarP(&g.server, "server", "s", envOr("NATS_URL", nats.DefaultURL), "NATS server URL (env NATS_URL)")
+	// The default may come from NATS_URL: --help shows it without credentials.
+	pf.Lookup("server").DefValue = redact.URLList(g.server)
 	pf.StringVar(&g.creds, "creds", os.Getenv("NATS_CREDS"), "NATS user credentials file (env NATS_CREDS)")
 	pf.StringVar(&g.nkey, "nkey", os.Getenv("NATS_NKEY"), "NATS NKey seed file (env NATS_NKEY)")
 	pf.StringVar(&g.tlsCA, "tlsca", os.Getenv("NATS_CA"), "CA file to verify the NATS server (env NATS_CA)")
@@ -154,7 +157,8 @@ func (g *globalOptions) open(ctx context.Context) (source, error) {
 	}
 	nc, err := nats.Connect(g.server, opts...)
 	if err != nil {
-		return nil, fmt.Errorf("connect to %s: %w", g.server, err)
+		// The URL and the client's error may quote a password or token.
+		return nil, redact.Error(fmt.Errorf("connect to %s: %w", g.server, err), g.server)
 	}
 	st, err := journal.OpenExisting(ctx, nc, journal.Config{StreamName: g.stream, SubjectPrefix: g.prefix})
 	if err != nil {
