@@ -98,3 +98,52 @@ func TestHelpHidesCredentialsFromTheEnvironment(t *testing.T) {
 		}
 	}
 }
+
+// TestRejectsSubjectTokensBeforeConnecting: a --uid, --subject-prefix or
+// --stream that is not a plain subject token (NATS wildcards, '.', white
+// space, empty) is a flag error (exit 2) that names the flag, before any
+// connection (the server here is unreachable, so an attempt would show up
+// as a connection error) and also with --from-file.
+func TestRejectsSubjectTokensBeforeConnecting(t *testing.T) {
+	export := t.TempDir() + "/empty.ndjson"
+	if err := os.WriteFile(export, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var cases []struct {
+		args []string
+		want string
+	}
+	add := func(want string, args ...string) {
+		cases = append(cases, struct {
+			args []string
+			want string
+		}{args, want})
+	}
+	for _, uid := range []string{"*", ">", ".", "a.b", "a*", "*.>", " ", "a b", "a\tb", "a\nb", "", strings.Repeat("a", 65)} {
+		for _, cmd := range []string{"timeline", "replay", "verify", "export"} {
+			add("--uid", cmd, "--uid", uid)
+			add("--uid", cmd, "--uid="+uid, "--from-file", export)
+		}
+	}
+	for _, prefix := range []string{"*", ">", "ayatori.*", "ayatori.>", "a..b", "a.", "", "a b"} {
+		add("--subject-prefix", "list", "--subject-prefix", prefix)
+		add("--subject-prefix", "timeline", "--uid", "7d3c0e52-1c1a-4b8e-9a53-000000000001", "--subject-prefix="+prefix)
+	}
+	for _, stream := range []string{"*", ">", "A.B", "", "A B", "A/B"} {
+		add("--stream", "verify", "--stream", stream)
+	}
+	for _, tc := range cases {
+		args := append([]string{"--server", "nats://127.0.0.1:1"}, tc.args...)
+		var out, errb bytes.Buffer
+		cmd := newRootCommand(&out, &errb)
+		cmd.SetArgs(args)
+		err := cmd.Execute()
+		if err == nil {
+			t.Errorf("%q: accepted", args)
+			continue
+		}
+		if code := exitCode(err); code != exitOtherError || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "connect") {
+			t.Errorf("%q: exit %d, %v; want exit %d, a %s error before connecting", args, code, err, exitOtherError, tc.want)
+		}
+	}
+}

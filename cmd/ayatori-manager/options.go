@@ -198,6 +198,13 @@ func (o *options) validate() error {
 	default:
 		bad("--journal-replicas must be 1, 3 or 5, got %d", o.journalReplicas)
 	}
+	// Both become subject tokens (the stream name in JetStream API subjects).
+	if err := journal.ValidateStreamName(o.journalStream); err != nil {
+		bad("--journal-stream %v", err)
+	}
+	if err := journal.ValidateSubjectPrefix(o.journalPrefix); err != nil {
+		bad("--journal-subject-prefix %v", err)
+	}
 	if err := validateNATSURLs(o.natsURL); err != nil {
 		bad("--nats-url: %v", err)
 	}
