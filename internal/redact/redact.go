@@ -81,7 +81,8 @@ func URLList(raw string) string {
 // from its message (raws may be comma-separated lists): first each URL as
 // written (also in Go's %q form) is replaced by its URL form, then any
 // remaining occurrence of a credential value (raw or percent-decoded) by
-// Mask. It returns nil for nil and err itself when nothing needed
+// Mask (safety first: a very short credential also masks unrelated text).
+// It returns nil for nil and err itself when nothing needed
 // redaction; otherwise an error whose Error() is the redacted message and
 // whose Unwrap() is err (errors.Is/As keep working; do not print the
 // unwrapped error).
