@@ -96,41 +96,56 @@ func TestTenantCodeNeverRunsWithAdminRights(t *testing.T) {
 	// The escalation every planted function attempts: leave any SET ROLE
 	// and give the Tenant role CREATEROLE CREATEDB, then behave normally.
 	escalate := fmt.Sprintf(`BEGIN RESET ROLE; EXECUTE 'ALTER ROLE %s CREATEROLE CREATEDB'; EXCEPTION WHEN OTHERS THEN NULL; END;`, name)
-	tenantExec(t, s, name, pw, name,
-		// The reported case, verbatim in kind.
-		fmt.Sprintf(`ALTER DATABASE %s SET search_path = public, pg_catalog`, name),
-		`CREATE FUNCTION public.evil_eq(a name, b name) RETURNS boolean LANGUAGE plpgsql AS $$ BEGIN `+escalate+` RETURN pg_catalog.nameeq(a, b); END $$`,
-		`CREATE OPERATOR public.= (LEFTARG = name, RIGHTARG = name, FUNCTION = public.evil_eq)`,
-		// Shadowing functions and operators in a schema that comes first.
-		`CREATE SCHEMA evil`,
-		`CREATE FUNCTION evil.evil_texteq(a text, b text) RETURNS boolean LANGUAGE plpgsql AS $$ BEGIN `+escalate+` RETURN pg_catalog.texteq(a, b); END $$`,
-		`CREATE OPERATOR evil.= (LEFTARG = text, RIGHTARG = text, FUNCTION = evil.evil_texteq)`,
-		`CREATE FUNCTION evil.current_setting(text) RETURNS text LANGUAGE plpgsql AS $$ BEGIN `+escalate+` RETURN pg_catalog.current_setting($1); END $$`,
-		`CREATE FUNCTION evil.pg_has_role(name, oid, text) RETURNS boolean LANGUAGE plpgsql AS $$ BEGIN `+escalate+` RETURN pg_catalog.pg_has_role($1, $2, $3); END $$`,
-		`CREATE FUNCTION evil.lower(text) RETURNS text LANGUAGE plpgsql AS $$ BEGIN `+escalate+` RETURN pg_catalog.lower($1); END $$`,
-		fmt.Sprintf(`ALTER DATABASE %s SET search_path = evil, public, pg_catalog`, name),
-		// A database-level role setting: an admin session here would
-		// start as the Tenant role, which the planted code then RESETs.
-		fmt.Sprintf(`ALTER DATABASE %s SET role = %s`, name, name),
-	)
-	before := superQuery[string](t, s, "postgres", privilegeSnapshot)
-
-	// An extension change re-runs every step of the chain.
-	updateTenant(t, s, namespace, name, func(tn *v1alpha1.PostgreSQLTenant) { tn.Spec.Extensions = append(tn.Spec.Extensions, "citext") })
-	waitTenant(t, s, namespace, name, metav1.ConditionTrue, "Ready", 2*time.Minute)
-	if n := superQuery[int64](t, s, name, "SELECT count(*) FROM pg_extension WHERE extname IN ('pg_trgm', 'citext')"); n != 2 {
-		t.Fatalf("%d of 2 extensions installed", n)
+	rounds := []struct {
+		name  string
+		plant []string
+	}{
+		{"operator = over name, search_path at the database level (the reported case)", []string{
+			fmt.Sprintf(`ALTER DATABASE %s SET search_path = public, pg_catalog`, name),
+			`CREATE FUNCTION public.evil_eq(a name, b name) RETURNS boolean LANGUAGE plpgsql AS $$ BEGIN ` + escalate + ` RETURN pg_catalog.nameeq(a, b); END $$`,
+			`CREATE OPERATOR public.= (LEFTARG = name, RIGHTARG = name, FUNCTION = public.evil_eq)`,
+		}},
+		{"functions and operators shadowing pg_catalog in a schema earlier on the search_path", []string{
+			`CREATE SCHEMA evil`,
+			`CREATE FUNCTION evil.evil_nt(a name, b text) RETURNS boolean LANGUAGE plpgsql AS $$ BEGIN ` + escalate + ` RETURN pg_catalog.nameeqtext(a, b); END $$`,
+			`CREATE OPERATOR evil.= (LEFTARG = name, RIGHTARG = text, FUNCTION = evil.evil_nt)`,
+			`CREATE FUNCTION evil.evil_tt(a text, b text) RETURNS boolean LANGUAGE plpgsql AS $$ BEGIN ` + escalate + ` RETURN pg_catalog.texteq(a, b); END $$`,
+			`CREATE OPERATOR evil.= (LEFTARG = text, RIGHTARG = text, FUNCTION = evil.evil_tt)`,
+			`CREATE FUNCTION evil.current_setting(text) RETURNS text LANGUAGE plpgsql AS $$ BEGIN ` + escalate + ` RETURN pg_catalog.current_setting($1); END $$`,
+			`CREATE FUNCTION evil.pg_has_role(name, text, text) RETURNS boolean LANGUAGE plpgsql AS $$ BEGIN ` + escalate + ` RETURN pg_catalog.pg_has_role($1, $2, $3); END $$`,
+			`CREATE FUNCTION evil.lower(text) RETURNS text LANGUAGE plpgsql AS $$ BEGIN ` + escalate + ` RETURN pg_catalog.lower($1); END $$`,
+			fmt.Sprintf(`ALTER DATABASE %s SET search_path = evil, public, pg_catalog`, name),
+		}},
+		{"a database-level role setting", []string{
+			// An admin session here would start as the Tenant role.
+			fmt.Sprintf(`ALTER DATABASE %s SET role = %s`, name, name),
+		}},
+		{"RESET ROLE in a trigger on a table the Tenant owns", []string{
+			fmt.Sprintf(`ALTER DATABASE %s RESET role`, name),
+			`CREATE TABLE public.bait(v int)`,
+			`CREATE FUNCTION public.evil_trg() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN ` + escalate + ` RETURN NEW; END $$`,
+			`CREATE TRIGGER evil BEFORE INSERT OR UPDATE OR DELETE ON public.bait FOR EACH ROW EXECUTE FUNCTION public.evil_trg()`,
+		}},
 	}
-	// A full re-check (status lost) runs every step again.
-	wipeStatus(t, s, namespace, name)
-	waitTenant(t, s, namespace, name, metav1.ConditionTrue, "Ready", 2*time.Minute)
-
-	after := superQuery[string](t, s, "postgres", privilegeSnapshot)
-	if after != before {
-		t.Fatalf("privileges changed:\n--- before\n%s\n--- after\n%s", before, after)
-	}
-	if attrs := superQuery[string](t, s, "postgres", `SELECT concat_ws(',', rolcreaterole, rolcreatedb, rolsuper) FROM pg_roles WHERE rolname = '`+name+`'`); attrs != "f,f,f" {
-		t.Fatalf("the Tenant role gained attributes: %s", attrs)
+	extensions := []string{"citext", "hstore", "ltree", "cube"}
+	for i, round := range rounds {
+		tenantExec(t, s, name, pw, name, round.plant...)
+		before := superQuery[string](t, s, "postgres", privilegeSnapshot)
+		// An extension change re-runs every step of the chain.
+		updateTenant(t, s, namespace, name, func(tn *v1alpha1.PostgreSQLTenant) { tn.Spec.Extensions = append(tn.Spec.Extensions, extensions[i]) })
+		waitTenant(t, s, namespace, name, metav1.ConditionTrue, "Ready", 2*time.Minute)
+		if n := superQuery[int64](t, s, name, "SELECT count(*) FROM pg_extension WHERE extname = '"+extensions[i]+"'"); n != 1 {
+			t.Fatalf("%s: extension %s not installed", round.name, extensions[i])
+		}
+		// A full re-check (status lost) runs every step again.
+		wipeStatus(t, s, namespace, name)
+		waitTenant(t, s, namespace, name, metav1.ConditionTrue, "Ready", 2*time.Minute)
+		if after := superQuery[string](t, s, "postgres", privilegeSnapshot); after != before {
+			t.Fatalf("%s: privileges changed:\n--- before\n%s\n--- after\n%s", round.name, before, after)
+		}
+		if attrs := superQuery[string](t, s, "postgres", `SELECT concat_ws(',', rolcreaterole, rolcreatedb, rolsuper) FROM pg_roles WHERE rolname = '`+name+`'`); attrs != "f,f,f" {
+			t.Fatalf("%s: the Tenant role gained attributes: %s", round.name, attrs)
+		}
 	}
 	// log_connections and the %u@%d prefix: the admin role never had a
 	// session in the Tenant database.
