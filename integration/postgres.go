@@ -336,6 +336,39 @@ func (pg *Postgres) ReplaceServerCert(ca *CA, dnsNames, ips []string) error {
 	return syscall.Kill(pg.proc.pid(), syscall.SIGHUP)
 }
 
+// PrependHBA puts line first in pg_hba.conf and reloads the server
+// (SIGHUP), e.g. a "reject" rule for one role in a negative test. The
+// returned function restores the previous file and reloads again.
+func (pg *Postgres) PrependHBA(line string) (restore func() error, err error) {
+	if pg.container != nil || pg.proc == nil || pg.proc.exited() {
+		return nil, errors.New("postgres: PrependHBA needs a running local server")
+	}
+	path := filepath.Join(pg.dataDir, "pg_hba.conf")
+	old, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	write := func(content []byte) error {
+		if err := os.WriteFile(path, content, 0o600); err != nil {
+			return err
+		}
+		if pg.cred != nil {
+			if err := os.Chown(path, int(pg.cred.Uid), int(pg.cred.Gid)); err != nil {
+				return err
+			}
+		}
+		if err := syscall.Kill(pg.proc.pid(), syscall.SIGHUP); err != nil {
+			return err
+		}
+		time.Sleep(500 * time.Millisecond) // the postmaster reloads asynchronously
+		return nil
+	}
+	if err := write(append([]byte(line+"\n"), old...)); err != nil {
+		return nil, err
+	}
+	return func() error { return write(old) }, nil
+}
+
 func quoteDSN(s string) string {
 	return "'" + strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(s) + "'"
 }

@@ -213,8 +213,7 @@ var ErrInvalidRecord = errors.New("journal: invalid record")
 var ErrNewerSchema = errors.New("journal: record schema is newer than this build")
 
 var (
-	uidPattern = regexp.MustCompile(`^[A-Za-z0-9-]{1,64}$`)
-	opPattern  = regexp.MustCompile(`^[A-Z][A-Za-z0-9]{0,63}$`)
+	opPattern = regexp.MustCompile(`^[A-Z][A-Za-z0-9]{0,63}$`)
 )
 
 // Validate checks the envelope before it is written or after it is read.

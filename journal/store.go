@@ -127,9 +127,15 @@ func StreamConfig(cfg Config) jetstream.StreamConfig {
 	}
 }
 
-// Open creates or updates the journal stream (idempotent) and returns a Store.
+// Open creates or updates the journal stream (idempotent) and returns a
+// Store. A StreamName or SubjectPrefix that is not plain subject tokens
+// (see ValidateStreamName, ValidateSubjectPrefix) is an error wrapping
+// ErrInvalidSubjectToken, before any request.
 func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Store, error) {
 	cfg.defaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, fmt.Errorf("journal: %w", err)
@@ -142,9 +148,12 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Store, error) {
 }
 
 // OpenExisting binds to an existing journal stream without changing it (for
-// read-only tools).
+// read-only tools). Config errors as for Open.
 func OpenExisting(ctx context.Context, nc *nats.Conn, cfg Config) (*Store, error) {
 	cfg.defaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, fmt.Errorf("journal: %w", err)
@@ -369,6 +378,9 @@ func (s *Store) lastSeq(ctx context.Context, uid string) (uint64, error) {
 }
 
 func (s *Store) directLast(ctx context.Context, uid string) (*nats.Msg, error) {
+	if err := ValidateUID(uid); err != nil {
+		return nil, fmt.Errorf("journal: uid %w", err)
+	}
 	body, _ := json.Marshal(directGetRequest{LastBySubject: s.uidFilter(uid)})
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
@@ -393,12 +405,14 @@ func (s *Store) directLast(ctx context.Context, uid string) (*nats.Msg, error) {
 // through an ordered consumer filtered on the UID's subjects, not a stream
 // scan). Undecodable records are skipped (Scan and `ayatori-journal verify`
 // report them); a record with a newer schema version is an ErrNewerSchema
-// error, never skipped.
+// error, never skipped. A uid that is not a UID (ValidateUID: wildcards,
+// '.', white space, empty) is an error wrapping ErrInvalidSubjectToken.
 func (s *Store) Read(ctx context.Context, uid string) ([]Record, error) {
 	return s.readFrom(ctx, uid, 1, true)
 }
 
-// Latest returns the UID's last record, or nil when it has none.
+// Latest returns the UID's last record, or nil when it has none. A uid
+// that is not a UID is an error wrapping ErrInvalidSubjectToken.
 func (s *Store) Latest(ctx context.Context, uid string) (*Record, error) {
 	m, err := s.directLast(ctx, uid)
 	if err != nil || m == nil {
@@ -413,6 +427,9 @@ func (s *Store) Latest(ctx context.Context, uid string) (*Record, error) {
 }
 
 func (s *Store) readFrom(ctx context.Context, uid string, startSeq uint64, strict bool) ([]Record, error) {
+	if err := ValidateUID(uid); err != nil {
+		return nil, fmt.Errorf("journal: uid %w", err)
+	}
 	var out []Record
 	err := s.eachMsg(ctx, []string{s.uidFilter(uid)}, startSeq, nil, func(data []byte, _ nats.Header, seq uint64) error {
 		r, err := DecodeRecord(data, seq)

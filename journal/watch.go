@@ -53,8 +53,12 @@ func (s *Store) WatchOutcomes(ctx context.Context, domain string) (<-chan Record
 }
 
 // Follow delivers the records of one UID stored after afterSeq to fn, in
-// order, until ctx is done (for `ayatori-journal timeline --follow`).
+// order, until ctx is done (for `ayatori-journal timeline --follow`). A
+// uid that is not a UID is an error wrapping ErrInvalidSubjectToken.
 func (s *Store) Follow(ctx context.Context, uid string, afterSeq uint64, fn func(Record)) error {
+	if err := ValidateUID(uid); err != nil {
+		return fmt.Errorf("journal: uid %w", err)
+	}
 	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{s.uidFilter(uid)}, DeliverPolicy: jetstream.DeliverNewPolicy}
 	if afterSeq > 0 {
 		cfg.DeliverPolicy = jetstream.DeliverByStartSequencePolicy

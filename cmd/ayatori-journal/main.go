@@ -8,9 +8,16 @@ package main
 import (
 	"fmt"
 	"os"
+
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 )
 
 func main() {
+	// replay --kubeconfig uses a controller-runtime client; without a
+	// logger, a run longer than 30 s would end in controller-runtime's
+	// "log.SetLogger(...) was never called" stack trace. Nothing of it is
+	// for the user: discard.
+	ctrllog.SetLogger(ctrllog.Log.WithSink(ctrllog.NullLogSink{}))
 	cmd := newRootCommand(os.Stdout, os.Stderr)
 	if err := cmd.Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "ayatori-journal:", err)

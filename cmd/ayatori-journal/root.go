@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
 
+	"git.ddupan.top/panxiao81/ayatori/internal/redact"
 	"git.ddupan.top/panxiao81/ayatori/journal"
 )
 
@@ -79,6 +80,8 @@ connection, file), 3 object not found.`,
 	root.SetErr(stderr)
 	pf := root.PersistentFlags()
 	pf.StringVarP(&g.server, "server", "s", envOr("NATS_URL", nats.DefaultURL), "NATS server URL (env NATS_URL)")
+	// The default may come from NATS_URL: --help shows it without credentials.
+	pf.Lookup("server").DefValue = redact.URLList(g.server)
 	pf.StringVar(&g.creds, "creds", os.Getenv("NATS_CREDS"), "NATS user credentials file (env NATS_CREDS)")
 	pf.StringVar(&g.nkey, "nkey", os.Getenv("NATS_NKEY"), "NATS NKey seed file (env NATS_NKEY)")
 	pf.StringVar(&g.tlsCA, "tlsca", os.Getenv("NATS_CA"), "CA file to verify the NATS server (env NATS_CA)")
@@ -95,6 +98,14 @@ connection, file), 3 object not found.`,
 		}
 		if g.timeout <= 0 {
 			return fmt.Errorf("--timeout must be a positive duration, got %s", g.timeout)
+		}
+		// Both become subject tokens (the stream name in JetStream API
+		// subjects): a wildcard would widen what is read.
+		if err := journal.ValidateStreamName(g.stream); err != nil {
+			return fmt.Errorf("--stream %w", err)
+		}
+		if err := journal.ValidateSubjectPrefix(g.prefix); err != nil {
+			return fmt.Errorf("--subject-prefix %w", err)
 		}
 		if g.fromFile == "" {
 			for _, s := range strings.Split(g.server, ",") {
@@ -154,7 +165,8 @@ func (g *globalOptions) open(ctx context.Context) (source, error) {
 	}
 	nc, err := nats.Connect(g.server, opts...)
 	if err != nil {
-		return nil, fmt.Errorf("connect to %s: %w", g.server, err)
+		// The URL and the client's error may quote a password or token.
+		return nil, redact.Error(fmt.Errorf("connect to %s: %w", g.server, err), g.server)
 	}
 	st, err := journal.OpenExisting(ctx, nc, journal.Config{StreamName: g.stream, SubjectPrefix: g.prefix})
 	if err != nil {
@@ -280,13 +292,29 @@ func (f *fileSource) close() {}
 // objectSelector picks one object by UID or by kind/namespace/name.
 type objectSelector struct {
 	uid, kind, namespace, name string
+	uidSet                     func() bool // --uid was given (even empty)
 }
 
 func (o *objectSelector) flags(cmd *cobra.Command) {
-	cmd.Flags().StringVar(&o.uid, "uid", "", "object UID")
+	cmd.Flags().StringVar(&o.uid, "uid", "", "object UID (1-64 letters, digits or '-'; no NATS wildcards)")
+	o.uidSet = func() bool { return cmd.Flags().Changed("uid") }
 	cmd.Flags().StringVar(&o.kind, "kind", "", "object kind (with --name), e.g. PostgreSQLTenant")
 	cmd.Flags().StringVarP(&o.namespace, "namespace", "n", "", "object namespace (with --name; empty for cluster-scoped)")
 	cmd.Flags().StringVar(&o.name, "name", "", "object name (with --kind)")
+}
+
+// validate rejects a --uid that is not a UID before anything is read: the
+// UID is a token of the subjects read, so "*" or ">" would read every
+// object's records as one, and an empty --uid would silently select the
+// whole stream. --kind, --namespace and --name are compared with the
+// records' fields, never put into a subject.
+func (o *objectSelector) validate() error {
+	if o.uid != "" || o.uidSet != nil && o.uidSet() {
+		if err := journal.ValidateUID(o.uid); err != nil {
+			return fmt.Errorf("--uid %w", err)
+		}
+	}
+	return nil
 }
 
 // resolve returns the UID to show. By name, the most recently active UID of
@@ -372,6 +400,9 @@ func (l *loaded) close() {
 // since. With requireRecords an object without records is exit status 3.
 // The caller closes the result.
 func (g *globalOptions) load(cmd *cobra.Command, sel *objectSelector, whole, requireRecords bool, since *time.Time) (*loaded, error) {
+	if err := sel.validate(); err != nil {
+		return nil, err
+	}
 	ctx, cancel := withTimeout(g)
 	src, err := g.open(ctx)
 	if err != nil {

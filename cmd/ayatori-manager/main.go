@@ -33,6 +33,7 @@ import (
 	esexec "git.ddupan.top/panxiao81/ayatori/executors/externalsecrets"
 	baoexec "git.ddupan.top/panxiao81/ayatori/executors/openbao"
 	pgexec "git.ddupan.top/panxiao81/ayatori/executors/postgresql"
+	"git.ddupan.top/panxiao81/ayatori/internal/redact"
 	"git.ddupan.top/panxiao81/ayatori/journal"
 	dbprojector "git.ddupan.top/panxiao81/ayatori/projectors/database"
 )
@@ -72,6 +73,11 @@ func run(args []string) error {
 	}
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zopts)))
 	log := ctrl.Log.WithName("setup")
+	if names := pgexec.ClearLibpqEnvironment(); len(names) > 0 {
+		// Connections are built from the Instances alone; a PGOPTIONS or
+		// PGTARGETSESSIONATTRS meant for psql must not change them.
+		log.Info("ignoring libpq environment variables", "names", names)
+	}
 	if o.actor == "" {
 		host, _ := os.Hostname()
 		o.actor = fmt.Sprintf("%s/%d", host, os.Getpid())
@@ -128,7 +134,8 @@ func run(args []string) error {
 	}
 	nc, err := nats.Connect(o.natsURL, natsOpts...)
 	if err != nil {
-		return fmt.Errorf("connect to NATS %s: %w", o.natsURL, err)
+		// The URL and the client's error may quote a password or token.
+		return redact.Error(fmt.Errorf("connect to NATS %s: %w", o.natsURL, err), o.natsURL)
 	}
 	defer nc.Close()
 	metrics := journal.NewMetrics(crmetrics.Registry)
@@ -181,7 +188,7 @@ func run(args []string) error {
 		}
 		bc, err := baoexec.NewClient(o.openBaoAddress, auth, o.reconcileTimeout)
 		if err != nil {
-			return err
+			return redact.Error(err, o.openBaoAddress)
 		}
 		baoStore = &baoexec.Store{Client: bc}
 	}

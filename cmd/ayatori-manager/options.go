@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"git.ddupan.top/panxiao81/ayatori/internal/redact"
 	"git.ddupan.top/panxiao81/ayatori/journal"
 )
 
@@ -78,6 +79,8 @@ func (o *options) bind(fs *flag.FlagSet) {
 	fs.DurationVar(&o.reconcileTimeout, "reconcile-timeout", 30*time.Second, "deadline for the external operations of one step (> 0)")
 
 	fs.StringVar(&o.natsURL, "nats-url", envOr("NATS_URL", "nats://127.0.0.1:4222"), "NATS server with JetStream holding the journal (env NATS_URL)")
+	// The default may come from NATS_URL: --help shows it without credentials.
+	fs.Lookup("nats-url").DefValue = redact.URLList(o.natsURL)
 	fs.StringVar(&o.natsCreds, "nats-creds", os.Getenv("NATS_CREDS"), "NATS credentials file (env NATS_CREDS)")
 	fs.StringVar(&o.journalStream, "journal-stream", journal.DefaultStreamName, "journal stream name")
 	fs.StringVar(&o.journalPrefix, "journal-subject-prefix", journal.DefaultSubjectPrefix, "journal subject prefix")
@@ -195,10 +198,15 @@ func (o *options) validate() error {
 	default:
 		bad("--journal-replicas must be 1, 3 or 5, got %d", o.journalReplicas)
 	}
-	if u, err := url.Parse(o.natsURL); err != nil {
-		bad("--nats-url is not a parseable URL")
-	} else if (u.Scheme != "nats" && u.Scheme != "tls" && u.Scheme != "ws" && u.Scheme != "wss") || u.Host == "" {
-		bad("--nats-url %q must be a nats://, tls://, ws:// or wss:// URL", redactURL(u))
+	// Both become subject tokens (the stream name in JetStream API subjects).
+	if err := journal.ValidateStreamName(o.journalStream); err != nil {
+		bad("--journal-stream %v", err)
+	}
+	if err := journal.ValidateSubjectPrefix(o.journalPrefix); err != nil {
+		bad("--journal-subject-prefix %v", err)
+	}
+	if err := validateNATSURLs(o.natsURL); err != nil {
+		bad("--nats-url: %v", err)
 	}
 	for name, v := range map[string]string{"--openbao-address": o.openBaoAddress, "--openbao-consumer-address": o.openBaoConsumerAddress} {
 		if v == "" {
@@ -231,15 +239,36 @@ func (o *options) validate() error {
 	return errors.Join(errs...)
 }
 
+// validateNATSURLs: a comma-separated list of nats://, tls://, ws:// or
+// wss:// URLs with a host (credentials in them are allowed). Error
+// messages show each URL redacted (redact.URL): it may carry a password or
+// token.
+func validateNATSURLs(v string) error {
+	if strings.TrimSpace(v) == "" {
+		return errors.New("must not be empty")
+	}
+	for _, s := range strings.Split(v, ",") {
+		s = strings.TrimSpace(s)
+		u, err := url.Parse(s)
+		if err != nil {
+			return fmt.Errorf("%q is not a parseable URL", redact.URL(s))
+		}
+		if (u.Scheme != "nats" && u.Scheme != "tls" && u.Scheme != "ws" && u.Scheme != "wss") || u.Host == "" {
+			return fmt.Errorf("%q must be a nats://, tls://, ws:// or wss:// URL", redact.URL(s))
+		}
+	}
+	return nil
+}
+
 // validateHTTPURL: absolute http(s) URL without userinfo, query or fragment.
-// Error messages show the URL redacted (see redactURL): a rejected value
-// may carry a password or token.
+// Error messages show the URL redacted (redact.URL): a rejected value may
+// carry a password or token.
 func validateHTTPURL(v string) error {
+	shown := redact.URL(v)
 	u, err := url.Parse(v)
 	if err != nil {
-		return errors.New("is not a parseable URL")
+		return fmt.Errorf("%q is not a parseable URL", shown)
 	}
-	shown := redactURL(u)
 	switch {
 	case u.Scheme != "http" && u.Scheme != "https":
 		return fmt.Errorf("%q must be an absolute http or https URL", shown)
@@ -251,21 +280,6 @@ func validateHTTPURL(v string) error {
 		return fmt.Errorf("%q must not contain a query or fragment", shown)
 	}
 	return nil
-}
-
-// redactURL renders u for an error message: password replaced by "xxxxx",
-// query and fragment dropped (marked "?..." / "#...").
-func redactURL(u *url.URL) string {
-	d := *u
-	suffix := ""
-	if d.RawQuery != "" || d.ForceQuery {
-		suffix += "?..."
-	}
-	if d.Fragment != "" {
-		suffix += "#..."
-	}
-	d.RawQuery, d.ForceQuery, d.Fragment, d.RawFragment = "", false, "", ""
-	return d.Redacted() + suffix
 }
 
 // validateMountPath: mount-relative path without leading '/', empty, '.'

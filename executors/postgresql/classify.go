@@ -23,6 +23,12 @@ const (
 	ReasonInvalidSpec            Reason = "InvalidSpec"
 	ReasonConflict               Reason = "Conflict"
 	ReasonProvisioningFailed     Reason = "ProvisioningFailed"
+	// ReasonLoginRejected: the server refused the Tenant role's login before
+	// checking its password (pg_hba.conf, or a role that may not log in).
+	ReasonLoginRejected Reason = "LoginRejected"
+	// ReasonDeletionBlocked: a Delete step waits for something outside
+	// Ayatori (sessions it may not end, objects the role still owns).
+	ReasonDeletionBlocked Reason = "DeletionBlocked"
 )
 
 // Classified is an error with a reason and a message that is safe to put
@@ -46,6 +52,8 @@ func (c *Classified) Unwrap() error { return c.cause }
 //   - 28000 invalid_authorization_specification, 28P01 invalid_password,
 //     and TLS verification failures -> AuthenticationFailed;
 //   - 42501 insufficient_privilege -> InsufficientPrivileges;
+//   - 42710 duplicate_object, 42P04 duplicate_database -> Conflict (a
+//     name taken concurrently: never adopted);
 //   - class 08 (connection exception), 53 (insufficient resources),
 //     57P01-57P03 (shutdown, cannot connect now), network errors and
 //     timeouts -> DependencyUnavailable (transient);
@@ -72,6 +80,8 @@ func Classify(err error) *Classified {
 			return &Classified{Reason: ReasonInsufficientPrivileges, Message: "permission denied (SQLSTATE 42501)", cause: err}
 		case strings.HasPrefix(code, "08"), strings.HasPrefix(code, "53"), code == "57P01", code == "57P02", code == "57P03":
 			return &Classified{Reason: ReasonDependencyUnavailable, Message: "PostgreSQL is unavailable (SQLSTATE " + code + ")", Transient: true, cause: err}
+		case code == "42710" || code == "42P04":
+			return &Classified{Reason: ReasonConflict, Message: "the role or database was created concurrently by someone else (SQLSTATE " + code + "); nothing was changed", cause: err}
 		case code == "3D000":
 			return &Classified{Reason: ReasonInvalidSpec, Message: "the admin database does not exist (SQLSTATE 3D000)", cause: err}
 		default:

@@ -8,8 +8,10 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -111,37 +113,128 @@ func LoadCABundle(path string) (*x509.CertPool, error) {
 	return pool, nil
 }
 
-// ConnConfig returns a pgx connection config for the target, connecting
-// to hostaddr (when set) while verifying the certificate against host, as
-// libpq does with both host and hostaddr. viaIP connects to hostaddr and
-// verifies the IP SAN instead (what a consumer using only hostaddr gets).
+// AdminSearchPath is the search_path of every admin session, sent in the
+// startup packet so that no database- or role-level setting overrides it.
+// Only pg_catalog resolves unqualified names, and temporary objects come
+// last (the pattern PostgreSQL documents for SECURITY DEFINER functions);
+// every statement of this executor also names pg_catalog objects in full.
+const AdminSearchPath = "pg_catalog, pg_temp"
+
+// ApplicationName is the application_name of every session Ayatori opens.
+const ApplicationName = "ayatori-manager"
+
+// TenantLogin is the Tenant role's own login: the role, its password (from
+// OpenBao, in memory only) and the Tenant database. Statements that must
+// run inside a Tenant database run over this login, never over the admin
+// role's (docs/decisions/0003-no-admin-session-in-tenant-databases.md).
+type TenantLogin struct {
+	Role     string
+	Password string
+	Database string
+}
+
+// ConnConfig returns the config of an admin connection: the Instance's
+// admin database and admin credentials, search_path AdminSearchPath. It
+// connects to hostaddr (when set) while verifying the certificate against
+// host, as libpq does with both host and hostaddr; viaIP connects to
+// hostaddr and verifies the IP SAN instead. Nothing is taken from the
+// process environment (PG* variables) or from files.
 func ConnConfig(t Target, roots *x509.CertPool, viaIP bool, connectTimeout time.Duration) (*pgx.ConnConfig, error) {
-	cfg, err := pgx.ParseConfig("")
+	return connConfig(t.Endpoint, t.Endpoint.Database, t.Creds.Username, t.Creds.Password,
+		map[string]string{"application_name": ApplicationName, "search_path": AdminSearchPath}, roots, viaIP, connectTimeout)
+}
+
+// TenantConnConfig returns the config of a connection as the Tenant role
+// to its own database, with the Instance's endpoint and TLS settings. The
+// session gets the Tenant's own database and role settings (it holds no
+// more rights than the Tenant). It refuses the admin user name, so an admin
+// session can not be opened inside a Tenant database through it.
+func TenantConnConfig(t Target, login TenantLogin, roots *x509.CertPool, viaIP bool, connectTimeout time.Duration) (*pgx.ConnConfig, error) {
+	if login.Role == "" || login.Database == "" {
+		return nil, errors.New("a Tenant login needs a role and a database")
+	}
+	if login.Role == t.Creds.Username {
+		return nil, fmt.Errorf("refusing to log in to Tenant database %q as the admin role", login.Database)
+	}
+	return connConfig(t.Endpoint, login.Database, login.Role, login.Password,
+		map[string]string{"application_name": ApplicationName}, roots, viaIP, connectTimeout)
+}
+
+// connConfig builds a pgx config from the arguments alone. pgx.ParseConfig
+// is the only constructor pgx accepts and it always merges the PG*
+// environment; so it is given every setting it would otherwise read from
+// the environment or from a file (service, passfile, TLS files are then
+// never consulted), and every field of the result that those settings feed
+// is set again here.
+func connConfig(ep Endpoint, database, user, password string, params map[string]string, roots *x509.CertPool, viaIP bool, connectTimeout time.Duration) (*pgx.ConnConfig, error) {
+	cfg, err := pgx.ParseConfig(pinnedConnString)
 	if err != nil {
 		return nil, err
 	}
-	serverName := t.Endpoint.Host
+	serverName := ep.Host
 	if viaIP {
-		serverName = t.Endpoint.HostAddr
+		serverName = ep.HostAddr
 	}
 	cfg.Host = serverName
-	cfg.Port = uint16(t.Endpoint.Port)
-	cfg.Database = t.Endpoint.Database
-	cfg.User = t.Creds.Username
-	cfg.Password = t.Creds.Password
+	cfg.Port = uint16(ep.Port)
+	cfg.Database = database
+	cfg.User = user
+	cfg.Password = password
 	cfg.ConnectTimeout = connectTimeout
+	dialer := &net.Dialer{KeepAlive: 5 * time.Minute, Timeout: connectTimeout}
+	cfg.DialFunc = dialer.DialContext
+	cfg.LookupFunc = net.DefaultResolver.LookupHost
 	cfg.Fallbacks = nil
-	cfg.RuntimeParams = map[string]string{"application_name": "ayatori-manager"}
-	tlsCfg, err := TLSConfig(t.Endpoint.SSLMode, serverName, roots)
+	cfg.ValidateConnect = nil
+	cfg.AfterConnect = nil
+	cfg.KerberosSrvName, cfg.KerberosSpn = "", ""
+	cfg.RuntimeParams = params
+	tlsCfg, err := TLSConfig(ep.SSLMode, serverName, roots)
 	if err != nil {
 		return nil, err
 	}
 	cfg.TLSConfig = tlsCfg
-	if t.Endpoint.HostAddr != "" {
-		addr := t.Endpoint.HostAddr
+	if ep.HostAddr != "" {
+		addr := ep.HostAddr
 		cfg.LookupFunc = func(context.Context, string) ([]string, error) { return []string{addr}, nil }
 	}
 	return cfg, nil
+}
+
+// pinnedConnString names every setting pgx would otherwise take from a PG*
+// environment variable (pgconn's parseEnvSettings) with a neutral value, so
+// the manager's environment never reaches a connection. The values that
+// matter (host, port, database, user, password, TLS, runtime parameters)
+// are overwritten by connConfig. A PGSERVICE in the environment would still
+// make pgx read a service file; the manager clears PG* variables at start
+// (ClearLibpqEnvironment).
+const pinnedConnString = "host=127.0.0.1 port=5432 dbname=postgres user=ayatori password=unused passfile=/dev/null " +
+	"sslmode=disable sslcertmode=disable sslsni=0 sslkey='' sslcert='' sslrootcert='' sslpassword=unused " +
+	"sslnegotiation=postgres application_name=ayatori-manager connect_timeout=10 target_session_attrs=any options='' timezone='' " +
+	"min_protocol_version=3.0 max_protocol_version=3.0 channel_binding=prefer require_auth=''"
+
+// LibpqEnvironment lists the environment variables libpq and pgx read
+// (PG*), in this process's environment: names only, never values.
+func LibpqEnvironment() []string {
+	var names []string
+	for _, kv := range os.Environ() {
+		if name, _, _ := strings.Cut(kv, "="); strings.HasPrefix(name, "PG") {
+			names = append(names, name)
+		}
+	}
+	return names
+}
+
+// ClearLibpqEnvironment removes every PG* variable from this process's
+// environment and returns their names (for one log line at start). The
+// manager connects only as its Instances say; a PGSERVICE, PGOPTIONS or
+// PGTARGETSESSIONATTRS meant for psql must not change its sessions.
+func ClearLibpqEnvironment() []string {
+	names := LibpqEnvironment()
+	for _, n := range names {
+		_ = os.Unsetenv(n)
+	}
+	return names
 }
 
 // Pools holds one pgxpool per Instance, keyed by Instance UID. A change of
@@ -251,10 +344,20 @@ func (p *Pools) CloseAll() {
 	}
 }
 
-// Connect opens a single connection to the target (not pooled), e.g. to
-// prove the certificate covers hostaddr (viaIP).
+// Connect opens a single admin connection to the Instance's admin
+// database (not pooled), e.g. to prove the certificate covers hostaddr (viaIP).
 func (p *Pools) Connect(ctx context.Context, t Target, viaIP bool) (*pgx.Conn, error) {
 	cc, err := ConnConfig(t, p.roots, viaIP, p.connectTimeout)
+	if err != nil {
+		return nil, &Classified{Reason: ReasonInvalidSpec, Message: err.Error()}
+	}
+	return pgx.ConnectConfig(ctx, cc)
+}
+
+// ConnectTenant opens a single connection as the Tenant role to its own
+// database (see TenantConnConfig).
+func (p *Pools) ConnectTenant(ctx context.Context, t Target, login TenantLogin, viaIP bool) (*pgx.Conn, error) {
+	cc, err := TenantConnConfig(t, login, p.roots, viaIP, p.connectTimeout)
 	if err != nil {
 		return nil, &Classified{Reason: ReasonInvalidSpec, Message: err.Error()}
 	}

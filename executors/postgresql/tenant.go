@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -20,21 +21,55 @@ type PasswordSource interface {
 	TenantPassword(ctx context.Context, mount, path, instanceUID, tenantUID, namespace, name string) (string, error)
 }
 
-// SQL of the ownership registry (one place to read every statement).
+// SQL of the ownership registry (one place to read every statement). Admin
+// sessions run only in the Instance's admin database with search_path
+// AdminSearchPath; catalog names are qualified all the same
+// (docs/database/security.md lists every admin statement).
 const (
 	sqlClaim = `INSERT INTO ` + RegistrySchema + `.tenant_ownership
 		(instance_uid, tenant_uid, tenant_namespace, tenant_name, database_name, role_name, credential_path)
 		VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT DO NOTHING`
-	sqlOwnRow = `SELECT tenant_namespace, tenant_name, database_name, role_name, credential_path, managed
+	sqlOwnRow = `SELECT tenant_namespace, tenant_name, database_name, role_name, credential_path, managed, role_oid, database_oid
 		FROM ` + RegistrySchema + `.tenant_ownership WHERE instance_uid = $1 AND tenant_uid = $2`
-	sqlConflicts = `SELECT tenant_namespace, tenant_name, tenant_uid, managed
+	sqlOwnRowLocked = sqlOwnRow + ` FOR UPDATE`
+	sqlConflicts    = `SELECT tenant_namespace, tenant_name, tenant_uid, managed
 		FROM ` + RegistrySchema + `.tenant_ownership
 		WHERE (instance_uid = $1 AND (database_name = $2 OR role_name = $3 OR (tenant_namespace = $4 AND tenant_name = $5)))
 		   OR credential_path = $6 LIMIT 1`
+	sqlRecordRoleOID = `UPDATE ` + RegistrySchema + `.tenant_ownership SET role_oid = $3, updated_at = pg_catalog.clock_timestamp()
+		WHERE instance_uid = $1 AND tenant_uid = $2`
+	sqlRecordDatabaseOID = `UPDATE ` + RegistrySchema + `.tenant_ownership SET database_oid = $3, updated_at = pg_catalog.clock_timestamp()
+		WHERE instance_uid = $1 AND tenant_uid = $2 AND role_oid = $4`
 	sqlRetain = `UPDATE ` + RegistrySchema + `.tenant_ownership
-		SET managed = false, retained_at = clock_timestamp(), updated_at = clock_timestamp()
+		SET managed = false, retained_at = pg_catalog.clock_timestamp(), updated_at = pg_catalog.clock_timestamp()
 		WHERE instance_uid = $1 AND tenant_uid = $2 AND managed`
 	sqlRelease = `DELETE FROM ` + RegistrySchema + `.tenant_ownership WHERE instance_uid = $1 AND tenant_uid = $2`
+)
+
+// SQL of the catalog reads (admin database).
+const (
+	sqlRoleByName     = `SELECT oid, rolsuper, rolreplication FROM pg_catalog.pg_roles WHERE rolname OPERATOR(pg_catalog.=) $1`
+	sqlDatabaseByName = `SELECT oid, datdba FROM pg_catalog.pg_database WHERE datname OPERATOR(pg_catalog.=) $1`
+	sqlDatabaseExists = `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_database WHERE datname OPERATOR(pg_catalog.=) $1)`
+	sqlRoleExists     = `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname OPERATOR(pg_catalog.=) $1)`
+	// sqlIsMember: is the admin role a member of the role (by OID)?
+	sqlIsMember = `SELECT pg_catalog.pg_has_role(CURRENT_USER, $1::pg_catalog.oid, 'MEMBER')`
+	// sqlOtherMembers counts members of the role other than the admin role.
+	sqlOtherMembers = `SELECT pg_catalog.count(*) FROM pg_catalog.pg_auth_members m
+		WHERE m.roleid OPERATOR(pg_catalog.=) $1::pg_catalog.oid
+		  AND m.member OPERATOR(pg_catalog.<>) (SELECT oid FROM pg_catalog.pg_roles WHERE rolname OPERATOR(pg_catalog.=) CURRENT_USER)`
+	// sqlSessions lists the sessions in a database other than this one.
+	sqlSessions = `SELECT pid, COALESCE(usename::pg_catalog.text, ''), COALESCE(application_name, '')
+		FROM pg_catalog.pg_stat_activity
+		WHERE datid OPERATOR(pg_catalog.=) $1::pg_catalog.oid AND pid OPERATOR(pg_catalog.<>) pg_catalog.pg_backend_pid()
+		ORDER BY pid`
+	sqlTerminate = `SELECT pg_catalog.pg_terminate_backend($1)`
+	// sqlExtensionVersions: the default version of every available
+	// extension, whether a non-superuser may install it, and what it requires.
+	sqlExtensionVersions = `SELECT v.name::pg_catalog.text, (v.trusted OR NOT v.superuser), COALESCE(v.requires::pg_catalog.text[], '{}')
+		FROM pg_catalog.pg_available_extension_versions v
+		JOIN pg_catalog.pg_available_extensions e
+		  ON e.name OPERATOR(pg_catalog.=) v.name AND e.default_version OPERATOR(pg_catalog.=) v.version`
 )
 
 // TenantHandlers returns the Tenant operations (added to Handlers by the manager).
@@ -103,33 +138,48 @@ func conflict(format string, args ...any) *Classified {
 
 func quoteIdent(s string) string { return pgx.Identifier{s}.Sanitize() }
 
-// owned checks the registry row of this Tenant: it must exist, be managed
-// and name the same database, role and credential path.
-func owned(ctx context.Context, q pgxQuerier, c tenantCall) (bool, error) {
-	var ns, name, db, role, path string
-	var managed bool
-	err := q.QueryRow(ctx, sqlOwnRow, c.in.InstanceUID, c.rec.Object.UID).Scan(&ns, &name, &db, &role, &path, &managed)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return false, nil
-	}
-	if err != nil {
-		return false, err
-	}
-	if db != c.in.Database || role != c.in.Role || path != c.in.CredentialPath {
-		return false, conflict("the registry records database %s, role %s for this Tenant, not %s, %s", db, role, c.in.Database, c.in.Role)
-	}
-	return managed, nil
+// ownership is this Tenant's registry row. RoleOID and DatabaseOID are the
+// objects Ayatori created for it (nil: not created yet).
+type ownership struct {
+	Managed     bool
+	RoleOID     *uint32
+	DatabaseOID *uint32
 }
 
-func requireOwned(ctx context.Context, q pgxQuerier, c tenantCall) error {
-	ok, err := owned(ctx, q, c)
+// ownRow reads the registry row of this Tenant (nil: none). A row that
+// names another database, role or credential path is a Conflict.
+func ownRow(ctx context.Context, q pgxQuerier, sql string, c tenantCall) (*ownership, error) {
+	var ns, name, db, role, path string
+	var o ownership
+	err := q.QueryRow(ctx, sql, c.in.InstanceUID, c.rec.Object.UID).Scan(&ns, &name, &db, &role, &path, &o.Managed, &o.RoleOID, &o.DatabaseOID)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil
+	}
 	if err != nil {
-		return err
+		return nil, err
 	}
-	if !ok {
-		return conflict("the ownership registry has no managed record of this Tenant for database %s", c.in.Database)
+	if db != c.in.Database || role != c.in.Role || path != c.in.CredentialPath {
+		return nil, conflict("the registry records database %s, role %s for this Tenant, not %s, %s", db, role, c.in.Database, c.in.Role)
 	}
-	return nil
+	return &o, nil
+}
+
+// owned reports whether this Tenant has a managed registry row.
+func owned(ctx context.Context, q pgxQuerier, c tenantCall) (bool, error) {
+	o, err := ownRow(ctx, q, sqlOwnRow, c)
+	return o != nil && o.Managed, err
+}
+
+// requireManaged returns the managed registry row, or a Conflict.
+func requireManaged(ctx context.Context, q pgxQuerier, sql string, c tenantCall) (*ownership, error) {
+	o, err := ownRow(ctx, q, sql, c)
+	if err != nil {
+		return nil, err
+	}
+	if o == nil || !o.Managed {
+		return nil, conflict("the ownership registry has no managed record of this Tenant for database %s", c.in.Database)
+	}
+	return o, nil
 }
 
 func exists(ctx context.Context, q pgxQuerier, sql string, arg string) (bool, error) {
@@ -138,15 +188,46 @@ func exists(ctx context.Context, q pgxQuerier, sql string, arg string) (bool, er
 	return b, err
 }
 
-const (
-	sqlDatabaseExists = `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_database WHERE datname = $1)`
-	sqlRoleExists     = `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = $1)`
-)
+// catalogRole is a role found by name.
+type catalogRole struct {
+	OID               uint32
+	Super, Replicator bool
+}
+
+func roleByName(ctx context.Context, q pgxQuerier, name string) (*catalogRole, error) {
+	var r catalogRole
+	err := q.QueryRow(ctx, sqlRoleByName, name).Scan(&r.OID, &r.Super, &r.Replicator)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil
+	}
+	return &r, err
+}
+
+// catalogDatabase is a database found by name.
+type catalogDatabase struct{ OID, Owner uint32 }
+
+func databaseByName(ctx context.Context, q pgxQuerier, name string) (*catalogDatabase, error) {
+	var d catalogDatabase
+	err := q.QueryRow(ctx, sqlDatabaseByName, name).Scan(&d.OID, &d.Owner)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil
+	}
+	return &d, err
+}
+
+func oidString(p *uint32) string {
+	if p == nil {
+		return "none"
+	}
+	return strconv.FormatUint(uint64(*p), 10)
+}
 
 // claim records ownership: a same-owner retry succeeds; a database or role
 // that exists without our registry record, or a registry record of another
 // Tenant, is a Conflict and nothing is written. The registry's unique
-// constraints decide races between Tenants.
+// constraints decide races between Tenants. A claim alone proves nothing
+// about the objects: CreateRole and CreateDatabase record the OIDs of what
+// they create, and only those objects are ever changed or dropped.
 func (e *Executor) claim(ctx context.Context, c tenantCall) (TenantOutcome, error) {
 	var out TenantOutcome
 	ok, err := owned(ctx, c.pool, c)
@@ -200,33 +281,48 @@ func (e *Executor) password(ctx context.Context, c tenantCall) (string, error) {
 }
 
 // createRole creates the LOGIN role with the password from OpenBao, sent as
-// a SCRAM-SHA-256 verifier computed here. An existing role (ours, from an
-// earlier attempt) keeps its password; VerifyLogin proves it.
+// a SCRAM-SHA-256 verifier computed here, and records its OID in the
+// registry in the same transaction: the role is Ayatori's exactly when its
+// OID is the recorded one. A role with the name and another OID (created by
+// someone else, even after our claim) is a Conflict and nothing is changed.
+// Our role keeps its password; only its attributes are enforced.
 func (e *Executor) createRole(ctx context.Context, c tenantCall) (TenantOutcome, error) {
 	var out TenantOutcome
-	if err := requireOwned(ctx, c.pool, c); err != nil {
-		return out, err
-	}
-	found, err := exists(ctx, c.pool, sqlRoleExists, c.in.Role)
+	tx, err := c.pool.Begin(ctx)
 	if err != nil {
 		return out, err
 	}
-	attrs := "LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION"
-	if found {
-		// PostgreSQL 15 lets only superusers name (NO)SUPERUSER or
-		// (NO)REPLICATION in ALTER ROLE: set the rest, then read back.
-		if _, err := c.pool.Exec(ctx, "ALTER ROLE "+quoteIdent(c.in.Role)+" LOGIN NOCREATEDB NOCREATEROLE"); err != nil {
-			return out, err
-		}
-		var super, repl bool
-		if err := c.pool.QueryRow(ctx, "SELECT rolsuper, rolreplication FROM pg_catalog.pg_roles WHERE rolname = $1", c.in.Role).Scan(&super, &repl); err != nil {
-			return out, err
-		}
-		if super || repl {
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	row, err := requireManaged(ctx, tx, sqlOwnRowLocked, c)
+	if err != nil {
+		return out, err
+	}
+	cur, err := roleByName(ctx, tx, c.in.Role)
+	if err != nil {
+		return out, err
+	}
+	switch {
+	case cur != nil && row.RoleOID != nil && cur.OID == *row.RoleOID:
+		if cur.Super || cur.Replicator {
 			return out, conflict("role %s has SUPERUSER or REPLICATION; refusing to use it", c.in.Role)
 		}
-		return out, nil
+		// PostgreSQL 15 lets only superusers name (NO)SUPERUSER or
+		// (NO)REPLICATION in ALTER ROLE: set the rest.
+		if _, err := tx.Exec(ctx, "ALTER ROLE "+quoteIdent(c.in.Role)+" LOGIN NOCREATEDB NOCREATEROLE"); err != nil {
+			return out, err
+		}
+		if again, err := roleByName(ctx, tx, c.in.Role); err != nil || again == nil || again.OID != cur.OID {
+			return out, firstErr(err, conflict("role %s changed while it was altered; nothing was changed", c.in.Role))
+		}
+		out.RoleOID = cur.OID
+		return out, tx.Commit(ctx)
+	case cur != nil && row.RoleOID != nil:
+		return out, conflict("role %s has OID %d, but the role Ayatori created for this Tenant had OID %d: another role took the name; nothing was changed", c.in.Role, cur.OID, *row.RoleOID)
+	case cur != nil:
+		return out, conflict("role %s exists but was not created by Ayatori for this Tenant; nothing was changed", c.in.Role)
 	}
+	// Absent: create it (again, when ours was dropped out of band) and
+	// record its OID before the transaction commits.
 	pw, err := e.password(ctx, c)
 	if err != nil {
 		return out, err
@@ -237,118 +333,324 @@ func (e *Executor) createRole(ctx context.Context, c tenantCall) (TenantOutcome,
 	}
 	// CREATE ROLE takes no bind parameters; the verifier is base64 and '$:'
 	// only, and the identifier is quoted by the driver's sanitizer.
-	_, err = c.pool.Exec(ctx, "CREATE ROLE "+quoteIdent(c.in.Role)+" "+attrs+" PASSWORD '"+strings.ReplaceAll(verifier, "'", "''")+"'")
-	return out, err
+	if _, err := tx.Exec(ctx, "CREATE ROLE "+quoteIdent(c.in.Role)+" LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION PASSWORD '"+strings.ReplaceAll(verifier, "'", "''")+"'"); err != nil {
+		return out, err
+	}
+	created, err := roleByName(ctx, tx, c.in.Role)
+	if err != nil || created == nil {
+		return out, firstErr(err, &Classified{Reason: ReasonProvisioningFailed, Message: "the role did not read back after CREATE ROLE", Transient: true})
+	}
+	if _, err := tx.Exec(ctx, sqlRecordRoleOID, c.in.InstanceUID, c.rec.Object.UID, created.OID); err != nil {
+		return out, err
+	}
+	out.RoleOID = created.OID
+	return out, tx.Commit(ctx)
 }
 
-// createDatabase creates the database owned by the role, revokes CONNECT
-// from PUBLIC and grants it to the role, then reads back the OID.
+func firstErr(errs ...error) error {
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ourRole returns the OID of this Tenant's role when the role with the
+// name is the one Ayatori created (nil, nil: it is absent or not ours;
+// why is in the message).
+func ourRole(ctx context.Context, q pgxQuerier, c tenantCall, row *ownership) (*catalogRole, string, error) {
+	if row.RoleOID == nil {
+		return nil, "Ayatori never created role " + c.in.Role + " for this Tenant", nil
+	}
+	cur, err := roleByName(ctx, q, c.in.Role)
+	if err != nil {
+		return nil, "", err
+	}
+	if cur == nil {
+		return nil, "role " + c.in.Role + " does not exist", nil
+	}
+	if cur.OID != *row.RoleOID {
+		return nil, fmt.Sprintf("role %s has OID %d, not the OID %d Ayatori created; left alone", c.in.Role, cur.OID, *row.RoleOID), nil
+	}
+	return cur, "", nil
+}
+
+// ourDatabase decides whether the database with the name is the one Ayatori
+// created for this Tenant: its OID is the recorded one, or (a crash between
+// CREATE DATABASE and recording the OID, which cannot share a transaction)
+// no OID is recorded yet and the database is owned by our role, which is
+// NOCREATEDB and has no member but the admin role, so nobody but this
+// executor (or a superuser) could have created it. The string says why not.
+func ourDatabase(ctx context.Context, q pgxQuerier, c tenantCall, row *ownership, db *catalogDatabase) (bool, string, error) {
+	if row.DatabaseOID != nil {
+		if db.OID == *row.DatabaseOID {
+			return true, "", nil
+		}
+		return false, fmt.Sprintf("database %s has OID %d, not the OID %d Ayatori created; left alone", c.in.Database, db.OID, *row.DatabaseOID), nil
+	}
+	if row.RoleOID == nil || db.Owner != *row.RoleOID {
+		return false, "database " + c.in.Database + " exists but was not created by Ayatori for this Tenant; left alone", nil
+	}
+	var others int64
+	if err := q.QueryRow(ctx, sqlOtherMembers, *row.RoleOID).Scan(&others); err != nil {
+		return false, "", err
+	}
+	if others > 0 {
+		return false, fmt.Sprintf("database %s is owned by role %s but its OID was never recorded, and the role has other members who could have created it; left alone", c.in.Database, c.in.Role), nil
+	}
+	return true, "", nil
+}
+
+// createDatabase creates the database owned by our role (proven by OID),
+// records its OID, revokes CONNECT from PUBLIC and grants it to the role.
+// A database with the name that Ayatori did not create is a Conflict and
+// nothing is changed. Runs only in the admin database.
 func (e *Executor) createDatabase(ctx context.Context, c tenantCall) (TenantOutcome, error) {
 	var out TenantOutcome
-	if err := requireOwned(ctx, c.pool, c); err != nil {
+	row, err := requireManaged(ctx, c.pool, sqlOwnRow, c)
+	if err != nil {
 		return out, err
+	}
+	role, why, err := ourRole(ctx, c.pool, c, row)
+	if err != nil {
+		return out, err
+	}
+	if role == nil {
+		return out, conflict("%s; the database is not created", why)
 	}
 	// PostgreSQL 15: setting OWNER needs membership in the owner role.
 	var member bool
-	if err := c.pool.QueryRow(ctx, "SELECT pg_has_role(current_user, $1, 'MEMBER')", c.in.Role).Scan(&member); err != nil {
+	if err := c.pool.QueryRow(ctx, sqlIsMember, role.OID).Scan(&member); err != nil {
 		return out, err
 	}
 	if !member {
-		if _, err := c.pool.Exec(ctx, "GRANT "+quoteIdent(c.in.Role)+" TO CURRENT_USER"); err != nil {
+		if err := execVerifyingRole(ctx, c, role.OID, "GRANT "+quoteIdent(c.in.Role)+" TO CURRENT_USER"); err != nil {
 			return out, err
 		}
 	}
-	var owner string
-	err := c.pool.QueryRow(ctx, "SELECT pg_catalog.pg_get_userbyid(datdba) FROM pg_catalog.pg_database WHERE datname = $1", c.in.Database).Scan(&owner)
-	switch {
-	case errors.Is(err, pgx.ErrNoRows):
+	db, err := databaseByName(ctx, c.pool, c.in.Database)
+	if err != nil {
+		return out, err
+	}
+	if db != nil {
+		ours, why, err := ourDatabase(ctx, c.pool, c, row, db)
+		if err != nil {
+			return out, err
+		}
+		if !ours {
+			return out, conflict("%s; nothing was changed", strings.TrimSuffix(why, "; left alone"))
+		}
+		if db.Owner != role.OID {
+			return out, conflict("database %s is owned by another role than %s (ownership changed outside Ayatori); nothing was changed", c.in.Database, c.in.Role)
+		}
+	} else {
+		// CREATE DATABASE cannot run in a transaction: its OID is
+		// recorded right after, and a crash in between is resolved by
+		// ourDatabase (owner = our role), never by the name.
 		if _, err := c.pool.Exec(ctx, "CREATE DATABASE "+quoteIdent(c.in.Database)+" OWNER "+quoteIdent(c.in.Role)); err != nil {
 			return out, err
 		}
-	case err != nil:
-		return out, err
-	case owner != c.in.Role:
-		return out, conflict("database %s exists but is owned by %s, not %s", c.in.Database, owner, c.in.Role)
+		if db, err = databaseByName(ctx, c.pool, c.in.Database); err != nil || db == nil || db.Owner != role.OID {
+			return out, firstErr(err, &Classified{Reason: ReasonProvisioningFailed, Message: "the database did not read back owned by the role after CREATE DATABASE", Transient: true})
+		}
 	}
-	db := quoteIdent(c.in.Database)
-	for _, sql := range []string{"REVOKE CONNECT ON DATABASE " + db + " FROM PUBLIC", "GRANT CONNECT ON DATABASE " + db + " TO " + quoteIdent(c.in.Role)} {
-		if _, err := c.pool.Exec(ctx, sql); err != nil {
+	if row.DatabaseOID == nil || *row.DatabaseOID != db.OID {
+		tag, err := c.pool.Exec(ctx, sqlRecordDatabaseOID, c.in.InstanceUID, c.rec.Object.UID, db.OID, role.OID)
+		if err != nil {
+			return out, err
+		}
+		if tag.RowsAffected() != 1 {
+			return out, conflict("the registry record of this Tenant changed while the database was created")
+		}
+	}
+	dbIdent := quoteIdent(c.in.Database)
+	for _, sql := range []string{"REVOKE CONNECT ON DATABASE " + dbIdent + " FROM PUBLIC", "GRANT CONNECT ON DATABASE " + dbIdent + " TO " + quoteIdent(c.in.Role)} {
+		if err := execVerifyingDatabase(ctx, c, db.OID, sql); err != nil {
 			return out, err
 		}
 	}
-	err = c.pool.QueryRow(ctx, "SELECT oid FROM pg_catalog.pg_database WHERE datname = $1", c.in.Database).Scan(&out.DatabaseOID)
-	return out, err
+	out.DatabaseOID = db.OID
+	out.RoleOID = role.OID
+	return out, nil
 }
 
-// availableCheck returns an InvalidSpec error naming the requested
-// extensions that are not in pg_available_extensions; a failed query is
-// DependencyUnavailable, never "unsupported".
-func availableCheck(ctx context.Context, q interface {
+// execVerifyingRole runs a statement on the role in a transaction and
+// commits only if the name still denotes the role with the OID afterwards.
+func execVerifyingRole(ctx context.Context, c tenantCall, oid uint32, sql string) error {
+	return inTx(ctx, c, sql, func(tx pgx.Tx) (bool, error) {
+		r, err := roleByName(ctx, tx, c.in.Role)
+		return r != nil && r.OID == oid, err
+	}, "role "+c.in.Role)
+}
+
+// execVerifyingDatabase is execVerifyingRole for a database.
+func execVerifyingDatabase(ctx context.Context, c tenantCall, oid uint32, sql string) error {
+	return inTx(ctx, c, sql, func(tx pgx.Tx) (bool, error) {
+		d, err := databaseByName(ctx, tx, c.in.Database)
+		return d != nil && d.OID == oid, err
+	}, "database "+c.in.Database)
+}
+
+func inTx(ctx context.Context, c tenantCall, sql string, still func(pgx.Tx) (bool, error), what string) error {
+	tx, err := c.pool.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	if _, err := tx.Exec(ctx, sql); err != nil {
+		return err
+	}
+	ok, err := still(tx)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return conflict("%s was replaced while it was changed; nothing was changed", what)
+	}
+	return tx.Commit(ctx)
+}
+
+// extensionInfo is one available extension's default version.
+type extensionInfo struct {
+	installable bool
+	requires    []string
+}
+
+// extensionCheck is the read-only check of the requested extensions, in
+// the admin database, before any write: each must be available and
+// installable by the Tenant role (trusted, or not superuser-only), and so
+// must every extension it requires. Unknown or untrusted names are
+// InvalidSpec naming them; a failed query is DependencyUnavailable.
+func extensionCheck(ctx context.Context, q interface {
 	Query(context.Context, string, ...any) (pgx.Rows, error)
 }, requested []string) error {
 	if len(requested) == 0 {
 		return nil
 	}
-	rows, err := q.Query(ctx, "SELECT name FROM pg_catalog.pg_available_extensions WHERE name = ANY($1)", requested)
+	rows, err := q.Query(ctx, sqlExtensionVersions)
 	if err != nil {
-		return &Classified{Reason: ReasonDependencyUnavailable, Message: "could not read pg_available_extensions", Transient: true, cause: err}
+		return &Classified{Reason: ReasonDependencyUnavailable, Message: "could not read pg_available_extension_versions", Transient: true, cause: err}
 	}
-	avail, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	avail := map[string]extensionInfo{}
+	var name string
+	var info extensionInfo
+	_, err = pgx.ForEachRow(rows, []any{&name, &info.installable, &info.requires}, func() error {
+		avail[name] = extensionInfo{installable: info.installable, requires: append([]string(nil), info.requires...)}
+		return nil
+	})
 	if err != nil {
-		return &Classified{Reason: ReasonDependencyUnavailable, Message: "could not read pg_available_extensions", Transient: true, cause: err}
+		return &Classified{Reason: ReasonDependencyUnavailable, Message: "could not read pg_available_extension_versions", Transient: true, cause: err}
 	}
-	var unknown []string
+	return judgeExtensions(avail, requested)
+}
+
+// judgeExtensions is extensionCheck's decision (pure, table-tested).
+func judgeExtensions(avail map[string]extensionInfo, requested []string) error {
+	var unknown, untrusted []string
+	seen := map[string]bool{}
+	var visit func(name, via string)
+	visit = func(name, via string) {
+		if seen[name] {
+			return
+		}
+		seen[name] = true
+		label := name
+		if via != "" {
+			label = name + " (required by " + via + ")"
+		}
+		info, ok := avail[name]
+		switch {
+		case !ok:
+			unknown = append(unknown, label)
+			return
+		case !info.installable:
+			untrusted = append(untrusted, label)
+		}
+		for _, r := range info.requires {
+			visit(r, name)
+		}
+	}
 	for _, x := range requested {
-		found := false
-		for _, a := range avail {
-			found = found || a == x
-		}
-		if !found {
-			unknown = append(unknown, x)
-		}
+		visit(x, "")
 	}
+	var msgs []string
 	if len(unknown) > 0 {
-		return &Classified{Reason: ReasonInvalidSpec, Message: "extension(s) not available on this Instance: " + strings.Join(unknown, ", ")}
+		msgs = append(msgs, "extension(s) not available on this Instance: "+strings.Join(unknown, ", "))
+	}
+	if len(untrusted) > 0 {
+		msgs = append(msgs, "extension(s) only a superuser can install (not trusted), which the Tenant role cannot create: "+strings.Join(untrusted, ", "))
+	}
+	if len(msgs) > 0 {
+		return &Classified{Reason: ReasonInvalidSpec, Message: strings.Join(msgs, "; ")}
 	}
 	return nil
 }
 
 // checkExtensions is the read-only pre-check before any external write.
 func (e *Executor) checkExtensions(ctx context.Context, c tenantCall) (TenantOutcome, error) {
-	return TenantOutcome{Extensions: c.in.Extensions}, availableCheck(ctx, c.pool, c.in.Extensions)
+	return TenantOutcome{Extensions: c.in.Extensions}, extensionCheck(ctx, c.pool, c.in.Extensions)
 }
 
-// ensureExtensions checks every requested name against
-// pg_available_extensions before any write (unknown -> InvalidSpec, query
-// failure -> DependencyUnavailable), installs the missing ones in the
-// tenant database as the owner role, and reads them back. Nothing is dropped.
+// tenantLogin connects as the Tenant role to its database with the
+// password from OpenBao. A rejected login says what was rejected: a wrong
+// password (28P01) is a Conflict between OpenBao and PostgreSQL; 28000 is
+// pg_hba or a role that may not log in.
+func (e *Executor) tenantLogin(ctx context.Context, c tenantCall, viaIP bool) (*pgx.Conn, error) {
+	pw, err := e.password(ctx, c)
+	if err != nil {
+		return nil, err
+	}
+	conn, err := e.Pools.ConnectTenant(ctx, c.t, TenantLogin{Role: c.in.Role, Password: pw, Database: c.in.Database}, viaIP)
+	if err != nil {
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) {
+			switch pgErr.Code {
+			case "28P01":
+				return nil, conflict("the Tenant role %s cannot log in with the password stored in OpenBao (SQLSTATE 28P01)", c.in.Role)
+			case "28000":
+				return nil, &Classified{Reason: ReasonLoginRejected, cause: err, Message: fmt.Sprintf(
+					"the server rejected the login of role %s to database %s before checking its password (SQLSTATE 28000: no matching pg_hba.conf entry for this address/TLS, or the role may not log in); check pg_hba.conf and the role's LOGIN attribute", c.in.Role, c.in.Database)}
+			}
+		}
+		return nil, err
+	}
+	return conn, nil
+}
+
+// ensureExtensions installs the requested extensions over the Tenant role's
+// own login (docs/decisions/0003): the admin role never opens a session in
+// a Tenant database, so nothing the Tenant placed there (operators,
+// functions, search_path, database-level settings) runs with more rights
+// than the Tenant's. Only trusted extensions pass extensionCheck, which
+// runs first in the admin database. Nothing is dropped.
 func (e *Executor) ensureExtensions(ctx context.Context, c tenantCall) (TenantOutcome, error) {
 	out := TenantOutcome{Extensions: []string{}}
-	if err := requireOwned(ctx, c.pool, c); err != nil {
+	if _, err := requireManaged(ctx, c.pool, sqlOwnRow, c); err != nil {
 		return out, err
 	}
 	if len(c.in.Extensions) == 0 {
 		return out, nil
 	}
-	if err := availableCheck(ctx, c.pool, c.in.Extensions); err != nil {
+	if err := extensionCheck(ctx, c.pool, c.in.Extensions); err != nil {
 		return out, err
 	}
-	t := c.t
-	t.Endpoint.Database = c.in.Database
-	conn, err := e.Pools.Connect(ctx, t, false)
+	conn, err := e.tenantLogin(ctx, c, false)
 	if err != nil {
 		return out, err
 	}
-	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, "SET ROLE "+quoteIdent(c.in.Role)); err != nil {
-		return out, err
-	}
+	defer conn.Close(context.WithoutCancel(ctx))
 	for _, x := range c.in.Extensions {
-		if _, err := conn.Exec(ctx, "CREATE EXTENSION IF NOT EXISTS "+quoteIdent(x)); err != nil {
+		if _, err := conn.Exec(ctx, "CREATE EXTENSION IF NOT EXISTS "+quoteIdent(x)+" CASCADE"); err != nil {
+			var pgErr *pgconn.PgError
+			if errors.As(err, &pgErr) {
+				return out, &Classified{Reason: ReasonProvisioningFailed, cause: err,
+					Message: fmt.Sprintf("CREATE EXTENSION %s as role %s failed (SQLSTATE %s); the database's own objects or settings may prevent it", x, c.in.Role, pgErr.Code)}
+			}
 			return out, err
 		}
 	}
-	rows, err := conn.Query(ctx, "SELECT extname FROM pg_catalog.pg_extension WHERE extname = ANY($1)", c.in.Extensions)
+	rows, err := conn.Query(ctx, "SELECT extname::pg_catalog.text FROM pg_catalog.pg_extension WHERE extname::pg_catalog.text OPERATOR(pg_catalog.=) ANY($1::pg_catalog.text[])", c.in.Extensions)
 	if err != nil {
 		return out, err
 	}
@@ -369,33 +671,22 @@ func (e *Executor) ensureExtensions(ctx context.Context, c tenantCall) (TenantOu
 // cannot create a database or role.
 func (e *Executor) verifyLogin(ctx context.Context, c tenantCall) (TenantOutcome, error) {
 	var out TenantOutcome
-	if err := requireOwned(ctx, c.pool, c); err != nil {
+	if _, err := requireManaged(ctx, c.pool, sqlOwnRow, c); err != nil {
 		return out, err
 	}
-	pw, err := e.password(ctx, c)
-	if err != nil {
-		return out, err
-	}
-	t := c.t
-	t.Endpoint.Database = c.in.Database
-	t.Creds = Credentials{Username: c.in.Role, Password: pw}
 	targets := []bool{false}
-	if t.Endpoint.SSLMode != "disable" && t.Endpoint.HostAddr != "" {
+	if c.t.Endpoint.SSLMode != "disable" && c.t.Endpoint.HostAddr != "" {
 		targets = append(targets, true)
 	}
 	for _, viaIP := range targets {
-		conn, err := e.Pools.Connect(ctx, t, viaIP)
+		conn, err := e.tenantLogin(ctx, c, viaIP)
 		if err != nil {
-			var pgErr *pgconn.PgError
-			if errors.As(err, &pgErr) && (pgErr.Code == "28P01" || pgErr.Code == "28000") {
-				return out, conflict("the Tenant role cannot log in with the password stored in OpenBao (SQLSTATE %s)", pgErr.Code)
-			}
 			return out, err
 		}
 		var user, db string
 		var super, createDB, createRole bool
 		err = conn.QueryRow(ctx, `SELECT current_user, current_database(), rolsuper, rolcreatedb, rolcreaterole
-			FROM pg_catalog.pg_roles WHERE rolname = current_user`).Scan(&user, &db, &super, &createDB, &createRole)
+			FROM pg_catalog.pg_roles WHERE rolname OPERATOR(pg_catalog.=) current_user`).Scan(&user, &db, &super, &createDB, &createRole)
 		if err == nil && (user != c.in.Role || db != c.in.Database) {
 			err = &Classified{Reason: ReasonProvisioningFailed, Message: "logged in as the wrong user or database"}
 		}
@@ -414,7 +705,7 @@ func (e *Executor) verifyLogin(ctx context.Context, c tenantCall) (TenantOutcome
 				}
 			}
 		}
-		_ = conn.Close(ctx)
+		_ = conn.Close(context.WithoutCancel(ctx))
 		if err != nil {
 			return out, err
 		}
@@ -428,42 +719,79 @@ func (e *Executor) retain(ctx context.Context, c tenantCall) (TenantOutcome, err
 	return TenantOutcome{}, err
 }
 
-// disableLogin: ALTER ROLE ... NOLOGIN when the role is ours.
-func (e *Executor) disableLogin(ctx context.Context, c tenantCall) (TenantOutcome, error) {
-	ok, err := owned(ctx, c.pool, c)
-	if err != nil || !ok {
-		return TenantOutcome{Skipped: "not owned"}, err
-	}
-	found, err := exists(ctx, c.pool, sqlRoleExists, c.in.Role)
-	if err != nil || !found {
-		return TenantOutcome{Skipped: "absent"}, err
-	}
-	_, err = c.pool.Exec(ctx, "ALTER ROLE "+quoteIdent(c.in.Role)+" NOLOGIN")
-	return TenantOutcome{}, err
-}
+// skipped is the outcome of a delete step that found nothing of ours.
+func skipped(why string) (TenantOutcome, error) { return TenantOutcome{Skipped: why}, nil }
 
-// dropDatabase terminates the database's sessions and drops it, when the
-// registry says it is ours and it is owned by our role. Never CASCADE.
-func (e *Executor) dropDatabase(ctx context.Context, c tenantCall) (TenantOutcome, error) {
-	ok, err := owned(ctx, c.pool, c)
-	if err != nil || !ok {
+// disableLogin: ALTER ROLE ... NOLOGIN when the role is the one Ayatori
+// created (by OID). A foreign or absent role is skipped and reported.
+func (e *Executor) disableLogin(ctx context.Context, c tenantCall) (TenantOutcome, error) {
+	row, err := ownRow(ctx, c.pool, sqlOwnRow, c)
+	if err != nil || row == nil || !row.Managed {
 		return TenantOutcome{Skipped: "not owned"}, err
 	}
-	var owner string
-	err = c.pool.QueryRow(ctx, "SELECT pg_catalog.pg_get_userbyid(datdba) FROM pg_catalog.pg_database WHERE datname = $1", c.in.Database).Scan(&owner)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return TenantOutcome{Skipped: "absent"}, nil
-	}
+	role, why, err := ourRole(ctx, c.pool, c, row)
 	if err != nil {
 		return TenantOutcome{}, err
 	}
-	if owner != c.in.Role {
-		return TenantOutcome{}, conflict("refusing to drop database %s: owned by %s, not %s", c.in.Database, owner, c.in.Role)
+	if role == nil {
+		return skipped(why)
 	}
-	if _, err := c.pool.Exec(ctx, "SELECT pg_catalog.pg_terminate_backend(pid) FROM pg_catalog.pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()", c.in.Database); err != nil {
+	return TenantOutcome{}, execVerifyingRole(ctx, c, role.OID, "ALTER ROLE "+quoteIdent(c.in.Role)+" NOLOGIN")
+}
+
+// dropDatabase terminates the database's sessions and drops it, when it is
+// the database Ayatori created (ourDatabase). Never CASCADE. Sessions the
+// admin role may not terminate (a superuser's) block the deletion: they
+// are named, and the step is retried until they end.
+func (e *Executor) dropDatabase(ctx context.Context, c tenantCall) (TenantOutcome, error) {
+	row, err := ownRow(ctx, c.pool, sqlOwnRow, c)
+	if err != nil || row == nil || !row.Managed {
+		return TenantOutcome{Skipped: "not owned"}, err
+	}
+	db, err := databaseByName(ctx, c.pool, c.in.Database)
+	if err != nil {
 		return TenantOutcome{}, err
 	}
+	if db == nil {
+		return skipped("absent")
+	}
+	ours, why, err := ourDatabase(ctx, c.pool, c, row, db)
+	if err != nil {
+		return TenantOutcome{}, err
+	}
+	if !ours {
+		return skipped(why)
+	}
+	sessions, err := listSessions(ctx, c.pool, db.OID)
+	if err != nil {
+		return TenantOutcome{}, err
+	}
+	var blocking []session
+	for _, s := range sessions {
+		if _, err := c.pool.Exec(ctx, sqlTerminate, s.pid); err != nil {
+			var pgErr *pgconn.PgError
+			if errors.As(err, &pgErr) && pgErr.Code == "42501" {
+				blocking = append(blocking, s)
+				continue
+			}
+			return TenantOutcome{}, err
+		}
+	}
+	if len(blocking) > 0 {
+		return TenantOutcome{}, deletionBlocked(c.in.Database, blocking)
+	}
+	if again, err := databaseByName(ctx, c.pool, c.in.Database); err != nil || again == nil || again.OID != db.OID {
+		return TenantOutcome{}, firstErr(err, &Classified{Reason: ReasonProvisioningFailed, Transient: true, Message: "database " + c.in.Database + " changed while its sessions were ended"})
+	}
 	if _, err := c.pool.Exec(ctx, "DROP DATABASE IF EXISTS "+quoteIdent(c.in.Database)); err != nil {
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "55006" {
+			// New sessions arrived (or could not be ended): name them.
+			left, lerr := listSessions(ctx, c.pool, db.OID)
+			if lerr == nil && len(left) > 0 {
+				return TenantOutcome{}, deletionBlocked(c.in.Database, left)
+			}
+		}
 		return TenantOutcome{}, err
 	}
 	found, err := exists(ctx, c.pool, sqlDatabaseExists, c.in.Database)
@@ -473,21 +801,79 @@ func (e *Executor) dropDatabase(ctx context.Context, c tenantCall) (TenantOutcom
 	return TenantOutcome{}, err
 }
 
-// dropRole drops the role when the registry says it is ours. It fails
-// (2BP01) if the role still owns objects elsewhere: never CASCADE.
+// session is a backend connected to a database.
+type session struct {
+	pid           int32
+	user, appName string
+}
+
+func listSessions(ctx context.Context, q interface {
+	Query(context.Context, string, ...any) (pgx.Rows, error)
+}, dbOID uint32) ([]session, error) {
+	rows, err := q.Query(ctx, sqlSessions, dbOID)
+	if err != nil {
+		return nil, err
+	}
+	var out []session
+	var s session
+	_, err = pgx.ForEachRow(rows, []any{&s.pid, &s.user, &s.appName}, func() error {
+		out = append(out, s)
+		return nil
+	})
+	return out, err
+}
+
+// deletionBlocked names the sessions that keep a database from being
+// dropped. application_name is the client's text: shortened and quoted.
+func deletionBlocked(database string, sessions []session) *Classified {
+	var parts []string
+	for i, s := range sessions {
+		if i == 5 {
+			parts = append(parts, fmt.Sprintf("and %d more", len(sessions)-5))
+			break
+		}
+		app := s.appName
+		if len(app) > 40 {
+			app = app[:40] + "…"
+		}
+		parts = append(parts, fmt.Sprintf("pid %d (user %s, application_name %q)", s.pid, s.user, app))
+	}
+	return &Classified{Reason: ReasonDeletionBlocked, Message: fmt.Sprintf(
+		"database %s has sessions the admin role may not terminate: %s; end them (pg_terminate_backend as a superuser) and the deletion continues", database, strings.Join(parts, ", "))}
+}
+
+// dropRole drops the role when it is the one Ayatori created (by OID),
+// re-checked in the same transaction. It is blocked (2BP01) while the role
+// still owns objects or holds privileges elsewhere: never CASCADE.
 func (e *Executor) dropRole(ctx context.Context, c tenantCall) (TenantOutcome, error) {
-	ok, err := owned(ctx, c.pool, c)
-	if err != nil || !ok {
+	row, err := ownRow(ctx, c.pool, sqlOwnRow, c)
+	if err != nil || row == nil || !row.Managed {
 		return TenantOutcome{Skipped: "not owned"}, err
 	}
-	if _, err := c.pool.Exec(ctx, "DROP ROLE IF EXISTS "+quoteIdent(c.in.Role)); err != nil {
+	role, why, err := ourRole(ctx, c.pool, c, row)
+	if err != nil {
+		return TenantOutcome{}, err
+	}
+	if role == nil {
+		return skipped(why)
+	}
+	tx, err := c.pool.Begin(ctx)
+	if err != nil {
+		return TenantOutcome{}, err
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	if again, err := roleByName(ctx, tx, c.in.Role); err != nil || again == nil || again.OID != role.OID {
+		return TenantOutcome{}, firstErr(err, &Classified{Reason: ReasonProvisioningFailed, Transient: true, Message: "role " + c.in.Role + " changed while it was dropped"})
+	}
+	if _, err := tx.Exec(ctx, "DROP ROLE "+quoteIdent(c.in.Role)); err != nil {
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) && pgErr.Code == "2BP01" {
-			return TenantOutcome{}, &Classified{Reason: ReasonProvisioningFailed, Message: "role " + c.in.Role + " still owns objects outside its database (SQLSTATE 2BP01); nothing was dropped with CASCADE"}
+			return TenantOutcome{}, &Classified{Reason: ReasonDeletionBlocked, cause: err, Message: "role " + c.in.Role +
+				" still owns objects or holds privileges outside its database (SQLSTATE 2BP01); nothing was dropped with CASCADE: REASSIGN OWNED BY / DROP OWNED BY " + c.in.Role + " in each database it reaches, and the deletion continues"}
 		}
 		return TenantOutcome{}, err
 	}
-	return TenantOutcome{}, nil
+	return TenantOutcome{}, tx.Commit(ctx)
 }
 
 // release deletes the registry record (Delete policy, after everything else).

@@ -36,7 +36,10 @@ type TenantIntent struct {
 
 // TenantOutcome is the payload of Tenant operation outcomes.
 type TenantOutcome struct {
+	// DatabaseOID and RoleOID are the OIDs of the database and role
+	// Ayatori created (recorded in the ownership registry).
 	DatabaseOID uint32   `json:"databaseOID,omitempty"`
+	RoleOID     uint32   `json:"roleOID,omitempty"`
 	Extensions  []string `json:"extensions,omitempty"`
 	// Skipped explains why nothing was done (e.g. "not owned").
 	Skipped string `json:"skipped,omitempty"`

@@ -43,6 +43,9 @@ import (
 )
 
 func main() {
+	// Runs for minutes on controller-runtime clients: no missing-logger
+	// stack trace in the figures' output.
+	integration.QuietControllerRuntimeLog()
 	n := flag.Int("n", 100, "number of Tenants")
 	timeout := flag.Duration("timeout", 60*time.Minute, "give up after")
 	handover := flag.String("handover", "", "leader hand-over mid-run: term (graceful) or kill (crash); empty: one manager")

@@ -61,6 +61,8 @@ func main() {
 }
 
 func run(keep bool) error {
+	// The newcomer's first screen: no controller-runtime stack trace.
+	integration.QuietControllerRuntimeLog()
 	// Ctrl-C ends `make dev` normally: this program tears the stack down
 	// itself (deferred Close) and exits 0.
 	integration.OwnSignals()

@@ -77,14 +77,14 @@ func TestInstanceReady(t *testing.T) {
 			t.Fatalf("timeline lacks %q:\n%s", want, out)
 		}
 	}
-	// The registry exists, with tern's version 1.
+	// The registry exists, at the version of this build's migrations.
 	var v int32
 	c, err := pgx.Connect(context.Background(), e.pg.SuperuserDSN("postgres"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close(context.Background())
-	if err := c.QueryRow(context.Background(), "SELECT version FROM postgresql_tenant_operator.schema_version").Scan(&v); err != nil || v != 1 {
+	if err := c.QueryRow(context.Background(), "SELECT version FROM postgresql_tenant_operator.schema_version").Scan(&v); err != nil || v != pgexec.KnownRegistryVersion() {
 		t.Fatalf("registry version %d, %v", v, err)
 	}
 }

@@ -327,7 +327,8 @@ func attemptsSince(st *journal.State, op string, gen int64, epoch uint64) int {
 func tenantReason(r *journal.Result, op string) string {
 	switch r.Reason {
 	case v1alpha1.ReasonConflict, v1alpha1.ReasonInvalidSpec, v1alpha1.ReasonDependencyUnavailable,
-		v1alpha1.ReasonProvisioningFailed, v1alpha1.ReasonCredentialProjectionFailed, v1alpha1.ReasonImmutableField:
+		v1alpha1.ReasonProvisioningFailed, v1alpha1.ReasonCredentialProjectionFailed, v1alpha1.ReasonImmutableField,
+		v1alpha1.ReasonLoginRejected, v1alpha1.ReasonDeletionBlocked:
 		return r.Reason
 	}
 	if op == esexec.OpObserveProjection || op == esexec.OpEnsureExternalSecret {

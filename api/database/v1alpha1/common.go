@@ -32,4 +32,11 @@ const (
 	ReasonProvisioningFailed = "ProvisioningFailed"
 	// ReasonCredentialProjectionFailed: ESO has not projected the credential Secret (Tenant).
 	ReasonCredentialProjectionFailed = "CredentialProjectionFailed"
+	// ReasonLoginRejected: PostgreSQL refused the Tenant role's login before
+	// checking its password (no pg_hba.conf entry, or the role may not log in) (Tenant).
+	ReasonLoginRejected = "LoginRejected"
+	// ReasonDeletionBlocked: deletion waits for something outside Ayatori
+	// (sessions the admin role may not end, objects the role still owns
+	// elsewhere); the message names it and the finalizer stays (Tenant).
+	ReasonDeletionBlocked = "DeletionBlocked"
 )

@@ -136,10 +136,18 @@ func TestSchemaValidation(t *testing.T) {
 		name string
 		err  error
 		want string
-	}{"instanceRef+name > 241", err, "241"})
+	}{"instanceRef+name > 241", err, "spec.instanceRef: Forbidden: spec.instanceRef and metadata.name together must not exceed 241"})
 	for _, b := range bad {
 		if b.err == nil || !strings.Contains(b.err.Error(), b.want) {
 			t.Errorf("%s: want a validation error mentioning %q, got %v", b.name, b.want, b.err)
+		}
+		// Every message names the field it is about (a root-level CEL rule
+		// without fieldPath reads "<nil>: Invalid value: ..."). The
+		// apiserver's own note that CEL rules were skipped after a schema
+		// error has no field, and cannot have one.
+		const skippedNote = "<nil>: Invalid value: null: some validation rules were not checked"
+		if b.err != nil && strings.Contains(strings.ReplaceAll(b.err.Error(), skippedNote, ""), "<nil>") {
+			t.Errorf("%s: the message does not name the field: %v", b.name, b.err)
 		}
 	}
 
@@ -157,20 +165,32 @@ func TestSchemaValidation(t *testing.T) {
 	if err := cp.Client.Status().Update(ctx, tn); err != nil {
 		t.Fatal(err)
 	}
-	for name, mut := range map[string]func(*v1alpha1.PostgreSQLTenant){
-		"database":          func(x *v1alpha1.PostgreSQLTenant) { x.Spec.Database = "other" },
-		"loginRole":         func(x *v1alpha1.PostgreSQLTenant) { x.Spec.LoginRole = "other" },
-		"instanceRef":       func(x *v1alpha1.PostgreSQLTenant) { x.Spec.InstanceRef = "other" },
-		"secretName":        func(x *v1alpha1.PostgreSQLTenant) { x.Spec.Credential.SecretName = "other" },
-		"extension removal": func(x *v1alpha1.PostgreSQLTenant) { x.Spec.Extensions = nil },
+	// Each rejection names the field (fieldPath on the root-level rule):
+	// "spec.database: Forbidden: ...", never "<nil>: Invalid value: ...".
+	for _, tc := range []struct {
+		name, field string
+		mut         func(*v1alpha1.PostgreSQLTenant)
+	}{
+		{"database", "spec.database", func(x *v1alpha1.PostgreSQLTenant) { x.Spec.Database = "other" }},
+		{"database removed", "spec.database", func(x *v1alpha1.PostgreSQLTenant) { x.Spec.Database = "" }},
+		{"loginRole", "spec.loginRole", func(x *v1alpha1.PostgreSQLTenant) { x.Spec.LoginRole = "other" }},
+		{"instanceRef", "spec.instanceRef", func(x *v1alpha1.PostgreSQLTenant) { x.Spec.InstanceRef = "other" }},
+		{"secretName", "spec.credential.secretName", func(x *v1alpha1.PostgreSQLTenant) { x.Spec.Credential.SecretName = "other" }},
+		{"extension removal", "spec.extensions", func(x *v1alpha1.PostgreSQLTenant) { x.Spec.Extensions = nil }},
+		{"extension replaced", "spec.extensions", func(x *v1alpha1.PostgreSQLTenant) { x.Spec.Extensions = []string{"citext"} }},
 	} {
 		cur := &v1alpha1.PostgreSQLTenant{}
 		if err := cp.Client.Get(ctx, client.ObjectKeyFromObject(tn), cur); err != nil {
 			t.Fatal(err)
 		}
-		mut(cur)
-		if err := cp.Client.Update(ctx, cur); err == nil {
-			t.Errorf("changing %s after provisioning started was accepted", name)
+		tc.mut(cur)
+		err := cp.Client.Update(ctx, cur)
+		if err == nil {
+			t.Errorf("changing %s after provisioning started was accepted", tc.name)
+			continue
+		}
+		if want := tc.field + ": Forbidden: " + tc.field; !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), "<nil>") {
+			t.Errorf("changing %s: want a message naming the field (%q), got: %v", tc.name, want, err)
 		}
 	}
 	for name, mut := range map[string]func(*v1alpha1.PostgreSQLTenant){

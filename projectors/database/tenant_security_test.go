@@ -1,0 +1,446 @@
+package database_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	eventsv1 "k8s.io/api/events/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/util/retry"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1alpha1 "git.ddupan.top/panxiao81/ayatori/api/database/v1alpha1"
+	baoexec "git.ddupan.top/panxiao81/ayatori/executors/openbao"
+	pgexec "git.ddupan.top/panxiao81/ayatori/executors/postgresql"
+	"git.ddupan.top/panxiao81/ayatori/integration"
+)
+
+// privilegeSnapshot is every role attribute, membership, per-database and
+// per-role setting, and database ACL and owner of the server, one per line.
+const privilegeSnapshot = `SELECT string_agg(x, E'\n' ORDER BY x) FROM (
+	SELECT format('role %s super=%s inherit=%s createrole=%s createdb=%s login=%s repl=%s bypassrls=%s',
+		rolname, rolsuper, rolinherit, rolcreaterole, rolcreatedb, rolcanlogin, rolreplication, rolbypassrls) FROM pg_roles
+	UNION ALL SELECT format('member %s in %s admin=%s', m.member::regrole, m.roleid::regrole, m.admin_option) FROM pg_auth_members m
+	UNION ALL SELECT format('setting db=%s role=%s %s', setdatabase, setrole, setconfig) FROM pg_db_role_setting
+	UNION ALL SELECT format('database %s owner=%s acl=%s', datname, datdba::regrole, datacl) FROM pg_database
+) s(x)`
+
+// tenantExec runs statements as the Tenant's own login in its database.
+func tenantExec(t *testing.T, s *integration.Stack, role, password, db string, stmts ...string) {
+	t.Helper()
+	ctx := context.Background()
+	c, err := pgx.Connect(ctx, s.PG.DSN(role, password, db))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(ctx)
+	for _, sql := range stmts {
+		if _, err := c.Exec(ctx, sql); err != nil {
+			t.Fatalf("as %s: %s: %v", role, sql, err)
+		}
+	}
+}
+
+// wipeStatus makes the projector re-check every step (status lost).
+func wipeStatus(t *testing.T, s *integration.Stack, namespace, name string) {
+	t.Helper()
+	ctx := context.Background()
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cur := &v1alpha1.PostgreSQLTenant{}
+		if err := s.CP.Client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, cur); err != nil {
+			return err
+		}
+		cur.Status = v1alpha1.PostgreSQLTenantStatus{}
+		return s.CP.Client.Status().Update(ctx, cur)
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func updateTenant(t *testing.T, s *integration.Stack, namespace, name string, mut func(*v1alpha1.PostgreSQLTenant)) {
+	t.Helper()
+	ctx := context.Background()
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cur := &v1alpha1.PostgreSQLTenant{}
+		if err := s.CP.Client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, cur); err != nil {
+			return err
+		}
+		mut(cur)
+		return s.CP.Client.Update(ctx, cur)
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestTenantCodeNeverRunsWithAdminRights (issue 10 §1): a Tenant plants
+// code where an admin session in its database would resolve it — the
+// reported hijack (an operator on = over name, search_path set at the
+// database level), functions shadowing pg_catalog in a schema earlier on
+// the search_path, a database-level role setting, and RESET ROLE inside
+// the planted code. An extension change and a full re-check follow. No
+// role attribute, membership, setting or database ACL changes anywhere,
+// and the admin role never opened a session in the Tenant database.
+func TestTenantCodeNeverRunsWithAdminRights(t *testing.T) {
+	s := getStack(t)
+	const namespace, name = "hijack", "victim"
+	newTenant(t, s, namespace, name, func(tn *v1alpha1.PostgreSQLTenant) { tn.Spec.Extensions = []string{"pg_trgm"} })
+	waitTenant(t, s, namespace, name, metav1.ConditionTrue, "Ready", 2*time.Minute)
+	pw, _ := kvPassword(t, s, namespace, name)
+
+	// The escalation every planted function attempts: leave any SET ROLE
+	// and give the Tenant role CREATEROLE CREATEDB, then behave normally.
+	escalate := fmt.Sprintf(`BEGIN RESET ROLE; EXECUTE 'ALTER ROLE %s CREATEROLE CREATEDB'; EXCEPTION WHEN OTHERS THEN NULL; END;`, name)
+	rounds := []struct {
+		name  string
+		plant []string
+	}{
+		{"operator = over name, search_path at the database level (the reported case)", []string{
+			fmt.Sprintf(`ALTER DATABASE %s SET search_path = public, pg_catalog`, name),
+			`CREATE FUNCTION public.evil_eq(a name, b name) RETURNS boolean LANGUAGE plpgsql AS $$ BEGIN ` + escalate + ` RETURN pg_catalog.nameeq(a, b); END $$`,
+			`CREATE OPERATOR public.= (LEFTARG = name, RIGHTARG = name, FUNCTION = public.evil_eq)`,
+		}},
+		{"functions and operators shadowing pg_catalog in a schema earlier on the search_path", []string{
+			`CREATE SCHEMA evil`,
+			`CREATE FUNCTION evil.evil_nt(a name, b text) RETURNS boolean LANGUAGE plpgsql AS $$ BEGIN ` + escalate + ` RETURN pg_catalog.nameeqtext(a, b); END $$`,
+			`CREATE OPERATOR evil.= (LEFTARG = name, RIGHTARG = text, FUNCTION = evil.evil_nt)`,
+			`CREATE FUNCTION evil.evil_tt(a text, b text) RETURNS boolean LANGUAGE plpgsql AS $$ BEGIN ` + escalate + ` RETURN pg_catalog.texteq(a, b); END $$`,
+			`CREATE OPERATOR evil.= (LEFTARG = text, RIGHTARG = text, FUNCTION = evil.evil_tt)`,
+			`CREATE FUNCTION evil.current_setting(text) RETURNS text LANGUAGE plpgsql AS $$ BEGIN ` + escalate + ` RETURN pg_catalog.current_setting($1); END $$`,
+			`CREATE FUNCTION evil.pg_has_role(name, text, text) RETURNS boolean LANGUAGE plpgsql AS $$ BEGIN ` + escalate + ` RETURN pg_catalog.pg_has_role($1, $2, $3); END $$`,
+			`CREATE FUNCTION evil.lower(text) RETURNS text LANGUAGE plpgsql AS $$ BEGIN ` + escalate + ` RETURN pg_catalog.lower($1); END $$`,
+			fmt.Sprintf(`ALTER DATABASE %s SET search_path = evil, public, pg_catalog`, name),
+		}},
+		{"a database-level role setting", []string{
+			// An admin session here would start as the Tenant role.
+			fmt.Sprintf(`ALTER DATABASE %s SET role = %s`, name, name),
+		}},
+		{"RESET ROLE in a trigger on a table the Tenant owns", []string{
+			fmt.Sprintf(`ALTER DATABASE %s RESET role`, name),
+			`CREATE TABLE public.bait(v int)`,
+			`CREATE FUNCTION public.evil_trg() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN ` + escalate + ` RETURN NEW; END $$`,
+			`CREATE TRIGGER evil BEFORE INSERT OR UPDATE OR DELETE ON public.bait FOR EACH ROW EXECUTE FUNCTION public.evil_trg()`,
+		}},
+	}
+	extensions := []string{"citext", "hstore", "ltree", "cube"}
+	for i, round := range rounds {
+		tenantExec(t, s, name, pw, name, round.plant...)
+		before := superQuery[string](t, s, "postgres", privilegeSnapshot)
+		// An extension change re-runs every step of the chain.
+		updateTenant(t, s, namespace, name, func(tn *v1alpha1.PostgreSQLTenant) { tn.Spec.Extensions = append(tn.Spec.Extensions, extensions[i]) })
+		waitTenant(t, s, namespace, name, metav1.ConditionTrue, "Ready", 2*time.Minute)
+		if n := superQuery[int64](t, s, name, "SELECT count(*) FROM pg_extension WHERE extname = '"+extensions[i]+"'"); n != 1 {
+			t.Fatalf("%s: extension %s not installed", round.name, extensions[i])
+		}
+		// A full re-check (status lost) runs every step again.
+		wipeStatus(t, s, namespace, name)
+		waitTenant(t, s, namespace, name, metav1.ConditionTrue, "Ready", 2*time.Minute)
+		if after := superQuery[string](t, s, "postgres", privilegeSnapshot); after != before {
+			t.Fatalf("%s: privileges changed:\n--- before\n%s\n--- after\n%s", round.name, before, after)
+		}
+		if attrs := superQuery[string](t, s, "postgres", `SELECT concat_ws(',', rolcreaterole, rolcreatedb, rolsuper) FROM pg_roles WHERE rolname = '`+name+`'`); attrs != "f,f,f" {
+			t.Fatalf("%s: the Tenant role gained attributes: %s", round.name, attrs)
+		}
+	}
+	// log_connections and the %u@%d prefix: the admin role never had a
+	// session in the Tenant database.
+	pglog, err := os.ReadFile(s.PG.LogPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if marker := " " + s.AdminUser + "@" + name + " "; strings.Contains(string(pglog), marker) {
+		t.Fatalf("the admin role opened a session in the Tenant database (%q in the server log)", marker)
+	}
+}
+
+// TestTenantUntrustedExtensionRejectedBeforeAnyWrite (issue 10 §3): an
+// extension only a superuser can install is InvalidSpec naming it, before
+// the registry, OpenBao or PostgreSQL is written.
+func TestTenantUntrustedExtensionRejectedBeforeAnyWrite(t *testing.T) {
+	s := getStack(t)
+	const namespace, name = "untrusted", "fdw"
+	newTenant(t, s, namespace, name, func(tn *v1alpha1.PostgreSQLTenant) { tn.Spec.Extensions = []string{"pg_trgm", "postgres_fdw"} })
+	tn := waitTenant(t, s, namespace, name, metav1.ConditionFalse, v1alpha1.ReasonInvalidSpec, time.Minute)
+	if msg := tenantReadyMessage(tn); !strings.Contains(msg, "postgres_fdw") || strings.Contains(msg, "pg_trgm") {
+		t.Fatalf("message %q does not name exactly the untrusted extension", msg)
+	}
+	for what, sql := range map[string]string{
+		"registry records": "SELECT count(*) FROM postgresql_tenant_operator.tenant_ownership WHERE tenant_uid = '" + string(tn.UID) + "'",
+		"roles":            "SELECT count(*) FROM pg_roles WHERE rolname = '" + name + "'",
+		"databases":        "SELECT count(*) FROM pg_database WHERE datname = '" + name + "'",
+	} {
+		if n := superQuery[int64](t, s, "postgres", sql); n != 0 {
+			t.Fatalf("%d %s written for an invalid spec", n, what)
+		}
+	}
+	root, _ := s.Bao.Client(s.Bao.RootToken)
+	if _, err := root.KVv2(integration.KVMount).GetMetadata(context.Background(), integration.TenantBasePath+"/"+namespace+"/"+name); err == nil {
+		t.Fatal("a KV record was written for an invalid spec")
+	}
+}
+
+// waitTenantMessage waits until the Tenant's Ready condition is False
+// with the reason and a message containing substr.
+func waitTenantMessage(t *testing.T, s *integration.Stack, namespace, name, reason, substr string) {
+	t.Helper()
+	var last string
+	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		tn := &v1alpha1.PostgreSQLTenant{}
+		if err := s.CP.Client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, tn); err != nil {
+			return false, nil
+		}
+		for _, c := range tn.Status.Conditions {
+			if c.Type == "Ready" {
+				last = string(c.Status) + "/" + c.Reason + ": " + c.Message
+				return c.Status == metav1.ConditionFalse && c.Reason == reason && strings.Contains(c.Message, substr), nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Fatalf("Tenant %s/%s never said %s %q; last Ready %s\nmanager log tail:\n%s", namespace, name, reason, substr, last, integration.Tail(s.ManagerLog, 25))
+	}
+}
+
+func tenantReadyMessage(tn *v1alpha1.PostgreSQLTenant) string {
+	for _, c := range tn.Status.Conditions {
+		if c.Type == "Ready" {
+			return c.Message
+		}
+	}
+	return ""
+}
+
+// TestTenantForeignObjectsSurviveDelete (issue 10 §2): a role and a
+// database with a table, created by someone else at each point between the
+// registry claim and Ayatori's own CREATE, are a Conflict and never
+// adopted; deleting the Tenant (deletionPolicy Delete) removes only what
+// Ayatori created, and the foreign data survives.
+func TestTenantForeignObjectsSurviveDelete(t *testing.T) {
+	s := getStack(t)
+	ctx := context.Background()
+	ns(t, s, "foreign")
+	for i, op := range []string{pgexec.OpClaimOwnership, baoexec.OpWriteCredential, pgexec.OpCreateRole} {
+		name := fmt.Sprintf("foreign%d", i)
+		t.Run("after "+op, func(t *testing.T) {
+			s.StopManager()
+			if err := s.StartManagerEnv([]string{"AYATORI_FAILPOINTS=executor-after-outcome=" + op}); err != nil {
+				t.Fatal(err)
+			}
+			tn := newTenant(t, s, "foreign", name, func(tn *v1alpha1.PostgreSQLTenant) { tn.Spec.DeletionPolicy = v1alpha1.DeletionPolicyDelete })
+			if !s.WaitManagerExit(90 * time.Second) {
+				t.Fatalf("the failpoint after %s never fired", op)
+			}
+			// Someone else takes the names while the manager is down.
+			owner := name
+			if op == pgexec.OpCreateRole {
+				owner = name + "_other" // the role is Ayatori's already
+			}
+			superExec(t, s, "postgres", "CREATE ROLE "+owner+" LOGIN")
+			superExec(t, s, "postgres", "CREATE DATABASE "+name+" OWNER "+owner)
+			superExec(t, s, name, "CREATE TABLE precious(v int); INSERT INTO precious VALUES (42)")
+			defer func() {
+				superExec(t, s, "postgres", "DROP DATABASE IF EXISTS "+name)
+				superExec(t, s, "postgres", "DROP ROLE IF EXISTS "+owner)
+			}()
+			if err := s.StartManager(); err != nil {
+				t.Fatal(err)
+			}
+			waitTenant(t, s, "foreign", name, metav1.ConditionFalse, v1alpha1.ReasonConflict, 2*time.Minute)
+			if superQuery[bool](t, s, "postgres", "SELECT NOT has_database_privilege('public', '"+name+"', 'CONNECT')") {
+				t.Fatal("CONNECT was revoked on the foreign database")
+			}
+			if err := s.CP.Client.Delete(ctx, tn); err != nil {
+				t.Fatal(err)
+			}
+			waitGone(t, s, tn)
+			if v := superQuery[int32](t, s, name, "SELECT v FROM precious"); v != 42 {
+				t.Fatalf("foreign data %d", v)
+			}
+			if superQuery[string](t, s, "postgres", "SELECT pg_get_userbyid(datdba) FROM pg_database WHERE datname = '"+name+"'") != owner {
+				t.Fatal("the foreign database changed owner")
+			}
+			if n := superQuery[int64](t, s, "postgres", "SELECT count(*) FROM pg_roles WHERE rolname = '"+owner+"' AND rolcanlogin"); n != 1 {
+				t.Fatal("the foreign role was dropped or altered")
+			}
+			// The deletion says what it left alone (the Event is written
+			// just before the finalizer goes; the recorder is asynchronous).
+			var note string
+			_ = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
+				var evs eventsv1.EventList
+				if err := s.CP.Client.List(ctx, &evs, client.InNamespace("foreign")); err != nil {
+					return false, nil
+				}
+				for _, e := range evs.Items {
+					if e.Regarding.UID == tn.UID && e.Reason == "LeftInPlace" {
+						note = e.Note
+					}
+				}
+				return note != "", nil
+			})
+			if !strings.Contains(note, "DropDatabase: ") || !strings.Contains(note, name) {
+				t.Fatalf("no LeftInPlace Event naming the foreign database: %q", note)
+			}
+			if op == pgexec.OpCreateRole {
+				if n := superQuery[int64](t, s, "postgres", "SELECT count(*) FROM pg_roles WHERE rolname = '"+name+"'"); n != 0 {
+					t.Fatal("the role Ayatori created was left behind")
+				}
+			}
+		})
+	}
+}
+
+// TestTenantDeletionBlockedNamesTheBlocker (issue 10 §3): a superuser
+// session in a Delete Tenant's database, and a role that still owns an
+// object elsewhere, keep the finalizer with reason DeletionBlocked naming
+// what blocks; once it is gone the deletion completes by itself.
+func TestTenantDeletionBlockedNamesTheBlocker(t *testing.T) {
+	s := getStack(t)
+	ctx := context.Background()
+	const namespace, name = "blocked", "held"
+	tn := newTenant(t, s, namespace, name, func(tn *v1alpha1.PostgreSQLTenant) { tn.Spec.DeletionPolicy = v1alpha1.DeletionPolicyDelete })
+	waitTenant(t, s, namespace, name, metav1.ConditionTrue, "Ready", 2*time.Minute)
+
+	cfg, err := pgx.ParseConfig(s.PG.SuperuserDSN(name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.RuntimeParams["application_name"] = "dba-console"
+	held, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pid int32
+	if err := held.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
+		t.Fatal(err)
+	}
+	// The role also owns a table in another database.
+	superExec(t, s, "postgres", "CREATE TABLE held_elsewhere(); ALTER TABLE held_elsewhere OWNER TO "+name)
+
+	if err := s.CP.Client.Delete(ctx, tn); err != nil {
+		t.Fatal(err)
+	}
+	waitTenantMessage(t, s, namespace, name, v1alpha1.ReasonDeletionBlocked, fmt.Sprintf("pid %d (user postgres, application_name \"dba-console\")", pid))
+	_ = held.Close(ctx)
+	waitTenantMessage(t, s, namespace, name, v1alpha1.ReasonDeletionBlocked, "2BP01")
+	waitTenantMessage(t, s, namespace, name, v1alpha1.ReasonDeletionBlocked, "REASSIGN OWNED")
+	superExec(t, s, "postgres", "DROP TABLE held_elsewhere")
+	waitGone(t, s, tn)
+}
+
+// TestTenantLoginRejectedByHBA (issue 10 §3): a pg_hba.conf rule that
+// rejects the Tenant role is reported as LoginRejected, not as a password
+// Conflict, and nothing is rewritten.
+func TestTenantLoginRejectedByHBA(t *testing.T) {
+	s := getStack(t)
+	const namespace, name = "hba", "rejected"
+	newTenant(t, s, namespace, name, nil)
+	waitTenant(t, s, namespace, name, metav1.ConditionTrue, "Ready", 2*time.Minute)
+	_, ver := kvPassword(t, s, namespace, name)
+	restore, err := s.PG.PrependHBA("hostssl all " + name + " all reject")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := restore(); err != nil {
+			t.Fatal(err)
+		}
+	}()
+	wipeStatus(t, s, namespace, name)
+	got := waitTenant(t, s, namespace, name, metav1.ConditionFalse, v1alpha1.ReasonLoginRejected, time.Minute)
+	if msg := tenantReadyMessage(got); !strings.Contains(msg, "pg_hba.conf") || !strings.Contains(msg, name) {
+		t.Fatalf("message %q", msg)
+	}
+	if _, v := kvPassword(t, s, namespace, name); v != ver {
+		t.Fatal("a rejected login made Ayatori write a new password")
+	}
+	if err := restore(); err != nil {
+		t.Fatal(err)
+	}
+	restore = func() error { return nil }
+	waitTenant(t, s, namespace, name, metav1.ConditionTrue, "Ready", 2*time.Minute)
+}
+
+// TestTenantTwoInstancesOneServerRace (issue 10 §2): two Instances register
+// the same server and two Tenants claim the same names through them, both
+// claims landing before either creates anything. Exactly one creates the
+// role and database; the other is a Conflict and never adopts them, and
+// deleting it (deletionPolicy Delete) leaves the winner's data intact.
+func TestTenantTwoInstancesOneServerRace(t *testing.T) {
+	s := getStack(t)
+	ctx := context.Background()
+	if err := s.CP.Client.Create(ctx, &v1alpha1.PostgreSQLInstance{ObjectMeta: metav1.ObjectMeta{Name: "twin"}, Spec: v1alpha1.PostgreSQLInstanceSpec{
+		Endpoint:           v1alpha1.PostgreSQLEndpoint{Host: "localhost", HostAddr: "127.0.0.1", Port: int32(s.PG.Port)},
+		AdminCredentialRef: v1alpha1.AdminCredentialReference{Name: "shared-admin"}}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		i := &v1alpha1.PostgreSQLInstance{}
+		return s.CP.Client.Get(ctx, client.ObjectKey{Name: "twin"}, i) == nil && i.Status.Phase == v1alpha1.InstancePhaseReady, nil
+	}); err != nil {
+		t.Fatal("Instance twin never Ready")
+	}
+	const name = "contested"
+	s.StopManager()
+	if err := s.StartManagerEnv([]string{"AYATORI_FAILPOINTS=executor-after-outcome=" + pgexec.OpClaimOwnership}); err != nil {
+		t.Fatal(err)
+	}
+	del := func(tn *v1alpha1.PostgreSQLTenant) { tn.Spec.DeletionPolicy = v1alpha1.DeletionPolicyDelete }
+	a := newTenant(t, s, "twin-a", name, del)
+	if !s.WaitManagerExit(90 * time.Second) {
+		t.Fatal("the failpoint never fired")
+	}
+	b := newTenant(t, s, "twin-b", name, func(tn *v1alpha1.PostgreSQLTenant) { del(tn); tn.Spec.InstanceRef = "twin" })
+	if err := s.StartManager(); err != nil {
+		t.Fatal(err)
+	}
+	// One becomes Ready, the other a Conflict.
+	var winner, loser *v1alpha1.PostgreSQLTenant
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		var ready, conflicted []*v1alpha1.PostgreSQLTenant
+		for _, tn := range []*v1alpha1.PostgreSQLTenant{a, b} {
+			cur := &v1alpha1.PostgreSQLTenant{}
+			if err := s.CP.Client.Get(ctx, client.ObjectKeyFromObject(tn), cur); err != nil {
+				return false, nil
+			}
+			for _, c := range cur.Status.Conditions {
+				if c.Type == "Ready" && c.Status == metav1.ConditionTrue {
+					ready = append(ready, cur)
+				}
+				if c.Type == "Ready" && c.Reason == v1alpha1.ReasonConflict {
+					conflicted = append(conflicted, cur)
+				}
+			}
+		}
+		if len(ready) == 1 && len(conflicted) == 1 {
+			winner, loser = ready[0], conflicted[0]
+			return true, nil
+		}
+		return false, nil
+	}); err != nil {
+		t.Fatalf("not exactly one Ready and one Conflict\nmanager log tail:\n%s", integration.Tail(s.ManagerLog, 25))
+	}
+	wpw, _ := kvPassword(t, s, winner.Namespace, name)
+	tenantExec(t, s, name, wpw, name, "CREATE TABLE precious(v int)", "INSERT INTO precious VALUES (7)")
+	if err := s.CP.Client.Delete(ctx, loser); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, s, loser)
+	if v := superQuery[int32](t, s, name, "SELECT v FROM precious"); v != 7 {
+		t.Fatalf("winner's data %d", v)
+	}
+	wipeStatus(t, s, winner.Namespace, name)
+	waitTenant(t, s, winner.Namespace, name, metav1.ConditionTrue, "Ready", 2*time.Minute)
+	if err := s.CP.Client.Delete(ctx, winner); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, s, winner)
+	if n := superQuery[int64](t, s, "postgres", "SELECT count(*) FROM pg_database WHERE datname = '"+name+"'"); n != 0 {
+		t.Fatal("the winner's Delete left its database")
+	}
+}
