@@ -385,6 +385,21 @@ func TestTenantLongestNames(t *testing.T) {
 			t.Fatalf("login with the Secret of %d-character Tenant: %v", len(c.name), err)
 		}
 	}
+	// A name the API accepts but whose Events could not be stored (over 236
+	// characters, possible with a short instanceRef): InvalidSpec before any
+	// journal record or external write.
+	name237 := strings.Repeat("e", 237)
+	long := newTenant(t, s, "longnames", name237, func(tn *v1alpha1.PostgreSQLTenant) {
+		tn.Spec.InstanceRef = "x"
+		tn.Spec.Database, tn.Spec.LoginRole = "long237", "long237"
+	})
+	got := waitTenant(t, s, "longnames", name237, metav1.ConditionFalse, "InvalidSpec", time.Minute)
+	if msg := readyMsg(got.Status.Conditions); !strings.Contains(msg, "Events") || !strings.Contains(msg, "236") {
+		t.Fatalf("message %q", msg)
+	}
+	if recs, err := journalStore(t, s).Read(ctx, string(long.UID)); err != nil || len(recs) != 0 {
+		t.Fatalf("%d journal records for an invalid Tenant (%v)", len(recs), err)
+	}
 	// Over the limit: refused at admission, nothing created.
 	name253 := strings.Repeat("z", 253)
 	err := s.CP.Client.Create(ctx, &v1alpha1.PostgreSQLTenant{ObjectMeta: metav1.ObjectMeta{Namespace: "longnames", Name: name253},

@@ -120,6 +120,12 @@ func (r *TenantReconciler) names(t *v1alpha1.PostgreSQLTenant) tenantNames {
 	return n
 }
 
+// maxTenantNameForEvents is the longest Tenant name whose Events can be
+// stored: the Events API names an Event "<object name>.<UnixNano in hex>"
+// (16 hex digits), and object names have at most 253 characters. The API
+// accepts names up to 240 (with a one-character instanceRef).
+const maxTenantNameForEvents = 253 - 1 - 16
+
 // validateTenant checks the input before any side effect.
 func validateTenant(t *v1alpha1.PostgreSQLTenant, n tenantNames) []string {
 	var errs []string
@@ -140,6 +146,10 @@ func validateTenant(t *v1alpha1.PostgreSQLTenant, n tenantNames) []string {
 	// Every Kubernetes name and label value derived from the Tenant must be
 	// valid before the first external write.
 	errs = append(errs, esexec.ValidateNames(n.externalSecret, n.secret, t.Name)...)
+	if len(t.Name) > maxTenantNameForEvents {
+		errs = append(errs, fmt.Sprintf("metadata.name has %d characters; at most %d leave room for the names of its Events (<name>.<16 hex digits>, at most 253): use a shorter name",
+			len(t.Name), maxTenantNameForEvents))
+	}
 	return errs
 }
 

@@ -4,6 +4,9 @@ import (
 	"strings"
 	"testing"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	v1alpha1 "git.ddupan.top/panxiao81/ayatori/api/database/v1alpha1"
 	baoexec "git.ddupan.top/panxiao81/ayatori/executors/openbao"
 	pgexec "git.ddupan.top/panxiao81/ayatori/executors/postgresql"
 	"git.ddupan.top/panxiao81/ayatori/journal"
@@ -72,5 +75,31 @@ func TestKVSegment(t *testing.T) {
 	}
 	if got := len(kvSegment(strings.Repeat("x", 253))); got != maxKVSegment {
 		t.Fatalf("253-character name: %d characters", got)
+	}
+}
+
+// The longest names the API accepts pass validation except where a
+// derived name cannot exist (an Event name over 253 characters).
+func TestValidateTenantLongNames(t *testing.T) {
+	r := &TenantReconciler{Config: TenantConfig{KVMount: "kv", BasePath: "postgresql-tenants", ConsumerAddress: "http://bao", StoreName: "s"}}
+	tn := func(inst, name string) *v1alpha1.PostgreSQLTenant {
+		return &v1alpha1.PostgreSQLTenant{ObjectMeta: metav1.ObjectMeta{Namespace: strings.Repeat("n", 63), Name: name},
+			Spec: v1alpha1.PostgreSQLTenantSpec{InstanceRef: inst, Database: "db", LoginRole: "role"}}
+	}
+	for _, c := range []struct {
+		inst, name string
+		ok         bool
+	}{
+		{"shared", strings.Repeat("a", 64), true},
+		{"shared", strings.Repeat("m.", 116) + "235", true},
+		{strings.Repeat("i", 177), strings.Repeat("q", 64), true},
+		{"x", strings.Repeat("a", 236), true},
+		{"x", strings.Repeat("a", 237), false},
+	} {
+		x := tn(c.inst, c.name)
+		errs := validateTenant(x, r.names(x))
+		if (len(errs) == 0) != c.ok {
+			t.Errorf("instanceRef %d, name %d characters: errors %v, want ok=%v", len(c.inst), len(c.name), errs, c.ok)
+		}
 	}
 }
