@@ -21,7 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "git.ddupan.top/panxiao81/ayatori/api/database/v1alpha1"
-	pgexec "git.ddupan.top/panxiao81/ayatori/executors/postgresql"
+	dbcontract "git.ddupan.top/panxiao81/ayatori/contracts/database"
 	"git.ddupan.top/panxiao81/ayatori/integration"
 	"git.ddupan.top/panxiao81/ayatori/journal"
 )
@@ -78,7 +78,7 @@ func TestManagerKilledBetweenIntentAndOutcome(t *testing.T) {
 		}
 		return cmd
 	}
-	first := start("executor-before-outcome=" + pgexec.OpBootstrapRegistry)
+	first := start("executor-before-outcome=" + dbcontract.OpBootstrapRegistry)
 	done := make(chan error, 1)
 	go func() { done <- first.Wait() }()
 	select {
@@ -104,7 +104,7 @@ func TestManagerKilledBetweenIntentAndOutcome(t *testing.T) {
 		t.Fatal(err)
 	}
 	recs, _ := store.Read(ctx, string(inst.UID))
-	if p := journal.Fold(recs).Pending(); len(p) != 1 || p[0].Operation != pgexec.OpBootstrapRegistry {
+	if p := journal.Fold(recs).Pending(); len(p) != 1 || p[0].Operation != dbcontract.OpBootstrapRegistry {
 		t.Fatalf("after the crash want one pending BootstrapRegistry, got %v", p)
 	}
 
@@ -129,11 +129,11 @@ func TestManagerKilledBetweenIntentAndOutcome(t *testing.T) {
 	}
 	boots, applied := 0, int32(0)
 	for _, r := range recs {
-		if r.Operation == pgexec.OpBootstrapRegistry && r.Type == journal.TypeIntent {
+		if r.Operation == dbcontract.OpBootstrapRegistry && r.Type == journal.TypeIntent {
 			boots++
 		}
-		if r.Operation == pgexec.OpBootstrapRegistry && r.Type == journal.TypeOutcome {
-			var p pgexec.BootstrapOutcome
+		if r.Operation == dbcontract.OpBootstrapRegistry && r.Type == journal.TypeOutcome {
+			var p dbcontract.BootstrapOutcome
 			_ = json.Unmarshal(r.Payload, &p)
 			applied += p.MigrationsApplied
 		}

@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	dbcontract "git.ddupan.top/panxiao81/ayatori/contracts/database"
 	baoexec "git.ddupan.top/panxiao81/ayatori/executors/openbao"
 	pgexec "git.ddupan.top/panxiao81/ayatori/executors/postgresql"
 )
@@ -36,9 +37,9 @@ type passwordSource struct{ s *baoexec.Store }
 func (p passwordSource) TenantPassword(ctx context.Context, mount, path, instanceUID, tenantUID, namespace, name string) (string, error) {
 	pw, _, err := p.s.Read(ctx, mount, path, baoexec.Owner{InstanceUID: instanceUID, TenantUID: tenantUID, Namespace: namespace, Name: name})
 	if err != nil {
-		var f *baoexec.Failure
+		var f *dbcontract.Failure
 		if errors.As(err, &f) {
-			return "", &pgexec.Classified{Reason: pgexec.Reason(f.Reason), Message: f.Message}
+			return "", &dbcontract.Failure{Reason: f.Reason, Message: f.Message}
 		}
 		return "", err
 	}

@@ -7,8 +7,6 @@ package externalsecrets
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
@@ -19,26 +17,11 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	dbcontract "git.ddupan.top/panxiao81/ayatori/contracts/database"
 	"git.ddupan.top/panxiao81/ayatori/journal"
-)
-
-// Operations executed here.
-const (
-	OpEnsureExternalSecret = "EnsureExternalSecret"
-	OpObserveProjection    = "ObserveProjection"
-	OpDeleteExternalSecret = "DeleteExternalSecret"
-	// OpRetainExternalSecret releases the ExternalSecret of a Tenant deleted
-	// with deletionPolicy Retain: the owner reference to the Tenant is
-	// removed (so a garbage collector never deletes it, and with it the
-	// application's Secret) and the ExternalSecret is marked retained. It
-	// keeps projecting the retained KV record; it is unmanaged from then on
-	// (docs/decisions/0004-retained-externalsecret.md).
-	OpRetainExternalSecret = "RetainExternalSecret"
 )
 
 // Labels and annotations Ayatori writes on the ExternalSecret (ESO copies
@@ -47,7 +30,7 @@ const (
 	LabelManagedBy = "app.kubernetes.io/managed-by"
 	// LabelTenant is the Tenant's name as a label value: the name itself
 	// when it is a valid label value (at most 63 characters), else a
-	// shortened, hashed form (see LabelValue). The annotation has the full
+	// shortened, hashed form (see dbcontract.LabelValue). The annotation has the full
 	// namespace/name.
 	LabelTenant      = "database.ayatori.ddupan.top/tenant"
 	AnnotationTenant = "database.ayatori.ddupan.top/tenant"
@@ -61,111 +44,6 @@ const (
 	// should project.
 	AnnotationCredentialVersion = "database.ayatori.ddupan.top/credential-version"
 )
-
-// LabelValue returns s when it is a valid label value, else its first 52
-// characters, "-" and 10 hex digits of its SHA-256: always a valid label
-// value for any Kubernetes object name (at most 253 characters).
-func LabelValue(s string) string {
-	if len(validation.IsValidLabelValue(s)) == 0 {
-		return s
-	}
-	sum := sha256.Sum256([]byte(s))
-	prefix := s
-	if len(prefix) > 52 {
-		prefix = prefix[:52]
-	}
-	prefix = strings.TrimRightFunc(prefix, func(r rune) bool { return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9') })
-	if prefix == "" {
-		return hex.EncodeToString(sum[:])[:10]
-	}
-	return prefix + "-" + hex.EncodeToString(sum[:])[:10]
-}
-
-// MaxExternalSecretName is the longest ExternalSecret name ESO can serve:
-// ESO writes the target Secret with the field manager
-// "externalsecrets.external-secrets.io/<ExternalSecret name>", and the API
-// server refuses field managers longer than 128 characters.
-const MaxExternalSecretName = 128 - len("externalsecrets.external-secrets.io/")
-
-// ExternalSecretName is the Tenant's ExternalSecret name: the specified
-// <instanceRef>-<name>-postgresql when it has at most
-// MaxExternalSecretName characters, else its first characters, "-", 10 hex
-// digits of the SHA-256 of instanceRef/name and "-postgresql" (exactly
-// MaxExternalSecretName characters, a valid object name).
-func ExternalSecretName(instanceRef, tenant string) string {
-	n := instanceRef + "-" + tenant + "-postgresql"
-	if len(n) <= MaxExternalSecretName {
-		return n
-	}
-	sum := sha256.Sum256([]byte(instanceRef + "/" + tenant))
-	suffix := "-" + hex.EncodeToString(sum[:])[:10] + "-postgresql"
-	prefix := strings.TrimRight(n[:MaxExternalSecretName-len(suffix)], ".-")
-	return prefix + suffix
-}
-
-// ValidateNames checks every name this executor derives for a Tenant before
-// the first external write: the ExternalSecret and target Secret names, and
-// the label values. It returns one message per problem.
-func ValidateNames(externalSecret, targetSecret, tenantName string) []string {
-	var errs []string
-	for what, n := range map[string]string{"ExternalSecret name": externalSecret, "target Secret name": targetSecret} {
-		for _, m := range validation.IsDNS1123Subdomain(n) {
-			errs = append(errs, fmt.Sprintf("derived %s %q is not a valid object name: %s", what, n, m))
-		}
-	}
-	if len(externalSecret) > MaxExternalSecretName {
-		errs = append(errs, fmt.Sprintf("derived ExternalSecret name %q is longer than %d characters (ESO's field manager limit)", externalSecret, MaxExternalSecretName))
-	}
-	for _, m := range validation.IsValidLabelValue(LabelValue(tenantName)) {
-		errs = append(errs, fmt.Sprintf("derived label value for %q is invalid: %s", tenantName, m))
-	}
-	return errs
-}
-
-// ExternalSecretGVK is external-secrets.io/v1 ExternalSecret.
-var ExternalSecretGVK = schema.GroupVersionKind{Group: "external-secrets.io", Version: "v1", Kind: "ExternalSecret"}
-
-// Keys is the fixed seven-key credential contract (specification §8.3).
-var Keys = []string{"username", "password", "database", "host", "hostaddr", "port", "sslmode"}
-
-// ProjectionIntent is the payload of this executor's intents.
-type ProjectionIntent struct {
-	// ExternalSecret is the ExternalSecret name (ExternalSecretName).
-	ExternalSecret string `json:"externalSecret"`
-	// TargetSecretName is the Secret ESO writes.
-	TargetSecretName string `json:"targetSecretName"`
-	// StoreName is the ClusterSecretStore.
-	StoreName string `json:"storeName"`
-	// RemoteKey is the KV path relative to the store's mount.
-	RemoteKey string `json:"remoteKey"`
-	// OwnerAPIVersion/OwnerKind name the Tenant for the owner reference.
-	OwnerAPIVersion string `json:"ownerAPIVersion"`
-	OwnerKind       string `json:"ownerKind"`
-	// CredentialVersion is the KV version the last WriteCredential
-	// produced (its connection fields follow the Instance). EnsureExternalSecret
-	// writes it into an annotation of the ExternalSecret, so ESO reads
-	// OpenBao again at once when it changes; ESO copies the annotation to
-	// the target Secret when it syncs, and ObserveProjection succeeds only
-	// when the Secret carries it: the Secret was then written from this
-	// version or a later one. Only metadata is read (decision 0002).
-	CredentialVersion int `json:"credentialVersion,omitempty"`
-}
-
-// ProjectionOutcome is the payload of DeleteExternalSecret and
-// RetainExternalSecret outcomes.
-type ProjectionOutcome struct {
-	// Skipped explains what was left in place (an object that is not this
-	// Tenant's).
-	Skipped string `json:"skipped,omitempty"`
-}
-
-func init() {
-	for _, op := range []string{OpEnsureExternalSecret, OpObserveProjection, OpDeleteExternalSecret, OpRetainExternalSecret} {
-		journal.RegisterPayload(op, journal.TypeIntent, ProjectionIntent{})
-	}
-	journal.RegisterPayload(OpDeleteExternalSecret, journal.TypeOutcome, ProjectionOutcome{})
-	journal.RegisterPayload(OpRetainExternalSecret, journal.TypeOutcome, ProjectionOutcome{})
-}
 
 // Executor manages ExternalSecrets with a Kubernetes client (reads go to
 // the API server, not a cache).
@@ -186,10 +64,10 @@ func (e *Executor) reader() client.Reader {
 // Handlers returns the journal handlers of this executor.
 func (e *Executor) Handlers() map[string]journal.Handler {
 	return map[string]journal.Handler{
-		OpEnsureExternalSecret: e.op(e.ensure),
-		OpObserveProjection:    e.op(e.observe),
-		OpDeleteExternalSecret: e.op(e.delete),
-		OpRetainExternalSecret: e.op(e.retain),
+		dbcontract.OpEnsureExternalSecret: e.op(e.ensure),
+		dbcontract.OpObserveProjection:    e.op(e.observe),
+		dbcontract.OpDeleteExternalSecret: e.op(e.delete),
+		dbcontract.OpRetainExternalSecret: e.op(e.retain),
 	}
 }
 
@@ -202,9 +80,9 @@ type skipped struct{ msg string }
 
 func (s *skipped) Error() string { return s.msg }
 
-func (e *Executor) op(fn func(ctx context.Context, rec journal.Record, in ProjectionIntent) error) journal.Handler {
+func (e *Executor) op(fn func(ctx context.Context, rec journal.Record, in dbcontract.ProjectionIntent) error) journal.Handler {
 	return func(ctx context.Context, rec journal.Record) (journal.Outcome, error) {
-		var in ProjectionIntent
+		var in dbcontract.ProjectionIntent
 		if err := rec.DecodePayload(&in); err != nil || in.ExternalSecret == "" {
 			return journal.Outcome{Result: journal.Result{Class: journal.Failed, Reason: "InvalidSpec", Message: "undecodable " + rec.Operation + " payload"}}, nil
 		}
@@ -217,7 +95,7 @@ func (e *Executor) op(fn func(ctx context.Context, rec journal.Record, in Projec
 		if err := fn(ctx, rec, in); err != nil {
 			var sk *skipped
 			if errors.As(err, &sk) {
-				return journal.Outcome{Result: journal.Result{Class: journal.Succeeded, Message: sk.msg}, Payload: ProjectionOutcome{Skipped: sk.msg}}, nil
+				return journal.Outcome{Result: journal.Result{Class: journal.Succeeded, Message: sk.msg}, Payload: dbcontract.ProjectionOutcome{Skipped: sk.msg}}, nil
 			}
 			var f *failure
 			if !errors.As(err, &f) {
@@ -242,9 +120,9 @@ func ownedBy(u metav1.Object, uid string) bool {
 // configured ClusterSecretStore, target Secret name, owner reference to
 // the Tenant. An ExternalSecret of the same name not owned by this Tenant
 // is a Conflict.
-func (e *Executor) ensure(ctx context.Context, rec journal.Record, in ProjectionIntent) error {
-	data := make([]any, 0, len(Keys))
-	for _, k := range Keys {
+func (e *Executor) ensure(ctx context.Context, rec journal.Record, in dbcontract.ProjectionIntent) error {
+	data := make([]any, 0, len(dbcontract.Keys))
+	for _, k := range dbcontract.Keys {
 		data = append(data, map[string]any{"secretKey": k, "remoteRef": map[string]any{"key": in.RemoteKey, "property": k}})
 	}
 	spec := map[string]any{
@@ -256,14 +134,14 @@ func (e *Executor) ensure(ctx context.Context, rec journal.Record, in Projection
 		"data":   data,
 	}
 	cur := &unstructured.Unstructured{}
-	cur.SetGroupVersionKind(ExternalSecretGVK)
+	cur.SetGroupVersionKind(dbcontract.ExternalSecretGVK)
 	err := e.reader().Get(ctx, types.NamespacedName{Namespace: rec.Object.Namespace, Name: in.ExternalSecret}, cur)
 	if apierrors.IsNotFound(err) {
 		es := &unstructured.Unstructured{}
-		es.SetGroupVersionKind(ExternalSecretGVK)
+		es.SetGroupVersionKind(dbcontract.ExternalSecretGVK)
 		es.SetNamespace(rec.Object.Namespace)
 		es.SetName(in.ExternalSecret)
-		es.SetLabels(map[string]string{LabelManagedBy: "ayatori", LabelTenant: LabelValue(rec.Object.Name)})
+		es.SetLabels(map[string]string{LabelManagedBy: "ayatori", LabelTenant: dbcontract.LabelValue(rec.Object.Name)})
 		ann := map[string]string{AnnotationTenant: rec.Object.Namespace + "/" + rec.Object.Name}
 		if in.CredentialVersion > 0 {
 			ann[AnnotationCredentialVersion] = strconv.Itoa(in.CredentialVersion)
@@ -288,7 +166,7 @@ func (e *Executor) ensure(ctx context.Context, rec journal.Record, in Projection
 	if ann == nil {
 		ann = map[string]string{}
 	}
-	lbl[LabelManagedBy], lbl[LabelTenant] = "ayatori", LabelValue(rec.Object.Name)
+	lbl[LabelManagedBy], lbl[LabelTenant] = "ayatori", dbcontract.LabelValue(rec.Object.Name)
 	ann[AnnotationTenant] = rec.Object.Namespace + "/" + rec.Object.Name
 	if in.CredentialVersion > 0 {
 		ann[AnnotationCredentialVersion] = strconv.Itoa(in.CredentialVersion)
@@ -310,9 +188,9 @@ func (e *Executor) ensure(ctx context.Context, rec journal.Record, in Projection
 
 // observe reports success only when ESO says the ExternalSecret is Ready
 // and the target Secret exists (metadata only; its data is never read).
-func (e *Executor) observe(ctx context.Context, rec journal.Record, in ProjectionIntent) error {
+func (e *Executor) observe(ctx context.Context, rec journal.Record, in dbcontract.ProjectionIntent) error {
 	es := &unstructured.Unstructured{}
-	es.SetGroupVersionKind(ExternalSecretGVK)
+	es.SetGroupVersionKind(dbcontract.ExternalSecretGVK)
 	if err := e.reader().Get(ctx, types.NamespacedName{Namespace: rec.Object.Namespace, Name: in.ExternalSecret}, es); err != nil {
 		if apierrors.IsNotFound(err) {
 			return &failure{reason: "CredentialProjectionFailed", msg: "the ExternalSecret does not exist"}
@@ -366,10 +244,10 @@ func orUnknown(s string) string {
 // reference to the ExternalSecret (creationPolicy Owner); the executor
 // deletes it itself, as the garbage collector would, when its
 // ExternalSecret was ours or no longer exists.
-func (e *Executor) delete(ctx context.Context, rec journal.Record, in ProjectionIntent) error {
+func (e *Executor) delete(ctx context.Context, rec journal.Record, in dbcontract.ProjectionIntent) error {
 	ns := rec.Object.Namespace
 	es := &unstructured.Unstructured{}
-	es.SetGroupVersionKind(ExternalSecretGVK)
+	es.SetGroupVersionKind(dbcontract.ExternalSecretGVK)
 	err := e.reader().Get(ctx, types.NamespacedName{Namespace: ns, Name: in.ExternalSecret}, es)
 	var esUID types.UID
 	switch {
@@ -432,10 +310,10 @@ func describeOwner(o metav1.Object) string {
 // owner reference to the Tenant goes, the retained-from annotation is set.
 // The ExternalSecret and the application's Secret stay and keep following
 // the retained KV record. Absent or not ours: nothing to do (reported).
-func (e *Executor) retain(ctx context.Context, rec journal.Record, in ProjectionIntent) error {
+func (e *Executor) retain(ctx context.Context, rec journal.Record, in dbcontract.ProjectionIntent) error {
 	ns := rec.Object.Namespace
 	es := &unstructured.Unstructured{}
-	es.SetGroupVersionKind(ExternalSecretGVK)
+	es.SetGroupVersionKind(dbcontract.ExternalSecretGVK)
 	err := e.reader().Get(ctx, types.NamespacedName{Namespace: ns, Name: in.ExternalSecret}, es)
 	switch {
 	case apierrors.IsNotFound(err):

@@ -17,6 +17,8 @@ import (
 	"time"
 
 	bao "github.com/openbao/openbao/api/v2"
+
+	dbcontract "git.ddupan.top/panxiao81/ayatori/contracts/database"
 )
 
 // Auth logs the client in.
@@ -32,7 +34,7 @@ type TokenFileAuth struct{ Path string }
 func (a TokenFileAuth) Login(context.Context, *bao.Client) (string, error) {
 	b, err := os.ReadFile(a.Path)
 	if err != nil {
-		return "", &Failure{Reason: ReasonDependencyUnavailable, Message: "cannot read the OpenBao token file " + a.Path}
+		return "", &dbcontract.Failure{Reason: dbcontract.ReasonDependencyUnavailable, Message: "cannot read the OpenBao token file " + a.Path}
 	}
 	return strings.TrimSpace(string(b)), nil
 }
@@ -49,7 +51,7 @@ type KubernetesAuth struct {
 func (a KubernetesAuth) Login(ctx context.Context, c *bao.Client) (string, error) {
 	jwt, err := os.ReadFile(a.TokenPath)
 	if err != nil {
-		return "", &Failure{Reason: ReasonDependencyUnavailable, Message: fmt.Sprintf("the OpenBao Kubernetes auth login (role %s) cannot read the ServiceAccount token %s", a.Role, a.TokenPath)}
+		return "", &dbcontract.Failure{Reason: dbcontract.ReasonDependencyUnavailable, Message: fmt.Sprintf("the OpenBao Kubernetes auth login (role %s) cannot read the ServiceAccount token %s", a.Role, a.TokenPath)}
 	}
 	lc, err := c.Clone()
 	if err != nil {
@@ -63,27 +65,27 @@ func (a KubernetesAuth) Login(ctx context.Context, c *bao.Client) (string, error
 		return "", loginFailure(err, mount, a.Role)
 	}
 	if sec == nil || sec.Auth == nil || sec.Auth.ClientToken == "" {
-		return "", &Failure{Reason: ReasonDependencyUnavailable, Message: fmt.Sprintf("the OpenBao Kubernetes auth login (auth/%s, role %s) returned no token", mount, a.Role)}
+		return "", &dbcontract.Failure{Reason: dbcontract.ReasonDependencyUnavailable, Message: fmt.Sprintf("the OpenBao Kubernetes auth login (auth/%s, role %s) returned no token", mount, a.Role)}
 	}
 	return sec.Auth.ClientToken, nil
 }
 
 // loginFailure says that the Kubernetes auth login failed, for which role,
 // with the HTTP status (never the response body, which can echo the JWT).
-func loginFailure(err error, mount, role string) *Failure {
+func loginFailure(err error, mount, role string) *dbcontract.Failure {
 	var re *bao.ResponseError
 	switch {
 	case errors.As(err, &re) && (re.StatusCode == http.StatusForbidden || re.StatusCode == http.StatusUnauthorized || re.StatusCode == http.StatusBadRequest):
-		return &Failure{Reason: ReasonDependencyUnavailable, Message: fmt.Sprintf("the OpenBao Kubernetes auth login was refused (auth/%s, role %s, HTTP %d): "+
+		return &dbcontract.Failure{Reason: dbcontract.ReasonDependencyUnavailable, Message: fmt.Sprintf("the OpenBao Kubernetes auth login was refused (auth/%s, role %s, HTTP %d): "+
 			"check that the role binds the controller's ServiceAccount name and namespace and accepts the token's audience", mount, role, re.StatusCode)}
 	case errors.As(err, &re):
-		return &Failure{Reason: ReasonDependencyUnavailable, Message: fmt.Sprintf("the OpenBao Kubernetes auth login failed (auth/%s, role %s, HTTP %d)", mount, role, re.StatusCode)}
+		return &dbcontract.Failure{Reason: dbcontract.ReasonDependencyUnavailable, Message: fmt.Sprintf("the OpenBao Kubernetes auth login failed (auth/%s, role %s, HTTP %d)", mount, role, re.StatusCode)}
 	}
 	var ne net.Error
 	if errors.As(err, &ne) {
-		return &Failure{Reason: ReasonDependencyUnavailable, Message: fmt.Sprintf("the OpenBao Kubernetes auth login failed (auth/%s, role %s): OpenBao is unreachable", mount, role)}
+		return &dbcontract.Failure{Reason: dbcontract.ReasonDependencyUnavailable, Message: fmt.Sprintf("the OpenBao Kubernetes auth login failed (auth/%s, role %s): OpenBao is unreachable", mount, role)}
 	}
-	return &Failure{Reason: ReasonDependencyUnavailable, Message: fmt.Sprintf("the OpenBao Kubernetes auth login failed (auth/%s, role %s)", mount, role)}
+	return &dbcontract.Failure{Reason: dbcontract.ReasonDependencyUnavailable, Message: fmt.Sprintf("the OpenBao Kubernetes auth login failed (auth/%s, role %s)", mount, role)}
 }
 
 // Client is a logged-in OpenBao client that re-authenticates on 403.

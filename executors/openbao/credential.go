@@ -14,18 +14,7 @@ import (
 
 	bao "github.com/openbao/openbao/api/v2"
 
-	"git.ddupan.top/panxiao81/ayatori/journal"
-)
-
-// Operations executed here.
-const (
-	// OpWriteCredential generates the Tenant's password once and writes the
-	// seven keys to KV v2 with cas=0 and ownership custom_metadata; an
-	// existing record of the same Tenant is reused (never a second password).
-	OpWriteCredential = journal.OperationWriteCredential
-	// OpDestroyCredential destroys the record with all versions and metadata
-	// after proving ownership, then reads back that it is gone.
-	OpDestroyCredential = "DestroyCredential"
+	dbcontract "git.ddupan.top/panxiao81/ayatori/contracts/database"
 )
 
 // Ownership metadata keys written into custom_metadata.
@@ -34,67 +23,6 @@ const (
 	MetaTenantUID   = "ayatori.ddupan.top/tenant-uid"
 	MetaTenant      = "ayatori.ddupan.top/tenant"
 )
-
-// CredentialIntent is the payload of WriteCredential / DestroyCredential
-// intents. It names where the credential lives and what it describes; it
-// has no field for the password.
-type CredentialIntent struct {
-	Mount       string `json:"mount"`
-	Path        string `json:"path"`
-	InstanceUID string `json:"instanceUID"`
-	Username    string `json:"username"`
-	Database    string `json:"database"`
-	Host        string `json:"host"`
-	HostAddr    string `json:"hostaddr"`
-	Port        int32  `json:"port"`
-	SSLMode     string `json:"sslmode"`
-	// AlreadyIssued: the journal shows that this Tenant's password was
-	// generated before or handed to PostgreSQL (a CreateRole was decided),
-	// so a role may hold it. The record must then exist: an absent one is a
-	// Conflict and nothing is written (specification §6, §8.3: never a
-	// second password, never a reset of the role's password).
-	AlreadyIssued bool `json:"alreadyIssued,omitempty"`
-}
-
-// CredentialOutcome is the payload of a WriteCredential outcome: the KV path
-// and version, and whether this write generated the password.
-type CredentialOutcome struct {
-	Path    string `json:"path"`
-	Version int    `json:"version"`
-	Created bool   `json:"created"`
-	// Updated names the connection fields a new version (same password)
-	// changed to follow the Instance (host, hostaddr, port, ...).
-	Updated []string `json:"updated,omitempty"`
-}
-
-// DestroyOutcome is the payload of a DestroyCredential outcome.
-type DestroyOutcome struct {
-	// Skipped explains why nothing was destroyed (a record that is not
-	// this Tenant's).
-	Skipped string `json:"skipped,omitempty"`
-}
-
-func init() {
-	journal.RegisterPayload(OpDestroyCredential, journal.TypeOutcome, DestroyOutcome{})
-	journal.RegisterPayload(OpWriteCredential, journal.TypeIntent, CredentialIntent{})
-	journal.RegisterPayload(OpDestroyCredential, journal.TypeIntent, CredentialIntent{})
-	journal.RegisterPayload(OpWriteCredential, journal.TypeOutcome, CredentialOutcome{})
-}
-
-// Failure reasons (Tenant Ready reasons).
-const (
-	ReasonConflict              = "Conflict"
-	ReasonDependencyUnavailable = "DependencyUnavailable"
-	ReasonInvalidSpec           = "InvalidSpec"
-)
-
-// Failure is a classified, secret-free error.
-type Failure struct {
-	Reason  string
-	Message string
-}
-
-func (f *Failure) Error() string { return f.Reason + ": " + f.Message }
 
 // Store writes and reads Tenant credentials.
 type Store struct {
@@ -121,8 +49,8 @@ func notFound(err error) bool {
 }
 
 // classify maps client errors to reasons without any response body.
-func classify(err error, what string) *Failure {
-	var f *Failure
+func classify(err error, what string) *dbcontract.Failure {
+	var f *dbcontract.Failure
 	if errors.As(err, &f) {
 		return f
 	}
@@ -130,16 +58,16 @@ func classify(err error, what string) *Failure {
 	if errors.As(err, &re) {
 		switch re.StatusCode {
 		case http.StatusForbidden, http.StatusUnauthorized:
-			return &Failure{Reason: ReasonDependencyUnavailable, Message: fmt.Sprintf("OpenBao denied %s (HTTP %d): check the controller policy", what, re.StatusCode)}
+			return &dbcontract.Failure{Reason: dbcontract.ReasonDependencyUnavailable, Message: fmt.Sprintf("OpenBao denied %s (HTTP %d): check the controller policy", what, re.StatusCode)}
 		default:
-			return &Failure{Reason: ReasonDependencyUnavailable, Message: fmt.Sprintf("OpenBao %s failed (HTTP %d)", what, re.StatusCode)}
+			return &dbcontract.Failure{Reason: dbcontract.ReasonDependencyUnavailable, Message: fmt.Sprintf("OpenBao %s failed (HTTP %d)", what, re.StatusCode)}
 		}
 	}
 	var ne net.Error
 	if errors.As(err, &ne) {
-		return &Failure{Reason: ReasonDependencyUnavailable, Message: "OpenBao is unreachable (" + what + ")"}
+		return &dbcontract.Failure{Reason: dbcontract.ReasonDependencyUnavailable, Message: "OpenBao is unreachable (" + what + ")"}
 	}
-	return &Failure{Reason: ReasonDependencyUnavailable, Message: "OpenBao " + what + " failed"}
+	return &dbcontract.Failure{Reason: dbcontract.ReasonDependencyUnavailable, Message: "OpenBao " + what + " failed"}
 }
 
 // GeneratePassword returns 32 characters from [A-Za-z0-9] drawn with
@@ -162,8 +90,8 @@ func GeneratePassword() (string, error) {
 //   - metadata exists with another owner (or none): Conflict, nothing written;
 //   - otherwise write the ownership metadata, then the data with cas=0, so a
 //     concurrent writer can never replace it; the password is generated here.
-func (s *Store) Write(ctx context.Context, in CredentialIntent, owner Owner) (CredentialOutcome, error) {
-	out := CredentialOutcome{Path: in.Path}
+func (s *Store) Write(ctx context.Context, in dbcontract.CredentialIntent, owner Owner) (dbcontract.CredentialOutcome, error) {
+	out := dbcontract.CredentialOutcome{Path: in.Path}
 	var md *bao.KVMetadata
 	err := s.Client.do(ctx, func(c *bao.Client) error {
 		var err error
@@ -173,7 +101,7 @@ func (s *Store) Write(ctx context.Context, in CredentialIntent, owner Owner) (Cr
 	switch {
 	case err == nil:
 		if !owner.owns(md.CustomMetadata) {
-			return out, &Failure{Reason: ReasonConflict, Message: fmt.Sprintf("the OpenBao record %s/%s exists and does not belong to this Tenant", in.Mount, in.Path)}
+			return out, &dbcontract.Failure{Reason: dbcontract.ReasonConflict, Message: fmt.Sprintf("the OpenBao record %s/%s exists and does not belong to this Tenant", in.Mount, in.Path)}
 		}
 		if md.CurrentVersion > 0 {
 			if f := unreadable(md, in.Mount, in.Path, time.Now()); f != nil {
@@ -201,7 +129,7 @@ func (s *Store) Write(ctx context.Context, in CredentialIntent, owner Owner) (Cr
 		return out, err
 	}
 	data := map[string]any{"password": password}
-	for k, v := range ConnectionFields(in) {
+	for k, v := range dbcontract.ConnectionFields(in) {
 		data[k] = v
 	}
 	var sec *bao.KVSecret
@@ -228,20 +156,12 @@ func (s *Store) Write(ctx context.Context, in CredentialIntent, owner Owner) (Cr
 	return out, nil
 }
 
-// ConnectionFields returns the six keys besides the password that a
-// Tenant's record (and its projected Secret) must hold for in: they follow
-// the Instance endpoint and the Tenant's names.
-func ConnectionFields(in CredentialIntent) map[string]string {
-	return map[string]string{"username": in.Username, "database": in.Database, "host": in.Host, "hostaddr": in.HostAddr,
-		"port": strconv.Itoa(int(in.Port)), "sslmode": in.SSLMode}
-}
-
 // follow reuses the current version when its connection fields match the
 // intent; otherwise (the Instance endpoint changed) it writes a new version
 // with the same password and the new fields (cas = the version read, so a
 // concurrent writer can never be overwritten). Never a new password.
-func (s *Store) follow(ctx context.Context, in CredentialIntent, current int) (CredentialOutcome, error) {
-	out := CredentialOutcome{Path: in.Path, Version: current}
+func (s *Store) follow(ctx context.Context, in dbcontract.CredentialIntent, current int) (dbcontract.CredentialOutcome, error) {
+	out := dbcontract.CredentialOutcome{Path: in.Path, Version: current}
 	var sec *bao.KVSecret
 	err := s.Client.do(ctx, func(c *bao.Client) error {
 		var e error
@@ -253,9 +173,9 @@ func (s *Store) follow(ctx context.Context, in CredentialIntent, current int) (C
 	}
 	password, _ := sec.Data["password"].(string)
 	if password == "" {
-		return out, &Failure{Reason: ReasonConflict, Message: fmt.Sprintf("the OpenBao record %s/%s has no password; Ayatori never writes a second one", in.Mount, in.Path)}
+		return out, &dbcontract.Failure{Reason: dbcontract.ReasonConflict, Message: fmt.Sprintf("the OpenBao record %s/%s has no password; Ayatori never writes a second one", in.Mount, in.Path)}
 	}
-	want := ConnectionFields(in)
+	want := dbcontract.ConnectionFields(in)
 	var changed []string
 	for k, v := range want {
 		if got, _ := sec.Data[k].(string); got != v {
@@ -286,8 +206,8 @@ func (s *Store) follow(ctx context.Context, in CredentialIntent, current int) (C
 // missingRecord is the Conflict of an absent record whose password was
 // already issued: writing a new one would give the application a password
 // the role does not have.
-func missingRecord(in CredentialIntent) *Failure {
-	return &Failure{Reason: ReasonConflict, Message: fmt.Sprintf("the OpenBao record %s/%s is missing, but this Tenant's password was already issued "+
+func missingRecord(in dbcontract.CredentialIntent) *dbcontract.Failure {
+	return &dbcontract.Failure{Reason: dbcontract.ReasonConflict, Message: fmt.Sprintf("the OpenBao record %s/%s is missing, but this Tenant's password was already issued "+
 		"(role %s may hold it); Ayatori never generates a second password or resets the role's password: restore the record "+
 		"(an OpenBao snapshot, with its custom_metadata) or see \"KV record lost or deleted\" in docs/database/README.md", in.Mount, in.Path, in.Username)}
 }
@@ -295,18 +215,18 @@ func missingRecord(in CredentialIntent) *Failure {
 // unreadable reports a record whose current version is soft-deleted or
 // destroyed (kv delete / kv destroy): the password is still the role's,
 // so the admin restores that version; nothing is written meanwhile.
-func unreadable(md *bao.KVMetadata, mount, path string, now time.Time) *Failure {
+func unreadable(md *bao.KVMetadata, mount, path string, now time.Time) *dbcontract.Failure {
 	v, ok := md.Versions[strconv.Itoa(md.CurrentVersion)]
 	if !ok {
 		return nil
 	}
 	switch {
 	case v.Destroyed:
-		return &Failure{Reason: ReasonConflict, Message: fmt.Sprintf("the current version %d of the OpenBao record %s/%s is destroyed and cannot be undeleted; "+
+		return &dbcontract.Failure{Reason: dbcontract.ReasonConflict, Message: fmt.Sprintf("the current version %d of the OpenBao record %s/%s is destroyed and cannot be undeleted; "+
 			"Ayatori never writes a second password: make a live version current again (kv rollback to an earlier version holding the same password) "+
 			"or see \"KV record lost or deleted\" in docs/database/README.md", md.CurrentVersion, mount, path)}
 	case !v.DeletionTime.IsZero() && !v.DeletionTime.After(now):
-		return &Failure{Reason: ReasonConflict, Message: fmt.Sprintf("the current version %d of the OpenBao record %s/%s is deleted; "+
+		return &dbcontract.Failure{Reason: dbcontract.ReasonConflict, Message: fmt.Sprintf("the current version %d of the OpenBao record %s/%s is deleted; "+
 			"undelete it (bao kv undelete -mount=%s -versions=%d %s); Ayatori never writes a second password", md.CurrentVersion, mount, path, mount, md.CurrentVersion, path)}
 	}
 	return nil
@@ -322,13 +242,13 @@ func (s *Store) Read(ctx context.Context, mount, path string, owner Owner) (pass
 		return e
 	})
 	if notFound(err) {
-		return "", 0, &Failure{Reason: ReasonConflict, Message: fmt.Sprintf("the OpenBao record %s/%s does not exist", mount, path)}
+		return "", 0, &dbcontract.Failure{Reason: dbcontract.ReasonConflict, Message: fmt.Sprintf("the OpenBao record %s/%s does not exist", mount, path)}
 	}
 	if err != nil {
 		return "", 0, classify(err, "metadata read")
 	}
 	if !owner.owns(md.CustomMetadata) {
-		return "", 0, &Failure{Reason: ReasonConflict, Message: fmt.Sprintf("the OpenBao record %s/%s does not belong to this Tenant", mount, path)}
+		return "", 0, &dbcontract.Failure{Reason: dbcontract.ReasonConflict, Message: fmt.Sprintf("the OpenBao record %s/%s does not belong to this Tenant", mount, path)}
 	}
 	if f := unreadable(md, mount, path, time.Now()); f != nil {
 		return "", 0, f
@@ -340,14 +260,14 @@ func (s *Store) Read(ctx context.Context, mount, path string, owner Owner) (pass
 		return e
 	})
 	if notFound(err) {
-		return "", 0, &Failure{Reason: ReasonConflict, Message: fmt.Sprintf("the OpenBao record %s/%s has no readable version", mount, path)}
+		return "", 0, &dbcontract.Failure{Reason: dbcontract.ReasonConflict, Message: fmt.Sprintf("the OpenBao record %s/%s has no readable version", mount, path)}
 	}
 	if err != nil {
 		return "", 0, classify(err, "credential read")
 	}
 	p, _ := sec.Data["password"].(string)
 	if p == "" {
-		return "", 0, &Failure{Reason: ReasonConflict, Message: fmt.Sprintf("the OpenBao record %s/%s has no password", mount, path)}
+		return "", 0, &dbcontract.Failure{Reason: dbcontract.ReasonConflict, Message: fmt.Sprintf("the OpenBao record %s/%s has no password", mount, path)}
 	}
 	return p, sec.VersionMetadata.Version, nil
 }
@@ -388,7 +308,7 @@ func (s *Store) Destroy(ctx context.Context, mount, path string, owner Owner) (s
 		return e
 	})
 	if !notFound(err) {
-		return "", &Failure{Reason: ReasonDependencyUnavailable, Message: "the OpenBao record still exists after destroy"}
+		return "", &dbcontract.Failure{Reason: dbcontract.ReasonDependencyUnavailable, Message: "the OpenBao record still exists after destroy"}
 	}
 	return "", nil
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	dbcontract "git.ddupan.top/panxiao81/ayatori/contracts/database"
 	"git.ddupan.top/panxiao81/ayatori/journal"
 )
 
@@ -16,10 +17,10 @@ type Executor struct {
 
 // Handlers returns the journal handlers of this executor.
 func (e *Executor) Handlers() map[string]journal.Handler {
-	return map[string]journal.Handler{OpWriteCredential: e.write, OpDestroyCredential: e.destroy}
+	return map[string]journal.Handler{dbcontract.OpWriteCredential: e.write, dbcontract.OpDestroyCredential: e.destroy}
 }
 
-func ownerOf(rec journal.Record, in CredentialIntent) Owner {
+func ownerOf(rec journal.Record, in dbcontract.CredentialIntent) Owner {
 	return Owner{InstanceUID: in.InstanceUID, TenantUID: rec.Object.UID, Namespace: rec.Object.Namespace, Name: rec.Object.Name}
 }
 
@@ -32,17 +33,17 @@ func (e *Executor) ctx(ctx context.Context) (context.Context, context.CancelFunc
 }
 
 func failedOutcome(err error) journal.Outcome {
-	var f *Failure
+	var f *dbcontract.Failure
 	if !errors.As(err, &f) {
 		f = classify(err, "operation")
 	}
-	return journal.Outcome{Result: journal.Result{Class: journal.Failed, Reason: f.Reason, Message: f.Message}}
+	return journal.Outcome{Result: journal.Result{Class: journal.Failed, Reason: string(f.Reason), Message: f.Message}}
 }
 
 func (e *Executor) write(ctx context.Context, rec journal.Record) (journal.Outcome, error) {
-	var in CredentialIntent
+	var in dbcontract.CredentialIntent
 	if err := rec.DecodePayload(&in); err != nil || in.Path == "" || in.Mount == "" {
-		return journal.Outcome{Result: journal.Result{Class: journal.Failed, Reason: ReasonInvalidSpec, Message: "undecodable WriteCredential payload"}}, nil
+		return journal.Outcome{Result: journal.Result{Class: journal.Failed, Reason: string(dbcontract.ReasonInvalidSpec), Message: "undecodable WriteCredential payload"}}, nil
 	}
 	ctx, cancel := e.ctx(ctx)
 	defer cancel()
@@ -54,9 +55,9 @@ func (e *Executor) write(ctx context.Context, rec journal.Record) (journal.Outco
 }
 
 func (e *Executor) destroy(ctx context.Context, rec journal.Record) (journal.Outcome, error) {
-	var in CredentialIntent
+	var in dbcontract.CredentialIntent
 	if err := rec.DecodePayload(&in); err != nil || in.Path == "" || in.Mount == "" {
-		return journal.Outcome{Result: journal.Result{Class: journal.Failed, Reason: ReasonInvalidSpec, Message: "undecodable DestroyCredential payload"}}, nil
+		return journal.Outcome{Result: journal.Result{Class: journal.Failed, Reason: string(dbcontract.ReasonInvalidSpec), Message: "undecodable DestroyCredential payload"}}, nil
 	}
 	ctx, cancel := e.ctx(ctx)
 	defer cancel()
@@ -64,5 +65,5 @@ func (e *Executor) destroy(ctx context.Context, rec journal.Record) (journal.Out
 	if err != nil {
 		return failedOutcome(err), nil
 	}
-	return journal.Outcome{Result: journal.Result{Class: journal.Succeeded, Message: skipped}, Payload: DestroyOutcome{Skipped: skipped}}, nil
+	return journal.Outcome{Result: journal.Result{Class: journal.Succeeded, Message: skipped}, Payload: dbcontract.DestroyOutcome{Skipped: skipped}}, nil
 }

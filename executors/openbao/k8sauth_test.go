@@ -9,14 +9,14 @@ import (
 	"testing"
 	"time"
 
+	bao "github.com/openbao/openbao/api/v2"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	bao "github.com/openbao/openbao/api/v2"
-
+	dbcontract "git.ddupan.top/panxiao81/ayatori/contracts/database"
 	"git.ddupan.top/panxiao81/ayatori/executors/openbao"
 	"git.ddupan.top/panxiao81/ayatori/integration"
 )
@@ -94,7 +94,7 @@ path "kv/metadata/postgresql-tenants/*" { capabilities = ["create", "read", "upd
 		t.Fatal(err)
 	}
 	s := &openbao.Store{Client: c}
-	in := openbao.CredentialIntent{Mount: "kv", Path: "postgresql-tenants/app/app", InstanceUID: "i", Username: "app", Database: "app", Host: "h", HostAddr: "192.0.2.1", Port: 5432, SSLMode: "verify-full"}
+	in := dbcontract.CredentialIntent{Mount: "kv", Path: "postgresql-tenants/app/app", InstanceUID: "i", Username: "app", Database: "app", Host: "h", HostAddr: "192.0.2.1", Port: 5432, SSLMode: "verify-full"}
 	out, err := s.Write(ctx, in, openbao.Owner{InstanceUID: "i", TenantUID: "t", Namespace: "app", Name: "app"})
 	if err != nil || !out.Created {
 		t.Fatalf("write with Kubernetes auth: %+v %v", out, err)
@@ -113,7 +113,7 @@ path "kv/metadata/postgresql-tenants/*" { capabilities = ["create", "read", "upd
 	}
 	// The refusal says what failed: the Kubernetes auth login, the role, the
 	// HTTP status (issue 10 §3), not "metadata read failed".
-	var f *openbao.Failure
+	var f *dbcontract.Failure
 	if !errors.As(err, &f) || !strings.Contains(f.Message, "Kubernetes auth login") || !strings.Contains(f.Message, "role ayatori") ||
 		!strings.Contains(f.Message, "HTTP 403") || strings.Contains(f.Message, "metadata read") {
 		t.Fatalf("unbound ServiceAccount: want a Kubernetes auth login failure naming the role and status, got %v", err)

@@ -11,6 +11,7 @@ import (
 
 	bao "github.com/openbao/openbao/api/v2"
 
+	dbcontract "git.ddupan.top/panxiao81/ayatori/contracts/database"
 	"git.ddupan.top/panxiao81/ayatori/executors/openbao"
 	"git.ddupan.top/panxiao81/ayatori/integration"
 )
@@ -27,7 +28,7 @@ func TestCredentialStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := &openbao.Store{Client: c}
-	in := openbao.CredentialIntent{Mount: "kv", Path: "postgresql-tenants/ns/app", InstanceUID: "inst-1", Username: "app", Database: "app",
+	in := dbcontract.CredentialIntent{Mount: "kv", Path: "postgresql-tenants/ns/app", InstanceUID: "inst-1", Username: "app", Database: "app",
 		Host: "db.home.arpa", HostAddr: "192.0.2.10", Port: 5432, SSLMode: "verify-full"}
 	owner := openbao.Owner{InstanceUID: "inst-1", TenantUID: "tenant-1", Namespace: "ns", Name: "app"}
 
@@ -50,7 +51,7 @@ func TestCredentialStore(t *testing.T) {
 	intruder := owner
 	intruder.TenantUID = "tenant-2"
 	_, err = s.Write(ctx, in, intruder)
-	var f *openbao.Failure
+	var f *dbcontract.Failure
 	if !errors.As(err, &f) || f.Reason != "Conflict" {
 		t.Fatalf("foreign write: want Conflict, got %v", err)
 	}
@@ -106,7 +107,7 @@ func TestCredentialNeverSecondPassword(t *testing.T) {
 	s, ob := newStore(t)
 	ctx := context.Background()
 	root, _ := ob.Client(ob.RootToken)
-	in := openbao.CredentialIntent{Mount: "kv", Path: "postgresql-tenants/ns/lost", InstanceUID: "inst-1", Username: "lost", Database: "lost",
+	in := dbcontract.CredentialIntent{Mount: "kv", Path: "postgresql-tenants/ns/lost", InstanceUID: "inst-1", Username: "lost", Database: "lost",
 		Host: "db.home.arpa", HostAddr: "192.0.2.10", Port: 5432, SSLMode: "verify-full"}
 	owner := openbao.Owner{InstanceUID: "inst-1", TenantUID: "tenant-1", Namespace: "ns", Name: "lost"}
 	if out, err := s.Write(ctx, in, owner); err != nil || !out.Created {
@@ -118,7 +119,7 @@ func TestCredentialNeverSecondPassword(t *testing.T) {
 	again := in
 	again.AlreadyIssued = true
 	_, err := s.Write(ctx, again, owner)
-	var f *openbao.Failure
+	var f *dbcontract.Failure
 	if !errors.As(err, &f) || f.Reason != "Conflict" || !strings.Contains(f.Message, "kv/"+in.Path) || !strings.Contains(f.Message, "never generates a second password") {
 		t.Fatalf("absent record after issue: want Conflict naming the path, got %v", err)
 	}
@@ -151,7 +152,7 @@ func TestCredentialDeletedVersion(t *testing.T) {
 	s, ob := newStore(t)
 	ctx := context.Background()
 	root, _ := ob.Client(ob.RootToken)
-	in := openbao.CredentialIntent{Mount: "kv", Path: "postgresql-tenants/ns/soft", InstanceUID: "inst-1", Username: "soft", Database: "soft",
+	in := dbcontract.CredentialIntent{Mount: "kv", Path: "postgresql-tenants/ns/soft", InstanceUID: "inst-1", Username: "soft", Database: "soft",
 		Host: "db.home.arpa", HostAddr: "192.0.2.10", Port: 5432, SSLMode: "verify-full"}
 	owner := openbao.Owner{InstanceUID: "inst-1", TenantUID: "tenant-1", Namespace: "ns", Name: "soft"}
 	if _, err := s.Write(ctx, in, owner); err != nil {
@@ -164,7 +165,7 @@ func TestCredentialDeletedVersion(t *testing.T) {
 	if err := root.KVv2("kv").Delete(ctx, in.Path); err != nil {
 		t.Fatal(err)
 	}
-	var f *openbao.Failure
+	var f *dbcontract.Failure
 	for _, issued := range []bool{false, true} {
 		w := in
 		w.AlreadyIssued = issued
@@ -205,7 +206,7 @@ func TestCredentialDeletedVersion(t *testing.T) {
 func TestCredentialFollowsEndpoint(t *testing.T) {
 	s, _ := newStore(t)
 	ctx := context.Background()
-	in := openbao.CredentialIntent{Mount: "kv", Path: "postgresql-tenants/ns/moving", InstanceUID: "inst-1", Username: "moving", Database: "moving",
+	in := dbcontract.CredentialIntent{Mount: "kv", Path: "postgresql-tenants/ns/moving", InstanceUID: "inst-1", Username: "moving", Database: "moving",
 		Host: "db.home.arpa", HostAddr: "192.0.2.10", Port: 5432, SSLMode: "verify-full"}
 	owner := openbao.Owner{InstanceUID: "inst-1", TenantUID: "tenant-1", Namespace: "ns", Name: "moving"}
 	if _, err := s.Write(ctx, in, owner); err != nil {

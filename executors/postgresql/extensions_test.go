@@ -3,6 +3,8 @@ package postgresql
 import (
 	"strings"
 	"testing"
+
+	dbcontract "git.ddupan.top/panxiao81/ayatori/contracts/database"
 )
 
 func TestJudgeExtensions(t *testing.T) {
@@ -35,8 +37,8 @@ func TestJudgeExtensions(t *testing.T) {
 			}
 			continue
 		}
-		c, ok := err.(*Classified)
-		if !ok || c.Reason != ReasonInvalidSpec {
+		c, ok := err.(*dbcontract.Failure)
+		if !ok || c.Reason != dbcontract.ReasonInvalidSpec {
 			t.Errorf("%v: want InvalidSpec, got %v", tc.requested, err)
 			continue
 		}

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	dbcontract "git.ddupan.top/panxiao81/ayatori/contracts/database"
 	"git.ddupan.top/panxiao81/ayatori/journal"
 )
 
@@ -32,8 +33,8 @@ type Executor struct {
 // Handlers returns the journal handlers of this executor.
 func (e *Executor) Handlers() map[string]journal.Handler {
 	return map[string]journal.Handler{
-		OpObserveInstance:   e.instanceOp(func(rv string) any { return ObserveOutcome{SecretResourceVersion: rv} }, e.observeInstance),
-		OpBootstrapRegistry: e.instanceOp(func(rv string) any { return BootstrapOutcome{SecretResourceVersion: rv} }, e.bootstrapRegistry),
+		dbcontract.OpObserveInstance:   e.instanceOp(func(rv string) any { return dbcontract.ObserveOutcome{SecretResourceVersion: rv} }, e.observeInstance),
+		dbcontract.OpBootstrapRegistry: e.instanceOp(func(rv string) any { return dbcontract.BootstrapOutcome{SecretResourceVersion: rv} }, e.bootstrapRegistry),
 	}
 }
 
@@ -44,19 +45,19 @@ type errCredentialsChanged struct{}
 func (errCredentialsChanged) Error() string  { return "admin credentials changed during the operation" }
 func (errCredentialsChanged) Reason() string { return "CredentialsChanged" }
 
-func failed(c *Classified, payload any) journal.Outcome {
+func failed(c *dbcontract.Failure, payload any) journal.Outcome {
 	return journal.Outcome{Result: journal.Result{Class: journal.Failed, Reason: string(c.Reason), Message: c.Message}, Payload: payload}
 }
 
 // readCredentials reads the effective admin credentials of an intent.
-func (e *Executor) readCredentials(ctx context.Context, ref AdminCredentialRef) (Credentials, string, *Classified) {
+func (e *Executor) readCredentials(ctx context.Context, ref dbcontract.AdminCredentialRef) (Credentials, string, *dbcontract.Failure) {
 	data, rv, err := e.Secrets.ReadSecret(ctx, ref.SecretName)
 	if errors.Is(err, ErrSecretNotFound) {
-		return Credentials{}, "", &Classified{Reason: ReasonDependencyUnavailable,
+		return Credentials{}, "", &dbcontract.Failure{Reason: dbcontract.ReasonDependencyUnavailable,
 			Message: fmt.Sprintf("admin credential Secret %q not found in the controller namespace", ref.SecretName)}
 	}
 	if err != nil {
-		return Credentials{}, "", &Classified{Reason: ReasonDependencyUnavailable, Message: "could not read the admin credential Secret", Transient: true, cause: err}
+		return Credentials{}, "", &dbcontract.Failure{Reason: dbcontract.ReasonDependencyUnavailable, Message: "could not read the admin credential Secret", Transient: true, Cause: err}
 	}
 	var missing []string
 	for _, k := range []string{ref.UsernameKey, ref.PasswordKey} {
@@ -65,7 +66,7 @@ func (e *Executor) readCredentials(ctx context.Context, ref AdminCredentialRef) 
 		}
 	}
 	if len(missing) > 0 {
-		return Credentials{}, rv, &Classified{Reason: ReasonAuthenticationFailed,
+		return Credentials{}, rv, &dbcontract.Failure{Reason: dbcontract.ReasonAuthenticationFailed,
 			Message: fmt.Sprintf("admin credential Secret %q has no non-empty key(s) %s", ref.SecretName, strings.Join(missing, ", "))}
 	}
 	return Credentials{Username: string(data[ref.UsernameKey]), Password: string(data[ref.PasswordKey])}, rv, nil
@@ -80,15 +81,15 @@ func (e *Executor) withTimeout(ctx context.Context) (context.Context, context.Ca
 }
 
 // instanceOp is the prelude of the Instance operations: decode the
-// InstanceIntent (undecodable: InvalidSpec), bound the operation by the
+// dbcontract.InstanceIntent (undecodable: InvalidSpec), bound the operation by the
 // executor timeout, read the admin credentials (transient errors are
 // retried by redelivery; others fail with emptyPayload(resourceVersion) so
 // the projector sees which Secret version failed), then run op.
-func (e *Executor) instanceOp(emptyPayload func(rv string) any, op func(ctx context.Context, in InstanceIntent, t Target, rv string) (journal.Outcome, error)) journal.Handler {
+func (e *Executor) instanceOp(emptyPayload func(rv string) any, op func(ctx context.Context, in dbcontract.InstanceIntent, t Target, rv string) (journal.Outcome, error)) journal.Handler {
 	return func(ctx context.Context, rec journal.Record) (journal.Outcome, error) {
-		var in InstanceIntent
+		var in dbcontract.InstanceIntent
 		if err := rec.DecodePayload(&in); err != nil {
-			return failed(&Classified{Reason: ReasonInvalidSpec, Message: "undecodable " + rec.Operation + " payload"}, nil), nil
+			return failed(&dbcontract.Failure{Reason: dbcontract.ReasonInvalidSpec, Message: "undecodable " + rec.Operation + " payload"}, nil), nil
 		}
 		ctx, cancel := e.withTimeout(ctx)
 		defer cancel()
@@ -107,8 +108,8 @@ func (e *Executor) instanceOp(emptyPayload func(rv string) any, op func(ctx cont
 // read server_version, check the admin role's privileges and the registry,
 // prove the certificate also covers hostaddr (verify-full), then re-read the
 // Secret and discard the result if the effective credentials changed.
-func (e *Executor) observeInstance(ctx context.Context, in InstanceIntent, t Target, rv string) (journal.Outcome, error) {
-	out := ObserveOutcome{SecretResourceVersion: rv}
+func (e *Executor) observeInstance(ctx context.Context, in dbcontract.InstanceIntent, t Target, rv string) (journal.Outcome, error) {
+	out := dbcontract.ObserveOutcome{SecretResourceVersion: rv}
 	res, err := e.observe(ctx, t, &out)
 	if err != nil {
 		return failed(Classify(err), out), nil
@@ -124,7 +125,7 @@ func (e *Executor) observeInstance(ctx context.Context, in InstanceIntent, t Tar
 	return journal.Outcome{Result: journal.Result{Class: journal.Succeeded}, Payload: out}, nil
 }
 
-func (e *Executor) observe(ctx context.Context, t Target, out *ObserveOutcome) (*journal.Outcome, error) {
+func (e *Executor) observe(ctx context.Context, t Target, out *dbcontract.ObserveOutcome) (*journal.Outcome, error) {
 	pool, err := e.Pools.Get(t)
 	if err != nil {
 		return nil, err
@@ -140,8 +141,8 @@ func (e *Executor) observe(ctx context.Context, t Target, out *ObserveOutcome) (
 		c, err := e.Pools.Connect(ctx, t, true)
 		if err != nil {
 			cl := Classify(err)
-			if cl.Reason == ReasonAuthenticationFailed && strings.HasPrefix(cl.Message, "TLS:") {
-				cl = &Classified{Reason: ReasonAuthenticationFailed, Message: "TLS: the server certificate does not cover hostaddr " + t.Endpoint.HostAddr + " as an IP SAN"}
+			if cl.Reason == dbcontract.ReasonAuthenticationFailed && strings.HasPrefix(cl.Message, "TLS:") {
+				cl = &dbcontract.Failure{Reason: dbcontract.ReasonAuthenticationFailed, Message: "TLS: the server certificate does not cover hostaddr " + t.Endpoint.HostAddr + " as an IP SAN"}
 			}
 			return nil, cl
 		}
@@ -159,8 +160,8 @@ func (e *Executor) observe(ctx context.Context, t Target, out *ObserveOutcome) (
 	}
 	st, v, err := observeRegistry(ctx, conn)
 	if err != nil {
-		var c *Classified
-		if errors.As(err, &c) && c.Reason == ReasonInsufficientPrivileges && !super {
+		var c *dbcontract.Failure
+		if errors.As(err, &c) && c.Reason == dbcontract.ReasonInsufficientPrivileges && !super {
 			// Report the role attributes too, so one fix covers everything.
 			if !createRole {
 				out.MissingPrivileges = append(out.MissingPrivileges, "CREATEROLE")
@@ -169,7 +170,7 @@ func (e *Executor) observe(ctx context.Context, t Target, out *ObserveOutcome) (
 				out.MissingPrivileges = append(out.MissingPrivileges, "CREATEDB")
 			}
 			out.MissingPrivileges = append(out.MissingPrivileges, strings.TrimPrefix(c.Message, "the admin role lacks: "))
-			o := failed(&Classified{Reason: ReasonInsufficientPrivileges, Message: "the admin role lacks: " + strings.Join(out.MissingPrivileges, "; ")}, *out)
+			o := failed(&dbcontract.Failure{Reason: dbcontract.ReasonInsufficientPrivileges, Message: "the admin role lacks: " + strings.Join(out.MissingPrivileges, "; ")}, *out)
 			return &o, nil
 		}
 		return nil, err
@@ -183,31 +184,31 @@ func (e *Executor) observe(ctx context.Context, t Target, out *ObserveOutcome) (
 			out.MissingPrivileges = append(out.MissingPrivileges, "CREATEDB")
 		}
 		switch st {
-		case RegistryAbsent:
+		case dbcontract.RegistryAbsent:
 			if !dbCreate {
 				out.MissingPrivileges = append(out.MissingPrivileges, fmt.Sprintf("CREATE on database %s (to create the registry schema)", dbName))
 			}
 		default:
 			var usage, create bool
-			if err := conn.QueryRow(ctx, `SELECT has_schema_privilege($1, 'USAGE'), has_schema_privilege($1, 'CREATE')`, RegistrySchema).Scan(&usage, &create); err != nil {
+			if err := conn.QueryRow(ctx, `SELECT has_schema_privilege($1, 'USAGE'), has_schema_privilege($1, 'CREATE')`, dbcontract.RegistrySchema).Scan(&usage, &create); err != nil {
 				return nil, err
 			}
-			if !usage || (st == RegistryNeedsMigration && !create) {
-				out.MissingPrivileges = append(out.MissingPrivileges, "USAGE and CREATE on schema "+RegistrySchema)
+			if !usage || (st == dbcontract.RegistryNeedsMigration && !create) {
+				out.MissingPrivileges = append(out.MissingPrivileges, "USAGE and CREATE on schema "+dbcontract.RegistrySchema)
 			}
-			if st == RegistryUsable {
+			if st == dbcontract.RegistryUsable {
 				var dml bool
-				if err := conn.QueryRow(ctx, `SELECT has_table_privilege($1, 'SELECT, INSERT, UPDATE, DELETE')`, RegistrySchema+".tenant_ownership").Scan(&dml); err != nil {
+				if err := conn.QueryRow(ctx, `SELECT has_table_privilege($1, 'SELECT, INSERT, UPDATE, DELETE')`, dbcontract.RegistrySchema+".tenant_ownership").Scan(&dml); err != nil {
 					return nil, err
 				}
 				if !dml {
-					out.MissingPrivileges = append(out.MissingPrivileges, "SELECT, INSERT, UPDATE, DELETE on "+RegistrySchema+".tenant_ownership")
+					out.MissingPrivileges = append(out.MissingPrivileges, "SELECT, INSERT, UPDATE, DELETE on "+dbcontract.RegistrySchema+".tenant_ownership")
 				}
 			}
 		}
 	}
 	if len(out.MissingPrivileges) > 0 {
-		o := failed(&Classified{Reason: ReasonInsufficientPrivileges,
+		o := failed(&dbcontract.Failure{Reason: dbcontract.ReasonInsufficientPrivileges,
 			Message: "the admin role lacks: " + strings.Join(out.MissingPrivileges, "; ")}, *out)
 		return &o, nil
 	}
@@ -216,7 +217,7 @@ func (e *Executor) observe(ctx context.Context, t Target, out *ObserveOutcome) (
 
 // bootstrapRegistry applies the registry migrations. An error after a
 // migration started is ResultUnknown: the projector observes before retrying.
-func (e *Executor) bootstrapRegistry(ctx context.Context, in InstanceIntent, t Target, rv string) (journal.Outcome, error) {
+func (e *Executor) bootstrapRegistry(ctx context.Context, in dbcontract.InstanceIntent, t Target, rv string) (journal.Outcome, error) {
 	pool, err := e.Pools.Get(t)
 	if err != nil {
 		return failed(Classify(err), nil), nil
@@ -227,10 +228,10 @@ func (e *Executor) bootstrapRegistry(ctx context.Context, in InstanceIntent, t T
 	}
 	defer conn.Release()
 	v, applied, err := bootstrapRegistry(ctx, conn.Conn())
-	payload := BootstrapOutcome{RegistryVersion: v, MigrationsApplied: applied, SecretResourceVersion: rv}
+	payload := dbcontract.BootstrapOutcome{RegistryVersion: v, MigrationsApplied: applied, SecretResourceVersion: rv}
 	if err != nil {
 		cl := Classify(err)
-		if errors.Is(err, errMigrationStarted) && cl.Reason != ReasonInsufficientPrivileges {
+		if errors.Is(err, errMigrationStarted) && cl.Reason != dbcontract.ReasonInsufficientPrivileges {
 			return journal.Outcome{Result: journal.Result{Class: journal.ResultUnknown, Reason: string(cl.Reason), Message: "the registry migration was interrupted: " + cl.Message}, Payload: payload}, nil
 		}
 		return failed(cl, payload), nil

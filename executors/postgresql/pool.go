@@ -17,6 +17,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	dbcontract "git.ddupan.top/panxiao81/ayatori/contracts/database"
 )
 
 // Credentials are the admin role's effective user name and password, read
@@ -30,8 +32,8 @@ type Credentials struct {
 // UID, the endpoint, the credential reference and the effective credentials.
 type Target struct {
 	InstanceUID string
-	Endpoint    Endpoint
-	CredRef     AdminCredentialRef
+	Endpoint    dbcontract.Endpoint
+	CredRef     dbcontract.AdminCredentialRef
 	Creds       Credentials
 }
 
@@ -166,7 +168,7 @@ func TenantConnConfig(t Target, login TenantLogin, roots *x509.CertPool, viaIP b
 // the environment or from a file (service, passfile, TLS files are then
 // never consulted), and every field of the result that those settings feed
 // is set again here.
-func connConfig(ep Endpoint, database, user, password string, params map[string]string, roots *x509.CertPool, viaIP bool, connectTimeout time.Duration) (*pgx.ConnConfig, error) {
+func connConfig(ep dbcontract.Endpoint, database, user, password string, params map[string]string, roots *x509.CertPool, viaIP bool, connectTimeout time.Duration) (*pgx.ConnConfig, error) {
 	cfg, err := pgx.ParseConfig(pinnedConnString)
 	if err != nil {
 		return nil, err
@@ -283,7 +285,7 @@ func (p *Pools) Get(t Target) (*pgxpool.Pool, error) {
 	}
 	cc, err := ConnConfig(t, p.roots, false, p.connectTimeout)
 	if err != nil {
-		return nil, &Classified{Reason: ReasonInvalidSpec, Message: err.Error()}
+		return nil, &dbcontract.Failure{Reason: dbcontract.ReasonInvalidSpec, Message: err.Error()}
 	}
 	pc, err := pgxpool.ParseConfig("")
 	if err != nil {
@@ -349,7 +351,7 @@ func (p *Pools) CloseAll() {
 func (p *Pools) Connect(ctx context.Context, t Target, viaIP bool) (*pgx.Conn, error) {
 	cc, err := ConnConfig(t, p.roots, viaIP, p.connectTimeout)
 	if err != nil {
-		return nil, &Classified{Reason: ReasonInvalidSpec, Message: err.Error()}
+		return nil, &dbcontract.Failure{Reason: dbcontract.ReasonInvalidSpec, Message: err.Error()}
 	}
 	return pgx.ConnectConfig(ctx, cc)
 }
@@ -359,7 +361,7 @@ func (p *Pools) Connect(ctx context.Context, t Target, viaIP bool) (*pgx.Conn, e
 func (p *Pools) ConnectTenant(ctx context.Context, t Target, login TenantLogin, viaIP bool) (*pgx.Conn, error) {
 	cc, err := TenantConnConfig(t, login, p.roots, viaIP, p.connectTimeout)
 	if err != nil {
-		return nil, &Classified{Reason: ReasonInvalidSpec, Message: err.Error()}
+		return nil, &dbcontract.Failure{Reason: dbcontract.ReasonInvalidSpec, Message: err.Error()}
 	}
 	return pgx.ConnectConfig(ctx, cc)
 }

@@ -3,13 +3,15 @@ package postgresql
 import (
 	"reflect"
 	"testing"
+
+	dbcontract "git.ddupan.top/panxiao81/ayatori/contracts/database"
 )
 
 // configFacts are the parts of a pgx config a connection's behaviour
 // depends on (functions compared by presence).
 func configFacts(t *testing.T, tenant bool) map[string]any {
 	t.Helper()
-	tgt := Target{InstanceUID: "u", Endpoint: Endpoint{Host: "db.example", HostAddr: "192.0.2.7", Port: 6543, Database: "admin", SSLMode: "require"},
+	tgt := Target{InstanceUID: "u", Endpoint: dbcontract.Endpoint{Host: "db.example", HostAddr: "192.0.2.7", Port: 6543, Database: "admin", SSLMode: "require"},
 		Creds: Credentials{Username: "ayatori_admin", Password: "pw"}}
 	cfg, err := ConnConfig(tgt, nil, false, 0)
 	if tenant {
@@ -59,7 +61,7 @@ func TestAdminSessionsPinSearchPath(t *testing.T) {
 }
 
 func TestTenantConnConfigRefusesAdmin(t *testing.T) {
-	tgt := Target{Endpoint: Endpoint{Host: "h", Port: 5432, Database: "postgres", SSLMode: "disable"}, Creds: Credentials{Username: "ayatori_admin"}}
+	tgt := Target{Endpoint: dbcontract.Endpoint{Host: "h", Port: 5432, Database: "postgres", SSLMode: "disable"}, Creds: Credentials{Username: "ayatori_admin"}}
 	if _, err := TenantConnConfig(tgt, TenantLogin{Role: "ayatori_admin", Database: "shop"}, nil, false, 0); err == nil {
 		t.Fatal("an admin login into a tenant database was allowed")
 	}

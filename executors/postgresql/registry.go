@@ -9,13 +9,15 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/tern/v2/migrate"
+
+	dbcontract "git.ddupan.top/panxiao81/ayatori/contracts/database"
 )
 
 //go:embed migrations/*.sql
 var migrationFiles embed.FS
 
 // RegistryVersionTable is tern's version table, inside the registry schema.
-const RegistryVersionTable = RegistrySchema + ".schema_version"
+const RegistryVersionTable = dbcontract.RegistrySchema + ".schema_version"
 
 // registryLockKey is the advisory lock serialising registry bootstraps
 // across controllers (tern also takes its own lock around each migration).
@@ -29,40 +31,40 @@ func KnownRegistryVersion() int32 {
 
 // SQL of the registry observation (read-only).
 const (
-	sqlRegistrySchemaExists = `SELECT to_regnamespace('` + RegistrySchema + `') IS NOT NULL`
+	sqlRegistrySchemaExists = `SELECT to_regnamespace('` + dbcontract.RegistrySchema + `') IS NOT NULL`
 	sqlRegistryVersionTable = `SELECT to_regclass('` + RegistryVersionTable + `') IS NOT NULL`
 	sqlRegistryVersion      = `SELECT version FROM ` + RegistryVersionTable
-	sqlCreateRegistrySchema = `CREATE SCHEMA IF NOT EXISTS ` + RegistrySchema
+	sqlCreateRegistrySchema = `CREATE SCHEMA IF NOT EXISTS ` + dbcontract.RegistrySchema
 )
 
 // observeRegistry reports the registry's state and version.
-func observeRegistry(ctx context.Context, q pgxQuerier) (RegistryState, int32, error) {
+func observeRegistry(ctx context.Context, q pgxQuerier) (dbcontract.RegistryState, int32, error) {
 	var schema, table bool
 	if err := q.QueryRow(ctx, sqlRegistrySchemaExists).Scan(&schema); err != nil {
 		return "", 0, err
 	}
 	if !schema {
-		return RegistryAbsent, 0, nil
+		return dbcontract.RegistryAbsent, 0, nil
 	}
 	var usage bool
-	if err := q.QueryRow(ctx, `SELECT has_schema_privilege($1, 'USAGE')`, RegistrySchema).Scan(&usage); err != nil {
+	if err := q.QueryRow(ctx, `SELECT has_schema_privilege($1, 'USAGE')`, dbcontract.RegistrySchema).Scan(&usage); err != nil {
 		return "", 0, err
 	}
 	if !usage {
-		return "", 0, &Classified{Reason: ReasonInsufficientPrivileges, Message: "the admin role lacks: USAGE on schema " + RegistrySchema}
+		return "", 0, &dbcontract.Failure{Reason: dbcontract.ReasonInsufficientPrivileges, Message: "the admin role lacks: USAGE on schema " + dbcontract.RegistrySchema}
 	}
 	if err := q.QueryRow(ctx, sqlRegistryVersionTable).Scan(&table); err != nil {
 		return "", 0, err
 	}
 	if !table {
-		return RegistryNeedsMigration, 0, nil
+		return dbcontract.RegistryNeedsMigration, 0, nil
 	}
 	var sel bool
 	if err := q.QueryRow(ctx, `SELECT has_table_privilege($1, 'SELECT')`, RegistryVersionTable).Scan(&sel); err != nil {
 		return "", 0, err
 	}
 	if !sel {
-		return "", 0, &Classified{Reason: ReasonInsufficientPrivileges, Message: "the admin role lacks: SELECT on " + RegistryVersionTable}
+		return "", 0, &dbcontract.Failure{Reason: dbcontract.ReasonInsufficientPrivileges, Message: "the admin role lacks: SELECT on " + RegistryVersionTable}
 	}
 	var v int32
 	if err := q.QueryRow(ctx, sqlRegistryVersion).Scan(&v); err != nil {
@@ -71,12 +73,12 @@ func observeRegistry(ctx context.Context, q pgxQuerier) (RegistryState, int32, e
 	known := KnownRegistryVersion()
 	switch {
 	case v > known:
-		return "", v, &Classified{Reason: ReasonDependencyUnavailable,
+		return "", v, &dbcontract.Failure{Reason: dbcontract.ReasonDependencyUnavailable,
 			Message: fmt.Sprintf("the ownership registry has schema version %d, newer than this controller knows (%d); upgrade the controller", v, known)}
 	case v < known:
-		return RegistryNeedsMigration, v, nil
+		return dbcontract.RegistryNeedsMigration, v, nil
 	default:
-		return RegistryUsable, v, nil
+		return dbcontract.RegistryUsable, v, nil
 	}
 }
 
@@ -120,7 +122,7 @@ func bootstrapRegistry(ctx context.Context, conn *pgx.Conn) (version, applied in
 	known := int32(len(m.Migrations))
 	if cur > known {
 		// Never migrate down: a newer controller owns this registry.
-		return cur, 0, &Classified{Reason: ReasonDependencyUnavailable,
+		return cur, 0, &dbcontract.Failure{Reason: dbcontract.ReasonDependencyUnavailable,
 			Message: fmt.Sprintf("the ownership registry has schema version %d, newer than this controller knows (%d); upgrade the controller", cur, known)}
 	}
 	if cur < known {
@@ -132,8 +134,8 @@ func bootstrapRegistry(ctx context.Context, conn *pgx.Conn) (version, applied in
 	if err != nil {
 		return 0, 0, err
 	}
-	if st != RegistryUsable {
-		return v, 0, &Classified{Reason: ReasonDependencyUnavailable, Message: fmt.Sprintf("the registry reads back as %s after migration", st)}
+	if st != dbcontract.RegistryUsable {
+		return v, 0, &dbcontract.Failure{Reason: dbcontract.ReasonDependencyUnavailable, Message: fmt.Sprintf("the registry reads back as %s after migration", st)}
 	}
 	return v, known - cur, nil
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	dbcontract "git.ddupan.top/panxiao81/ayatori/contracts/database"
 	"git.ddupan.top/panxiao81/ayatori/journal"
 )
 
@@ -26,24 +27,24 @@ type PasswordSource interface {
 // AdminSearchPath; catalog names are qualified all the same
 // (docs/database/security.md lists every admin statement).
 const (
-	sqlClaim = `INSERT INTO ` + RegistrySchema + `.tenant_ownership
+	sqlClaim = `INSERT INTO ` + dbcontract.RegistrySchema + `.tenant_ownership
 		(instance_uid, tenant_uid, tenant_namespace, tenant_name, database_name, role_name, credential_path)
 		VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT DO NOTHING`
 	sqlOwnRow = `SELECT tenant_namespace, tenant_name, database_name, role_name, credential_path, managed, role_oid, database_oid
-		FROM ` + RegistrySchema + `.tenant_ownership WHERE instance_uid = $1 AND tenant_uid = $2`
+		FROM ` + dbcontract.RegistrySchema + `.tenant_ownership WHERE instance_uid = $1 AND tenant_uid = $2`
 	sqlOwnRowLocked = sqlOwnRow + ` FOR UPDATE`
 	sqlConflicts    = `SELECT tenant_namespace, tenant_name, tenant_uid, managed
-		FROM ` + RegistrySchema + `.tenant_ownership
+		FROM ` + dbcontract.RegistrySchema + `.tenant_ownership
 		WHERE (instance_uid = $1 AND (database_name = $2 OR role_name = $3 OR (tenant_namespace = $4 AND tenant_name = $5)))
 		   OR credential_path = $6 LIMIT 1`
-	sqlRecordRoleOID = `UPDATE ` + RegistrySchema + `.tenant_ownership SET role_oid = $3, updated_at = pg_catalog.clock_timestamp()
+	sqlRecordRoleOID = `UPDATE ` + dbcontract.RegistrySchema + `.tenant_ownership SET role_oid = $3, updated_at = pg_catalog.clock_timestamp()
 		WHERE instance_uid = $1 AND tenant_uid = $2`
-	sqlRecordDatabaseOID = `UPDATE ` + RegistrySchema + `.tenant_ownership SET database_oid = $3, updated_at = pg_catalog.clock_timestamp()
+	sqlRecordDatabaseOID = `UPDATE ` + dbcontract.RegistrySchema + `.tenant_ownership SET database_oid = $3, updated_at = pg_catalog.clock_timestamp()
 		WHERE instance_uid = $1 AND tenant_uid = $2 AND role_oid = $4`
-	sqlRetain = `UPDATE ` + RegistrySchema + `.tenant_ownership
+	sqlRetain = `UPDATE ` + dbcontract.RegistrySchema + `.tenant_ownership
 		SET managed = false, retained_at = pg_catalog.clock_timestamp(), updated_at = pg_catalog.clock_timestamp()
 		WHERE instance_uid = $1 AND tenant_uid = $2 AND managed`
-	sqlRelease = `DELETE FROM ` + RegistrySchema + `.tenant_ownership WHERE instance_uid = $1 AND tenant_uid = $2`
+	sqlRelease = `DELETE FROM ` + dbcontract.RegistrySchema + `.tenant_ownership WHERE instance_uid = $1 AND tenant_uid = $2`
 )
 
 // SQL of the catalog reads (admin database).
@@ -75,23 +76,23 @@ const (
 // TenantHandlers returns the Tenant operations (added to Handlers by the manager).
 func (e *Executor) TenantHandlers() map[string]journal.Handler {
 	return map[string]journal.Handler{
-		OpCheckExtensions:  e.tenantOp(e.checkExtensions),
-		OpClaimOwnership:   e.tenantOp(e.claim),
-		OpCreateRole:       e.tenantOp(e.createRole),
-		OpCreateDatabase:   e.tenantOp(e.createDatabase),
-		OpEnsureExtensions: e.tenantOp(e.ensureExtensions),
-		OpVerifyLogin:      e.tenantOp(e.verifyLogin),
-		OpRetainOwnership:  e.tenantOp(e.retain),
-		OpDisableLogin:     e.tenantOp(e.disableLogin),
-		OpDropDatabase:     e.tenantOp(e.dropDatabase),
-		OpDropRole:         e.tenantOp(e.dropRole),
-		OpReleaseOwnership: e.tenantOp(e.release),
+		dbcontract.OpCheckExtensions:  e.tenantOp(e.checkExtensions),
+		dbcontract.OpClaimOwnership:   e.tenantOp(e.claim),
+		dbcontract.OpCreateRole:       e.tenantOp(e.createRole),
+		dbcontract.OpCreateDatabase:   e.tenantOp(e.createDatabase),
+		dbcontract.OpEnsureExtensions: e.tenantOp(e.ensureExtensions),
+		dbcontract.OpVerifyLogin:      e.tenantOp(e.verifyLogin),
+		dbcontract.OpRetainOwnership:  e.tenantOp(e.retain),
+		dbcontract.OpDisableLogin:     e.tenantOp(e.disableLogin),
+		dbcontract.OpDropDatabase:     e.tenantOp(e.dropDatabase),
+		dbcontract.OpDropRole:         e.tenantOp(e.dropRole),
+		dbcontract.OpReleaseOwnership: e.tenantOp(e.release),
 	}
 }
 
 type tenantCall struct {
 	rec  journal.Record
-	in   TenantIntent
+	in   dbcontract.TenantIntent
 	pool *pgxpool.Pool
 	t    Target
 }
@@ -99,11 +100,11 @@ type tenantCall struct {
 // tenantOp decodes the intent, connects with the Instance's admin pool,
 // runs op and turns its result into an outcome. Classified failures are
 // Failed outcomes; the projector decides about retries.
-func (e *Executor) tenantOp(op func(ctx context.Context, c tenantCall) (TenantOutcome, error)) journal.Handler {
+func (e *Executor) tenantOp(op func(ctx context.Context, c tenantCall) (dbcontract.TenantOutcome, error)) journal.Handler {
 	return func(ctx context.Context, rec journal.Record) (journal.Outcome, error) {
-		var in TenantIntent
+		var in dbcontract.TenantIntent
 		if err := rec.DecodePayload(&in); err != nil || in.Database == "" || in.Role == "" {
-			return failed(&Classified{Reason: ReasonInvalidSpec, Message: "undecodable " + rec.Operation + " payload"}, nil), nil
+			return failed(&dbcontract.Failure{Reason: dbcontract.ReasonInvalidSpec, Message: "undecodable " + rec.Operation + " payload"}, nil), nil
 		}
 		ctx, cancel := e.withTimeout(ctx)
 		defer cancel()
@@ -112,7 +113,7 @@ func (e *Executor) tenantOp(op func(ctx context.Context, c tenantCall) (TenantOu
 			if c.Transient {
 				return journal.Outcome{}, c
 			}
-			return failed(&Classified{Reason: ReasonDependencyUnavailable, Message: c.Message}, nil), nil
+			return failed(&dbcontract.Failure{Reason: dbcontract.ReasonDependencyUnavailable, Message: c.Message}, nil), nil
 		}
 		t := Target{InstanceUID: in.InstanceUID, Endpoint: in.Endpoint, CredRef: in.AdminCredRef, Creds: creds}
 		pool, err := e.Pools.Get(t)
@@ -122,9 +123,9 @@ func (e *Executor) tenantOp(op func(ctx context.Context, c tenantCall) (TenantOu
 		out, err := op(ctx, tenantCall{rec: rec, in: in, pool: pool, t: t})
 		if err != nil {
 			cl := Classify(err)
-			if cl.Reason == ReasonAuthenticationFailed || cl.Reason == ReasonInsufficientPrivileges {
+			if cl.Reason == dbcontract.ReasonAuthenticationFailed || cl.Reason == dbcontract.ReasonInsufficientPrivileges {
 				// Instance-level problems surface on the Tenant as a provisioning failure.
-				cl = &Classified{Reason: ReasonProvisioningFailed, Message: cl.Message}
+				cl = &dbcontract.Failure{Reason: dbcontract.ReasonProvisioningFailed, Message: cl.Message}
 			}
 			return failed(cl, out), nil
 		}
@@ -132,8 +133,8 @@ func (e *Executor) tenantOp(op func(ctx context.Context, c tenantCall) (TenantOu
 	}
 }
 
-func conflict(format string, args ...any) *Classified {
-	return &Classified{Reason: ReasonConflict, Message: fmt.Sprintf(format, args...)}
+func conflict(format string, args ...any) *dbcontract.Failure {
+	return &dbcontract.Failure{Reason: dbcontract.ReasonConflict, Message: fmt.Sprintf(format, args...)}
 }
 
 func quoteIdent(s string) string { return pgx.Identifier{s}.Sanitize() }
@@ -228,8 +229,8 @@ func oidString(p *uint32) string {
 // constraints decide races between Tenants. A claim alone proves nothing
 // about the objects: CreateRole and CreateDatabase record the OIDs of what
 // they create, and only those objects are ever changed or dropped.
-func (e *Executor) claim(ctx context.Context, c tenantCall) (TenantOutcome, error) {
-	var out TenantOutcome
+func (e *Executor) claim(ctx context.Context, c tenantCall) (dbcontract.TenantOutcome, error) {
+	var out dbcontract.TenantOutcome
 	ok, err := owned(ctx, c.pool, c)
 	if err != nil {
 		return out, err
@@ -275,7 +276,7 @@ func (e *Executor) claim(ctx context.Context, c tenantCall) (TenantOutcome, erro
 
 func (e *Executor) password(ctx context.Context, c tenantCall) (string, error) {
 	if e.Passwords == nil {
-		return "", &Classified{Reason: ReasonDependencyUnavailable, Message: "no OpenBao client configured"}
+		return "", &dbcontract.Failure{Reason: dbcontract.ReasonDependencyUnavailable, Message: "no OpenBao client configured"}
 	}
 	return e.Passwords.TenantPassword(ctx, c.in.CredentialMount, c.in.CredentialPath, c.in.InstanceUID, c.rec.Object.UID, c.rec.Object.Namespace, c.rec.Object.Name)
 }
@@ -286,8 +287,8 @@ func (e *Executor) password(ctx context.Context, c tenantCall) (string, error) {
 // OID is the recorded one. A role with the name and another OID (created by
 // someone else, even after our claim) is a Conflict and nothing is changed.
 // Our role keeps its password; only its attributes are enforced.
-func (e *Executor) createRole(ctx context.Context, c tenantCall) (TenantOutcome, error) {
-	var out TenantOutcome
+func (e *Executor) createRole(ctx context.Context, c tenantCall) (dbcontract.TenantOutcome, error) {
+	var out dbcontract.TenantOutcome
 	tx, err := c.pool.Begin(ctx)
 	if err != nil {
 		return out, err
@@ -338,7 +339,7 @@ func (e *Executor) createRole(ctx context.Context, c tenantCall) (TenantOutcome,
 	}
 	created, err := roleByName(ctx, tx, c.in.Role)
 	if err != nil || created == nil {
-		return out, firstErr(err, &Classified{Reason: ReasonProvisioningFailed, Message: "the role did not read back after CREATE ROLE", Transient: true})
+		return out, firstErr(err, &dbcontract.Failure{Reason: dbcontract.ReasonProvisioningFailed, Message: "the role did not read back after CREATE ROLE", Transient: true})
 	}
 	if _, err := tx.Exec(ctx, sqlRecordRoleOID, c.in.InstanceUID, c.rec.Object.UID, created.OID); err != nil {
 		return out, err
@@ -406,8 +407,8 @@ func ourDatabase(ctx context.Context, q pgxQuerier, c tenantCall, row *ownership
 // records its OID, revokes CONNECT from PUBLIC and grants it to the role.
 // A database with the name that Ayatori did not create is a Conflict and
 // nothing is changed. Runs only in the admin database.
-func (e *Executor) createDatabase(ctx context.Context, c tenantCall) (TenantOutcome, error) {
-	var out TenantOutcome
+func (e *Executor) createDatabase(ctx context.Context, c tenantCall) (dbcontract.TenantOutcome, error) {
+	var out dbcontract.TenantOutcome
 	row, err := requireManaged(ctx, c.pool, sqlOwnRow, c)
 	if err != nil {
 		return out, err
@@ -452,7 +453,7 @@ func (e *Executor) createDatabase(ctx context.Context, c tenantCall) (TenantOutc
 			return out, err
 		}
 		if db, err = databaseByName(ctx, c.pool, c.in.Database); err != nil || db == nil || db.Owner != role.OID {
-			return out, firstErr(err, &Classified{Reason: ReasonProvisioningFailed, Message: "the database did not read back owned by the role after CREATE DATABASE", Transient: true})
+			return out, firstErr(err, &dbcontract.Failure{Reason: dbcontract.ReasonProvisioningFailed, Message: "the database did not read back owned by the role after CREATE DATABASE", Transient: true})
 		}
 	}
 	if row.DatabaseOID == nil || *row.DatabaseOID != db.OID {
@@ -530,7 +531,7 @@ func extensionCheck(ctx context.Context, q interface {
 	}
 	rows, err := q.Query(ctx, sqlExtensionVersions)
 	if err != nil {
-		return &Classified{Reason: ReasonDependencyUnavailable, Message: "could not read pg_available_extension_versions", Transient: true, cause: err}
+		return &dbcontract.Failure{Reason: dbcontract.ReasonDependencyUnavailable, Message: "could not read pg_available_extension_versions", Transient: true, Cause: err}
 	}
 	avail := map[string]extensionInfo{}
 	var name string
@@ -540,7 +541,7 @@ func extensionCheck(ctx context.Context, q interface {
 		return nil
 	})
 	if err != nil {
-		return &Classified{Reason: ReasonDependencyUnavailable, Message: "could not read pg_available_extension_versions", Transient: true, cause: err}
+		return &dbcontract.Failure{Reason: dbcontract.ReasonDependencyUnavailable, Message: "could not read pg_available_extension_versions", Transient: true, Cause: err}
 	}
 	return judgeExtensions(avail, requested)
 }
@@ -582,14 +583,14 @@ func judgeExtensions(avail map[string]extensionInfo, requested []string) error {
 		msgs = append(msgs, "extension(s) only a superuser can install (not trusted), which the Tenant role cannot create: "+strings.Join(untrusted, ", "))
 	}
 	if len(msgs) > 0 {
-		return &Classified{Reason: ReasonInvalidSpec, Message: strings.Join(msgs, "; ")}
+		return &dbcontract.Failure{Reason: dbcontract.ReasonInvalidSpec, Message: strings.Join(msgs, "; ")}
 	}
 	return nil
 }
 
 // checkExtensions is the read-only pre-check before any external write.
-func (e *Executor) checkExtensions(ctx context.Context, c tenantCall) (TenantOutcome, error) {
-	return TenantOutcome{Extensions: c.in.Extensions}, extensionCheck(ctx, c.pool, c.in.Extensions)
+func (e *Executor) checkExtensions(ctx context.Context, c tenantCall) (dbcontract.TenantOutcome, error) {
+	return dbcontract.TenantOutcome{Extensions: c.in.Extensions}, extensionCheck(ctx, c.pool, c.in.Extensions)
 }
 
 // tenantLogin connects as the Tenant role to its database with the
@@ -609,7 +610,7 @@ func (e *Executor) tenantLogin(ctx context.Context, c tenantCall, viaIP bool) (*
 			case "28P01":
 				return nil, conflict("the Tenant role %s cannot log in with the password stored in OpenBao (SQLSTATE 28P01)", c.in.Role)
 			case "28000":
-				return nil, &Classified{Reason: ReasonLoginRejected, cause: err, Message: fmt.Sprintf(
+				return nil, &dbcontract.Failure{Reason: dbcontract.ReasonLoginRejected, Cause: err, Message: fmt.Sprintf(
 					"the server rejected the login of role %s to database %s before checking its password (SQLSTATE 28000: no matching pg_hba.conf entry for this address/TLS, or the role may not log in); check pg_hba.conf and the role's LOGIN attribute", c.in.Role, c.in.Database)}
 			}
 		}
@@ -624,8 +625,8 @@ func (e *Executor) tenantLogin(ctx context.Context, c tenantCall, viaIP bool) (*
 // functions, search_path, database-level settings) runs with more rights
 // than the Tenant's. Only trusted extensions pass extensionCheck, which
 // runs first in the admin database. Nothing is dropped.
-func (e *Executor) ensureExtensions(ctx context.Context, c tenantCall) (TenantOutcome, error) {
-	out := TenantOutcome{Extensions: []string{}}
+func (e *Executor) ensureExtensions(ctx context.Context, c tenantCall) (dbcontract.TenantOutcome, error) {
+	out := dbcontract.TenantOutcome{Extensions: []string{}}
 	if _, err := requireManaged(ctx, c.pool, sqlOwnRow, c); err != nil {
 		return out, err
 	}
@@ -644,7 +645,7 @@ func (e *Executor) ensureExtensions(ctx context.Context, c tenantCall) (TenantOu
 		if _, err := conn.Exec(ctx, "CREATE EXTENSION IF NOT EXISTS "+quoteIdent(x)+" CASCADE"); err != nil {
 			var pgErr *pgconn.PgError
 			if errors.As(err, &pgErr) {
-				return out, &Classified{Reason: ReasonProvisioningFailed, cause: err,
+				return out, &dbcontract.Failure{Reason: dbcontract.ReasonProvisioningFailed, Cause: err,
 					Message: fmt.Sprintf("CREATE EXTENSION %s as role %s failed (SQLSTATE %s); the database's own objects or settings may prevent it", x, c.in.Role, pgErr.Code)}
 			}
 			return out, err
@@ -660,7 +661,7 @@ func (e *Executor) ensureExtensions(ctx context.Context, c tenantCall) (TenantOu
 	}
 	sort.Strings(installed)
 	if len(installed) != len(c.in.Extensions) {
-		return out, &Classified{Reason: ReasonProvisioningFailed, Message: "extensions did not read back as installed"}
+		return out, &dbcontract.Failure{Reason: dbcontract.ReasonProvisioningFailed, Message: "extensions did not read back as installed"}
 	}
 	out.Extensions = installed
 	return out, nil
@@ -669,8 +670,8 @@ func (e *Executor) ensureExtensions(ctx context.Context, c tenantCall) (TenantOu
 // verifyLogin connects as the Tenant role to its database with TLS, once
 // by host (DNS SAN) and once by hostaddr (IP SAN), and proves the role
 // cannot create a database or role.
-func (e *Executor) verifyLogin(ctx context.Context, c tenantCall) (TenantOutcome, error) {
-	var out TenantOutcome
+func (e *Executor) verifyLogin(ctx context.Context, c tenantCall) (dbcontract.TenantOutcome, error) {
+	var out dbcontract.TenantOutcome
 	if _, err := requireManaged(ctx, c.pool, sqlOwnRow, c); err != nil {
 		return out, err
 	}
@@ -688,10 +689,10 @@ func (e *Executor) verifyLogin(ctx context.Context, c tenantCall) (TenantOutcome
 		err = conn.QueryRow(ctx, `SELECT current_user, current_database(), rolsuper, rolcreatedb, rolcreaterole
 			FROM pg_catalog.pg_roles WHERE rolname OPERATOR(pg_catalog.=) current_user`).Scan(&user, &db, &super, &createDB, &createRole)
 		if err == nil && (user != c.in.Role || db != c.in.Database) {
-			err = &Classified{Reason: ReasonProvisioningFailed, Message: "logged in as the wrong user or database"}
+			err = &dbcontract.Failure{Reason: dbcontract.ReasonProvisioningFailed, Message: "logged in as the wrong user or database"}
 		}
 		if err == nil && (super || createDB || createRole) {
-			err = &Classified{Reason: ReasonProvisioningFailed, Message: "the Tenant role has SUPERUSER, CREATEDB or CREATEROLE"}
+			err = &dbcontract.Failure{Reason: dbcontract.ReasonProvisioningFailed, Message: "the Tenant role has SUPERUSER, CREATEDB or CREATEROLE"}
 		}
 		if err == nil {
 			// Prove it: creating a role must fail with insufficient_privilege.
@@ -701,7 +702,7 @@ func (e *Executor) verifyLogin(ctx context.Context, c tenantCall) (TenantOutcome
 				_ = tx.Rollback(ctx)
 				var pgErr *pgconn.PgError
 				if perr == nil || !errors.As(perr, &pgErr) || pgErr.Code != "42501" {
-					err = &Classified{Reason: ReasonProvisioningFailed, Message: "the Tenant role could create a role"}
+					err = &dbcontract.Failure{Reason: dbcontract.ReasonProvisioningFailed, Message: "the Tenant role could create a role"}
 				}
 			}
 		}
@@ -714,57 +715,59 @@ func (e *Executor) verifyLogin(ctx context.Context, c tenantCall) (TenantOutcome
 }
 
 // retain marks the registry record unmanaged (Retain deletion policy).
-func (e *Executor) retain(ctx context.Context, c tenantCall) (TenantOutcome, error) {
+func (e *Executor) retain(ctx context.Context, c tenantCall) (dbcontract.TenantOutcome, error) {
 	_, err := c.pool.Exec(ctx, sqlRetain, c.in.InstanceUID, c.rec.Object.UID)
-	return TenantOutcome{}, err
+	return dbcontract.TenantOutcome{}, err
 }
 
 // skipped is the outcome of a delete step that found nothing of ours.
-func skipped(why string) (TenantOutcome, error) { return TenantOutcome{Skipped: why}, nil }
+func skipped(why string) (dbcontract.TenantOutcome, error) {
+	return dbcontract.TenantOutcome{Skipped: why}, nil
+}
 
 // disableLogin: ALTER ROLE ... NOLOGIN when the role is the one Ayatori
 // created (by OID). A foreign or absent role is skipped and reported.
-func (e *Executor) disableLogin(ctx context.Context, c tenantCall) (TenantOutcome, error) {
+func (e *Executor) disableLogin(ctx context.Context, c tenantCall) (dbcontract.TenantOutcome, error) {
 	row, err := ownRow(ctx, c.pool, sqlOwnRow, c)
 	if err != nil || row == nil || !row.Managed {
-		return TenantOutcome{Skipped: "not owned"}, err
+		return dbcontract.TenantOutcome{Skipped: "not owned"}, err
 	}
 	role, why, err := ourRole(ctx, c.pool, c, row)
 	if err != nil {
-		return TenantOutcome{}, err
+		return dbcontract.TenantOutcome{}, err
 	}
 	if role == nil {
 		return skipped(why)
 	}
-	return TenantOutcome{}, execVerifyingRole(ctx, c, role.OID, "ALTER ROLE "+quoteIdent(c.in.Role)+" NOLOGIN")
+	return dbcontract.TenantOutcome{}, execVerifyingRole(ctx, c, role.OID, "ALTER ROLE "+quoteIdent(c.in.Role)+" NOLOGIN")
 }
 
 // dropDatabase terminates the database's sessions and drops it, when it is
 // the database Ayatori created (ourDatabase). Never CASCADE. Sessions the
 // admin role may not terminate (a superuser's) block the deletion: they
 // are named, and the step is retried until they end.
-func (e *Executor) dropDatabase(ctx context.Context, c tenantCall) (TenantOutcome, error) {
+func (e *Executor) dropDatabase(ctx context.Context, c tenantCall) (dbcontract.TenantOutcome, error) {
 	row, err := ownRow(ctx, c.pool, sqlOwnRow, c)
 	if err != nil || row == nil || !row.Managed {
-		return TenantOutcome{Skipped: "not owned"}, err
+		return dbcontract.TenantOutcome{Skipped: "not owned"}, err
 	}
 	db, err := databaseByName(ctx, c.pool, c.in.Database)
 	if err != nil {
-		return TenantOutcome{}, err
+		return dbcontract.TenantOutcome{}, err
 	}
 	if db == nil {
 		return skipped("absent")
 	}
 	ours, why, err := ourDatabase(ctx, c.pool, c, row, db)
 	if err != nil {
-		return TenantOutcome{}, err
+		return dbcontract.TenantOutcome{}, err
 	}
 	if !ours {
 		return skipped(why)
 	}
 	sessions, err := listSessions(ctx, c.pool, db.OID)
 	if err != nil {
-		return TenantOutcome{}, err
+		return dbcontract.TenantOutcome{}, err
 	}
 	var blocking []session
 	for _, s := range sessions {
@@ -774,14 +777,14 @@ func (e *Executor) dropDatabase(ctx context.Context, c tenantCall) (TenantOutcom
 				blocking = append(blocking, s)
 				continue
 			}
-			return TenantOutcome{}, err
+			return dbcontract.TenantOutcome{}, err
 		}
 	}
 	if len(blocking) > 0 {
-		return TenantOutcome{}, deletionBlocked(c.in.Database, blocking)
+		return dbcontract.TenantOutcome{}, deletionBlocked(c.in.Database, blocking)
 	}
 	if again, err := databaseByName(ctx, c.pool, c.in.Database); err != nil || again == nil || again.OID != db.OID {
-		return TenantOutcome{}, firstErr(err, &Classified{Reason: ReasonProvisioningFailed, Transient: true, Message: "database " + c.in.Database + " changed while its sessions were ended"})
+		return dbcontract.TenantOutcome{}, firstErr(err, &dbcontract.Failure{Reason: dbcontract.ReasonProvisioningFailed, Transient: true, Message: "database " + c.in.Database + " changed while its sessions were ended"})
 	}
 	if _, err := c.pool.Exec(ctx, "DROP DATABASE IF EXISTS "+quoteIdent(c.in.Database)); err != nil {
 		var pgErr *pgconn.PgError
@@ -789,16 +792,16 @@ func (e *Executor) dropDatabase(ctx context.Context, c tenantCall) (TenantOutcom
 			// New sessions arrived (or could not be ended): name them.
 			left, lerr := listSessions(ctx, c.pool, db.OID)
 			if lerr == nil && len(left) > 0 {
-				return TenantOutcome{}, deletionBlocked(c.in.Database, left)
+				return dbcontract.TenantOutcome{}, deletionBlocked(c.in.Database, left)
 			}
 		}
-		return TenantOutcome{}, err
+		return dbcontract.TenantOutcome{}, err
 	}
 	found, err := exists(ctx, c.pool, sqlDatabaseExists, c.in.Database)
 	if err == nil && found {
-		err = &Classified{Reason: ReasonProvisioningFailed, Message: "the database still exists after DROP DATABASE", Transient: true}
+		err = &dbcontract.Failure{Reason: dbcontract.ReasonProvisioningFailed, Message: "the database still exists after DROP DATABASE", Transient: true}
 	}
-	return TenantOutcome{}, err
+	return dbcontract.TenantOutcome{}, err
 }
 
 // session is a backend connected to a database.
@@ -825,7 +828,7 @@ func listSessions(ctx context.Context, q interface {
 
 // deletionBlocked names the sessions that keep a database from being
 // dropped. application_name is the client's text: shortened and quoted.
-func deletionBlocked(database string, sessions []session) *Classified {
+func deletionBlocked(database string, sessions []session) *dbcontract.Failure {
 	var parts []string
 	for i, s := range sessions {
 		if i == 5 {
@@ -838,46 +841,46 @@ func deletionBlocked(database string, sessions []session) *Classified {
 		}
 		parts = append(parts, fmt.Sprintf("pid %d (user %s, application_name %q)", s.pid, s.user, app))
 	}
-	return &Classified{Reason: ReasonDeletionBlocked, Message: fmt.Sprintf(
+	return &dbcontract.Failure{Reason: dbcontract.ReasonDeletionBlocked, Message: fmt.Sprintf(
 		"database %s has sessions the admin role may not terminate: %s; end them (pg_terminate_backend as a superuser) and the deletion continues", database, strings.Join(parts, ", "))}
 }
 
 // dropRole drops the role when it is the one Ayatori created (by OID),
 // re-checked in the same transaction. It is blocked (2BP01) while the role
 // still owns objects or holds privileges elsewhere: never CASCADE.
-func (e *Executor) dropRole(ctx context.Context, c tenantCall) (TenantOutcome, error) {
+func (e *Executor) dropRole(ctx context.Context, c tenantCall) (dbcontract.TenantOutcome, error) {
 	row, err := ownRow(ctx, c.pool, sqlOwnRow, c)
 	if err != nil || row == nil || !row.Managed {
-		return TenantOutcome{Skipped: "not owned"}, err
+		return dbcontract.TenantOutcome{Skipped: "not owned"}, err
 	}
 	role, why, err := ourRole(ctx, c.pool, c, row)
 	if err != nil {
-		return TenantOutcome{}, err
+		return dbcontract.TenantOutcome{}, err
 	}
 	if role == nil {
 		return skipped(why)
 	}
 	tx, err := c.pool.Begin(ctx)
 	if err != nil {
-		return TenantOutcome{}, err
+		return dbcontract.TenantOutcome{}, err
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
 	if again, err := roleByName(ctx, tx, c.in.Role); err != nil || again == nil || again.OID != role.OID {
-		return TenantOutcome{}, firstErr(err, &Classified{Reason: ReasonProvisioningFailed, Transient: true, Message: "role " + c.in.Role + " changed while it was dropped"})
+		return dbcontract.TenantOutcome{}, firstErr(err, &dbcontract.Failure{Reason: dbcontract.ReasonProvisioningFailed, Transient: true, Message: "role " + c.in.Role + " changed while it was dropped"})
 	}
 	if _, err := tx.Exec(ctx, "DROP ROLE "+quoteIdent(c.in.Role)); err != nil {
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) && pgErr.Code == "2BP01" {
-			return TenantOutcome{}, &Classified{Reason: ReasonDeletionBlocked, cause: err, Message: "role " + c.in.Role +
+			return dbcontract.TenantOutcome{}, &dbcontract.Failure{Reason: dbcontract.ReasonDeletionBlocked, Cause: err, Message: "role " + c.in.Role +
 				" still owns objects or holds privileges outside its database (SQLSTATE 2BP01); nothing was dropped with CASCADE: REASSIGN OWNED BY / DROP OWNED BY " + c.in.Role + " in each database it reaches, and the deletion continues"}
 		}
-		return TenantOutcome{}, err
+		return dbcontract.TenantOutcome{}, err
 	}
-	return TenantOutcome{}, tx.Commit(ctx)
+	return dbcontract.TenantOutcome{}, tx.Commit(ctx)
 }
 
 // release deletes the registry record (Delete policy, after everything else).
-func (e *Executor) release(ctx context.Context, c tenantCall) (TenantOutcome, error) {
+func (e *Executor) release(ctx context.Context, c tenantCall) (dbcontract.TenantOutcome, error) {
 	_, err := c.pool.Exec(ctx, sqlRelease, c.in.InstanceUID, c.rec.Object.UID)
-	return TenantOutcome{}, err
+	return dbcontract.TenantOutcome{}, err
 }

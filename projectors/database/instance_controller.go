@@ -18,7 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1alpha1 "git.ddupan.top/panxiao81/ayatori/api/database/v1alpha1"
-	pgexec "git.ddupan.top/panxiao81/ayatori/executors/postgresql"
+	dbcontract "git.ddupan.top/panxiao81/ayatori/contracts/database"
 	"git.ddupan.top/panxiao81/ayatori/journal"
 )
 
@@ -169,10 +169,10 @@ func (r *InstanceReconciler) Reconcile(ctx context.Context, req reconcile.Reques
 		}
 	}
 	if d.Intent != nil {
-		payload := pgexec.InstanceIntent{
-			Endpoint: pgexec.Endpoint{Host: spec.Endpoint.Host, HostAddr: spec.Endpoint.HostAddr, Port: spec.Endpoint.Port,
+		payload := dbcontract.InstanceIntent{
+			Endpoint: dbcontract.Endpoint{Host: spec.Endpoint.Host, HostAddr: spec.Endpoint.HostAddr, Port: spec.Endpoint.Port,
 				Database: spec.Endpoint.Database, SSLMode: string(spec.Endpoint.SSLMode)},
-			AdminCredRef: pgexec.AdminCredentialRef{SecretName: spec.AdminCredentialRef.Name, UsernameKey: spec.AdminCredentialRef.UsernameKey,
+			AdminCredRef: dbcontract.AdminCredentialRef{SecretName: spec.AdminCredentialRef.Name, UsernameKey: spec.AdminCredentialRef.UsernameKey,
 				PasswordKey: spec.AdminCredentialRef.PasswordKey, ResourceVersion: facts.Secret.ResourceVersion},
 		}
 		rec, err := journal.NewIntent(objectRef(inst), d.Intent.Operation, "", d.Intent.Attempt, payload)

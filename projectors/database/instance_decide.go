@@ -9,7 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1alpha1 "git.ddupan.top/panxiao81/ayatori/api/database/v1alpha1"
-	pgexec "git.ddupan.top/panxiao81/ayatori/executors/postgresql"
+	dbcontract "git.ddupan.top/panxiao81/ayatori/contracts/database"
 	"git.ddupan.top/panxiao81/ayatori/journal"
 )
 
@@ -141,9 +141,9 @@ func DecideInstance(f InstanceFacts, p InstancePolicy) InstanceDecision {
 	}
 	observe := func(phase v1alpha1.InstancePhase, ready ReadyCondition) InstanceDecision {
 		return InstanceDecision{Phase: phase, Ready: ready, RequeueAfter: p.PendingRecheck,
-			Intent: &PlannedIntent{Operation: pgexec.OpObserveInstance, Attempt: nextAttempt(st, pgexec.OpObserveInstance, gen)}}
+			Intent: &PlannedIntent{Operation: dbcontract.OpObserveInstance, Attempt: nextAttempt(st, dbcontract.OpObserveInstance, gen)}}
 	}
-	obs := intentsOf(st, pgexec.OpObserveInstance, gen)
+	obs := intentsOf(st, dbcontract.OpObserveInstance, gen)
 	if len(obs) == 0 {
 		return observe(v1alpha1.InstancePhaseValidating, reconciling("validating the connection and the admin role"))
 	}
@@ -156,7 +156,7 @@ func DecideInstance(f InstanceFacts, p InstancePolicy) InstanceDecision {
 		}
 		return d
 	}
-	var op pgexec.ObserveOutcome
+	var op dbcontract.ObserveOutcome
 	_ = json.Unmarshal(out.Payload, &op)
 	if op.SecretResourceVersion != "" && op.SecretResourceVersion != f.Secret.ResourceVersion {
 		// The admin Secret changed since the observation: it says nothing
@@ -167,16 +167,16 @@ func DecideInstance(f InstanceFacts, p InstancePolicy) InstanceDecision {
 		return retryAfterFailure(f, p, st, out, v1alpha1.InstancePhaseValidating, observe)
 	}
 	switch op.Registry {
-	case pgexec.RegistryUsable:
+	case dbcontract.RegistryUsable:
 		return readyOrResync(f, p, out.Time, op.ServerVersion, observe)
-	case pgexec.RegistryAbsent, pgexec.RegistryNeedsMigration:
+	case dbcontract.RegistryAbsent, dbcontract.RegistryNeedsMigration:
 	default:
 		return observe(v1alpha1.InstancePhaseValidating, reconciling("the last observation did not report the registry; validating again"))
 	}
 	// The registry must be created or migrated: a BootstrapRegistry decided
 	// after this observation.
 	var boot *journal.Record
-	for _, b := range intentsOf(st, pgexec.OpBootstrapRegistry, gen) {
+	for _, b := range intentsOf(st, dbcontract.OpBootstrapRegistry, gen) {
 		if b.Sequence > out.Sequence {
 			b := b
 			boot = &b
@@ -186,7 +186,7 @@ func DecideInstance(f InstanceFacts, p InstancePolicy) InstanceDecision {
 	if boot == nil {
 		return InstanceDecision{Phase: v1alpha1.InstancePhaseInitializingRegistry, Ready: reconciling("initializing the ownership registry"),
 			RequeueAfter: p.PendingRecheck,
-			Intent:       &PlannedIntent{Operation: pgexec.OpBootstrapRegistry, Attempt: nextAttempt(st, pgexec.OpBootstrapRegistry, gen)}}
+			Intent:       &PlannedIntent{Operation: dbcontract.OpBootstrapRegistry, Attempt: nextAttempt(st, dbcontract.OpBootstrapRegistry, gen)}}
 	}
 	bout, done := st.OutcomeOf(boot.ID)
 	if !done {

@@ -7,7 +7,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1alpha1 "git.ddupan.top/panxiao81/ayatori/api/database/v1alpha1"
-	pgexec "git.ddupan.top/panxiao81/ayatori/executors/postgresql"
+	dbcontract "git.ddupan.top/panxiao81/ayatori/contracts/database"
 	"git.ddupan.top/panxiao81/ayatori/journal"
 )
 
@@ -47,8 +47,8 @@ func history(steps ...step) *journal.State {
 	return st
 }
 
-func usable(rv string) pgexec.ObserveOutcome {
-	return pgexec.ObserveOutcome{ServerVersion: "15.18", Registry: pgexec.RegistryUsable, RegistryVersion: 1, SecretResourceVersion: rv}
+func usable(rv string) dbcontract.ObserveOutcome {
+	return dbcontract.ObserveOutcome{ServerVersion: "15.18", Registry: dbcontract.RegistryUsable, RegistryVersion: 1, SecretResourceVersion: rv}
 }
 
 func TestDecideInstance(t *testing.T) {
@@ -70,47 +70,47 @@ func TestDecideInstance(t *testing.T) {
 		{name: "secret missing at first assembly", facts: InstanceFacts{Secret: SecretFact{}},
 			phase: "Pending", ready: "False", reason: "DependencyUnavailable", conclusive: true},
 		{name: "fresh: observe first", facts: InstanceFacts{},
-			phase: "Validating", ready: "Unknown", reason: "Reconciling", intent: pgexec.OpObserveInstance, attempt: 1},
+			phase: "Validating", ready: "Unknown", reason: "Reconciling", intent: dbcontract.OpObserveInstance, attempt: 1},
 		{name: "forged Ready on a fresh Instance does not skip validation", facts: InstanceFacts{Status: readyStatus},
-			phase: "Validating", ready: "Unknown", intent: pgexec.OpObserveInstance, attempt: 1},
-		{name: "observe pending", facts: InstanceFacts{Journal: history(step{op: pgexec.OpObserveInstance})},
+			phase: "Validating", ready: "Unknown", intent: dbcontract.OpObserveInstance, attempt: 1},
+		{name: "observe pending", facts: InstanceFacts{Journal: history(step{op: dbcontract.OpObserveInstance})},
 			phase: "Validating", ready: "Unknown"},
 		{name: "registry absent: bootstrap", facts: InstanceFacts{Status: validating, Journal: history(
-			step{op: pgexec.OpObserveInstance, class: journal.Succeeded, payload: pgexec.ObserveOutcome{Registry: pgexec.RegistryAbsent, SecretResourceVersion: "7"}})},
-			phase: "InitializingRegistry", ready: "Unknown", intent: pgexec.OpBootstrapRegistry, attempt: 1},
+			step{op: dbcontract.OpObserveInstance, class: journal.Succeeded, payload: dbcontract.ObserveOutcome{Registry: dbcontract.RegistryAbsent, SecretResourceVersion: "7"}})},
+			phase: "InitializingRegistry", ready: "Unknown", intent: dbcontract.OpBootstrapRegistry, attempt: 1},
 		{name: "bootstrap done: Ready", facts: InstanceFacts{Status: validating, Journal: history(
-			step{op: pgexec.OpObserveInstance, class: journal.Succeeded, payload: pgexec.ObserveOutcome{Registry: pgexec.RegistryAbsent, SecretResourceVersion: "7"}},
-			step{op: pgexec.OpBootstrapRegistry, class: journal.Succeeded})},
+			step{op: dbcontract.OpObserveInstance, class: journal.Succeeded, payload: dbcontract.ObserveOutcome{Registry: dbcontract.RegistryAbsent, SecretResourceVersion: "7"}},
+			step{op: dbcontract.OpBootstrapRegistry, class: journal.Succeeded})},
 			phase: "Ready", ready: "True", reason: "Ready", conclusive: true},
 		{name: "usable registry: Ready", facts: InstanceFacts{Status: validating, Journal: history(
-			step{op: pgexec.OpObserveInstance, class: journal.Succeeded, payload: usable("7")})},
+			step{op: dbcontract.OpObserveInstance, class: journal.Succeeded, payload: usable("7")})},
 			phase: "Ready", ready: "True", reason: "Ready", conclusive: true},
 		{name: "status wiped: observe again", facts: InstanceFacts{Journal: history(
-			step{op: pgexec.OpObserveInstance, class: journal.Succeeded, payload: usable("7")})},
-			phase: "Validating", ready: "Unknown", intent: pgexec.OpObserveInstance, attempt: 2},
+			step{op: dbcontract.OpObserveInstance, class: journal.Succeeded, payload: usable("7")})},
+			phase: "Validating", ready: "Unknown", intent: dbcontract.OpObserveInstance, attempt: 2},
 		{name: "secret changed: observe again", facts: InstanceFacts{Status: readyStatus, Secret: SecretFact{Found: true, ResourceVersion: "8"}, Journal: history(
-			step{op: pgexec.OpObserveInstance, class: journal.Succeeded, payload: usable("7")})},
-			phase: "Validating", ready: "Unknown", intent: pgexec.OpObserveInstance, attempt: 2},
+			step{op: dbcontract.OpObserveInstance, class: journal.Succeeded, payload: usable("7")})},
+			phase: "Validating", ready: "Unknown", intent: dbcontract.OpObserveInstance, attempt: 2},
 		{name: "resync due: observe, stay Ready", facts: InstanceFacts{Status: readyStatus, Now: t0.Add(2 * time.Minute), Journal: history(
-			step{op: pgexec.OpObserveInstance, class: journal.Succeeded, payload: usable("7")})},
-			phase: "Ready", ready: "True", intent: pgexec.OpObserveInstance, attempt: 2, conclusive: true},
+			step{op: dbcontract.OpObserveInstance, class: journal.Succeeded, payload: usable("7")})},
+			phase: "Ready", ready: "True", intent: dbcontract.OpObserveInstance, attempt: 2, conclusive: true},
 		{name: "resync pending keeps Ready", facts: InstanceFacts{Status: readyStatus, Journal: history(
-			step{op: pgexec.OpObserveInstance, class: journal.Succeeded, payload: usable("7")},
-			step{op: pgexec.OpObserveInstance})},
+			step{op: dbcontract.OpObserveInstance, class: journal.Succeeded, payload: usable("7")},
+			step{op: dbcontract.OpObserveInstance})},
 			phase: "Ready", ready: "True"},
 		{name: "auth failed: reported, back-off", facts: InstanceFacts{Status: validating, Now: t0.Add(time.Second), Journal: history(
-			step{op: pgexec.OpObserveInstance, class: journal.Failed, reason: "AuthenticationFailed", payload: pgexec.ObserveOutcome{SecretResourceVersion: "7"}})},
+			step{op: dbcontract.OpObserveInstance, class: journal.Failed, reason: "AuthenticationFailed", payload: dbcontract.ObserveOutcome{SecretResourceVersion: "7"}})},
 			phase: "Validating", ready: "False", reason: "AuthenticationFailed", conclusive: true},
 		{name: "after back-off: observe again", facts: InstanceFacts{Status: validating, Now: t0.Add(10 * time.Second), Journal: history(
-			step{op: pgexec.OpObserveInstance, class: journal.Failed, reason: "InsufficientPrivileges", payload: pgexec.ObserveOutcome{SecretResourceVersion: "7"}})},
-			phase: "Validating", ready: "False", reason: "InsufficientPrivileges", intent: pgexec.OpObserveInstance, attempt: 2, conclusive: true},
+			step{op: dbcontract.OpObserveInstance, class: journal.Failed, reason: "InsufficientPrivileges", payload: dbcontract.ObserveOutcome{SecretResourceVersion: "7"}})},
+			phase: "Validating", ready: "False", reason: "InsufficientPrivileges", intent: dbcontract.OpObserveInstance, attempt: 2, conclusive: true},
 		{name: "unknown reason maps to DependencyUnavailable", facts: InstanceFacts{Status: validating, Now: t0, Journal: history(
-			step{op: pgexec.OpObserveInstance, class: journal.Failed, reason: journal.ReasonRetriesExhausted})},
+			step{op: dbcontract.OpObserveInstance, class: journal.Failed, reason: journal.ReasonRetriesExhausted})},
 			phase: "Validating", ready: "False", reason: "DependencyUnavailable", conclusive: true},
 		{name: "bootstrap result unknown: observe before retrying", facts: InstanceFacts{Status: validating, Now: t0.Add(time.Hour), Journal: history(
-			step{op: pgexec.OpObserveInstance, class: journal.Succeeded, payload: pgexec.ObserveOutcome{Registry: pgexec.RegistryAbsent, SecretResourceVersion: "7"}},
-			step{op: pgexec.OpBootstrapRegistry, class: journal.ResultUnknown, reason: "DependencyUnavailable"})},
-			phase: "InitializingRegistry", ready: "False", reason: "DependencyUnavailable", intent: pgexec.OpObserveInstance, attempt: 2, conclusive: true},
+			step{op: dbcontract.OpObserveInstance, class: journal.Succeeded, payload: dbcontract.ObserveOutcome{Registry: dbcontract.RegistryAbsent, SecretResourceVersion: "7"}},
+			step{op: dbcontract.OpBootstrapRegistry, class: journal.ResultUnknown, reason: "DependencyUnavailable"})},
+			phase: "InitializingRegistry", ready: "False", reason: "DependencyUnavailable", intent: dbcontract.OpObserveInstance, attempt: 2, conclusive: true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

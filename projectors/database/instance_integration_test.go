@@ -20,6 +20,7 @@ import (
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	v1alpha1 "git.ddupan.top/panxiao81/ayatori/api/database/v1alpha1"
+	dbcontract "git.ddupan.top/panxiao81/ayatori/contracts/database"
 	pgexec "git.ddupan.top/panxiao81/ayatori/executors/postgresql"
 	"git.ddupan.top/panxiao81/ayatori/integration"
 	"git.ddupan.top/panxiao81/ayatori/journal"
@@ -64,7 +65,7 @@ func TestInstanceReady(t *testing.T) {
 		t.Fatalf("finalizer missing: %v", got.Finalizers)
 	}
 	intents, outcomes := opsOf(t, e, inst.UID)
-	if intents[pgexec.OpBootstrapRegistry] != 1 || outcomes[pgexec.OpBootstrapRegistry+"/Succeeded"] != 1 || outcomes[pgexec.OpObserveInstance+"/Succeeded"] < 1 {
+	if intents[dbcontract.OpBootstrapRegistry] != 1 || outcomes[dbcontract.OpBootstrapRegistry+"/Succeeded"] != 1 || outcomes[dbcontract.OpObserveInstance+"/Succeeded"] < 1 {
 		t.Fatalf("journal: intents %v outcomes %v", intents, outcomes)
 	}
 	// The forensics CLI shows the pairs.
@@ -221,8 +222,8 @@ func waitObservedSecret(t *testing.T, e *env, uid types.UID, rv string) {
 			return false, nil
 		}
 		for _, r := range recs {
-			if r.Type == journal.TypeOutcome && r.Operation == pgexec.OpObserveInstance && r.Result.Class == journal.Succeeded {
-				var p pgexec.ObserveOutcome
+			if r.Type == journal.TypeOutcome && r.Operation == dbcontract.OpObserveInstance && r.Result.Class == journal.Succeeded {
+				var p dbcontract.ObserveOutcome
 				if json.Unmarshal(r.Payload, &p) == nil && p.SecretResourceVersion == rv {
 					return true, nil
 				}
@@ -311,7 +312,7 @@ func TestInstanceStatusRebuilt(t *testing.T) {
 	}
 	e.waitReady(t, "rebuild", metav1.ConditionTrue, "Ready", 60*time.Second)
 	intentsAfter, _ := opsOf(t, e, inst.UID)
-	if intentsAfter[pgexec.OpObserveInstance] <= intentsBefore[pgexec.OpObserveInstance] {
+	if intentsAfter[dbcontract.OpObserveInstance] <= intentsBefore[dbcontract.OpObserveInstance] {
 		t.Fatal("status was rebuilt without a fresh observation")
 	}
 

@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "git.ddupan.top/panxiao81/ayatori/api/database/v1alpha1"
+	dbcontract "git.ddupan.top/panxiao81/ayatori/contracts/database"
 	esexec "git.ddupan.top/panxiao81/ayatori/executors/externalsecrets"
 	"git.ddupan.top/panxiao81/ayatori/integration"
 	"git.ddupan.top/panxiao81/ayatori/journal"
@@ -66,7 +67,7 @@ func getSecret(t *testing.T, s *integration.Stack, namespace, name string) (*cor
 func getES(t *testing.T, s *integration.Stack, namespace, name string) (*unstructured.Unstructured, bool) {
 	t.Helper()
 	es := &unstructured.Unstructured{}
-	es.SetGroupVersionKind(esexec.ExternalSecretGVK)
+	es.SetGroupVersionKind(dbcontract.ExternalSecretGVK)
 	err := s.CP.Client.Get(context.Background(), types.NamespacedName{Namespace: namespace, Name: name}, es)
 	if apierrors.IsNotFound(err) {
 		return nil, false
@@ -571,7 +572,7 @@ func TestTenantRetainCrash(t *testing.T) {
 			tn := newTenant(t, s, "retcrash", name, nil)
 			waitTenant(t, s, "retcrash", name, metav1.ConditionTrue, "Ready", 2*time.Minute)
 			s.StopManager()
-			if err := s.StartManagerEnv([]string{"AYATORI_FAILPOINTS=" + point + "=" + esexec.OpRetainExternalSecret}); err != nil {
+			if err := s.StartManagerEnv([]string{"AYATORI_FAILPOINTS=" + point + "=" + dbcontract.OpRetainExternalSecret}); err != nil {
 				t.Fatal(err)
 			}
 			if err := s.CP.Client.Delete(ctx, tn); err != nil {

@@ -21,9 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1alpha1 "git.ddupan.top/panxiao81/ayatori/api/database/v1alpha1"
-	esexec "git.ddupan.top/panxiao81/ayatori/executors/externalsecrets"
-	baoexec "git.ddupan.top/panxiao81/ayatori/executors/openbao"
-	pgexec "git.ddupan.top/panxiao81/ayatori/executors/postgresql"
+	dbcontract "git.ddupan.top/panxiao81/ayatori/contracts/database"
 	"git.ddupan.top/panxiao81/ayatori/journal"
 )
 
@@ -111,7 +109,7 @@ func (r *TenantReconciler) names(t *v1alpha1.PostgreSQLTenant) tenantNames {
 	}
 	// The ExternalSecret name is shortened (hashed) where ESO needs it; the
 	// default Secret name is always <instanceRef>-<name>-postgresql.
-	n.externalSecret = esexec.ExternalSecretName(t.Spec.InstanceRef, t.Name)
+	n.externalSecret = dbcontract.ExternalSecretName(t.Spec.InstanceRef, t.Name)
 	if n.secret == "" {
 		n.secret = t.Spec.InstanceRef + "-" + t.Name + "-postgresql"
 	}
@@ -145,7 +143,7 @@ func validateTenant(t *v1alpha1.PostgreSQLTenant, n tenantNames) []string {
 	}
 	// Every Kubernetes name and label value derived from the Tenant must be
 	// valid before the first external write.
-	errs = append(errs, esexec.ValidateNames(n.externalSecret, n.secret, t.Name)...)
+	errs = append(errs, dbcontract.ValidateNames(n.externalSecret, n.secret, t.Name)...)
 	if len(t.Name) > maxTenantNameForEvents {
 		errs = append(errs, fmt.Sprintf("metadata.name has %d characters; at most %d leave room for the names of its Events (<name>.<16 hex digits>, at most 253): use a shorter name",
 			len(t.Name), maxTenantNameForEvents))
@@ -169,13 +167,13 @@ func immutable(t *v1alpha1.PostgreSQLTenant, n tenantNames, st *journal.State) [
 	// Extensions may only grow: compare with the last successful install.
 	var last *journal.Record
 	for _, o := range st.Outcomes {
-		if o.Operation == pgexec.OpEnsureExtensions && o.Result.Class == journal.Succeeded && (last == nil || o.Sequence > last.Sequence) {
+		if o.Operation == dbcontract.OpEnsureExtensions && o.Result.Class == journal.Succeeded && (last == nil || o.Sequence > last.Sequence) {
 			o := o
 			last = &o
 		}
 	}
 	if last != nil {
-		var out pgexec.TenantOutcome
+		var out dbcontract.TenantOutcome
 		if last.DecodePayload(&out) == nil {
 			var removed []string
 			for _, x := range out.Extensions {
@@ -248,15 +246,15 @@ func (r *TenantReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 			problem = "the Instance endpoint changed (" + strings.Join(changed, ", ") + "); the credential record and the Secret follow it"
 		}
 		if problem != "" {
-			d = TenantDecision{Phase: d.Phase, Note: NoteRevalidate, DatabaseOID: d.DatabaseOID, Ready: reconciling(problem + "; re-checking every step")}
+			d = TenantDecision{Phase: d.Phase, Note: dbcontract.NoteRevalidate, DatabaseOID: d.DatabaseOID, Ready: reconciling(problem + "; re-checking every step")}
 		}
 	}
 	ref := objectRef(t)
 	if d.Note != "" {
 		note := journal.Record{ID: fmt.Sprintf("%s/g%d/note/%s/%d", t.UID, t.Generation, d.Note, st.LastSequence), Type: journal.TypeNote,
 			Operation: d.Note, Object: ref, Attempt: 1}
-		if d.Note == NoteDeletionStarted {
-			if err := note.SetPayload(DeletionNote{Policy: d.NotePolicy}); err != nil {
+		if d.Note == dbcontract.NoteDeletionStarted {
+			if err := note.SetPayload(dbcontract.DeletionNote{Policy: d.NotePolicy}); err != nil {
 				return reconcile.Result{}, err
 			}
 		}
@@ -269,7 +267,7 @@ func (r *TenantReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 		return result(reconcile.Result{Requeue: true}, r.projectTenant(ctx, t, n, d))
 	}
 	if d.Intent != nil {
-		if ierr != nil && d.Intent.Operation != pgexec.OpRetainOwnership && d.Intent.Operation != esexec.OpRetainExternalSecret {
+		if ierr != nil && d.Intent.Operation != dbcontract.OpRetainOwnership && d.Intent.Operation != dbcontract.OpRetainExternalSecret {
 			// The Instance is gone: Delete-path steps can not run; keep waiting.
 			return result(reconcile.Result{RequeueAfter: r.Policy.PendingRecheck}, r.projectTenant(ctx, t, n,
 				TenantDecision{Phase: d.Phase, Ready: notReady(v1alpha1.ReasonInstanceNotReady, facts.InstanceProblem)}))
@@ -305,36 +303,36 @@ func instanceReady(i *v1alpha1.PostgreSQLInstance) bool {
 // the executor that runs it.
 func (r *TenantReconciler) intent(t *v1alpha1.PostgreSQLTenant, inst *v1alpha1.PostgreSQLInstance, n tenantNames, p *PlannedIntent, st *journal.State) (journal.Record, error) {
 	spec := instanceSpecWithDefaults(inst.Spec)
-	ep := pgexec.Endpoint{Host: spec.Endpoint.Host, HostAddr: spec.Endpoint.HostAddr, Port: spec.Endpoint.Port,
+	ep := dbcontract.Endpoint{Host: spec.Endpoint.Host, HostAddr: spec.Endpoint.HostAddr, Port: spec.Endpoint.Port,
 		Database: spec.Endpoint.Database, SSLMode: string(spec.Endpoint.SSLMode)}
 	var payload any
 	cred := r.credentialIntent(inst, n)
 	switch p.Operation {
-	case baoexec.OpWriteCredential, baoexec.OpDestroyCredential:
+	case dbcontract.OpWriteCredential, dbcontract.OpDestroyCredential:
 		cred.AlreadyIssued = passwordIssued(st)
 		payload = cred
-	case esexec.OpEnsureExternalSecret, esexec.OpObserveProjection, esexec.OpDeleteExternalSecret, esexec.OpRetainExternalSecret:
-		pi := esexec.ProjectionIntent{ExternalSecret: n.externalSecret, TargetSecretName: n.secret, StoreName: r.Config.StoreName,
+	case dbcontract.OpEnsureExternalSecret, dbcontract.OpObserveProjection, dbcontract.OpDeleteExternalSecret, dbcontract.OpRetainExternalSecret:
+		pi := dbcontract.ProjectionIntent{ExternalSecret: n.externalSecret, TargetSecretName: n.secret, StoreName: r.Config.StoreName,
 			RemoteKey: n.kvPath, OwnerAPIVersion: v1alpha1.GroupVersion.String(), OwnerKind: "PostgreSQLTenant"}
-		if p.Operation == esexec.OpEnsureExternalSecret || p.Operation == esexec.OpObserveProjection {
+		if p.Operation == dbcontract.OpEnsureExternalSecret || p.Operation == dbcontract.OpObserveProjection {
 			_, pi.CredentialVersion = lastCredential(st)
 		}
 		payload = pi
 	default:
 		exts := append([]string(nil), t.Spec.Extensions...)
 		slices.Sort(exts)
-		payload = pgexec.TenantIntent{Endpoint: ep, InstanceUID: string(inst.UID), Database: n.database, Role: n.role,
+		payload = dbcontract.TenantIntent{Endpoint: ep, InstanceUID: string(inst.UID), Database: n.database, Role: n.role,
 			CredentialMount: r.Config.KVMount, CredentialPath: n.kvPath, Extensions: exts,
-			AdminCredRef: pgexec.AdminCredentialRef{SecretName: spec.AdminCredentialRef.Name, UsernameKey: spec.AdminCredentialRef.UsernameKey,
+			AdminCredRef: dbcontract.AdminCredentialRef{SecretName: spec.AdminCredentialRef.Name, UsernameKey: spec.AdminCredentialRef.UsernameKey,
 				PasswordKey: spec.AdminCredentialRef.PasswordKey}}
 	}
 	return journal.NewIntent(objectRef(t), p.Operation, "", p.Attempt, payload)
 }
 
 // credentialIntent is the credential record the Tenant should have now.
-func (r *TenantReconciler) credentialIntent(inst *v1alpha1.PostgreSQLInstance, n tenantNames) baoexec.CredentialIntent {
+func (r *TenantReconciler) credentialIntent(inst *v1alpha1.PostgreSQLInstance, n tenantNames) dbcontract.CredentialIntent {
 	spec := instanceSpecWithDefaults(inst.Spec)
-	return baoexec.CredentialIntent{Mount: r.Config.KVMount, Path: n.kvPath, InstanceUID: string(inst.UID), Username: n.role,
+	return dbcontract.CredentialIntent{Mount: r.Config.KVMount, Path: n.kvPath, InstanceUID: string(inst.UID), Username: n.role,
 		Database: n.database, Host: spec.Endpoint.Host, HostAddr: spec.Endpoint.HostAddr, Port: spec.Endpoint.Port, SSLMode: string(spec.Endpoint.SSLMode)}
 }
 

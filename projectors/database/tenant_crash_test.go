@@ -10,9 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1alpha1 "git.ddupan.top/panxiao81/ayatori/api/database/v1alpha1"
-	esexec "git.ddupan.top/panxiao81/ayatori/executors/externalsecrets"
-	baoexec "git.ddupan.top/panxiao81/ayatori/executors/openbao"
-	pgexec "git.ddupan.top/panxiao81/ayatori/executors/postgresql"
+	dbcontract "git.ddupan.top/panxiao81/ayatori/contracts/database"
 	"git.ddupan.top/panxiao81/ayatori/journal"
 )
 
@@ -24,8 +22,8 @@ import (
 // journal's invariants hold.
 func TestTenantCrashAtEveryStep(t *testing.T) {
 	s := getStack(t)
-	ops := []string{pgexec.OpCheckExtensions, pgexec.OpClaimOwnership, baoexec.OpWriteCredential, pgexec.OpCreateRole, pgexec.OpCreateDatabase,
-		pgexec.OpEnsureExtensions, esexec.OpEnsureExternalSecret, esexec.OpObserveProjection, pgexec.OpVerifyLogin}
+	ops := []string{dbcontract.OpCheckExtensions, dbcontract.OpClaimOwnership, dbcontract.OpWriteCredential, dbcontract.OpCreateRole, dbcontract.OpCreateDatabase,
+		dbcontract.OpEnsureExtensions, dbcontract.OpEnsureExternalSecret, dbcontract.OpObserveProjection, dbcontract.OpVerifyLogin}
 	ns(t, s, "crash")
 	ctx := context.Background()
 	for i, op := range ops {
@@ -74,7 +72,7 @@ func TestTenantCrashAtEveryStep(t *testing.T) {
 func TestTenantDeleteCrashAtEveryStep(t *testing.T) {
 	s := getStack(t)
 	ctx := context.Background()
-	ops := []string{esexec.OpDeleteExternalSecret, pgexec.OpDisableLogin, pgexec.OpDropDatabase, pgexec.OpDropRole, baoexec.OpDestroyCredential, pgexec.OpReleaseOwnership}
+	ops := []string{dbcontract.OpDeleteExternalSecret, dbcontract.OpDisableLogin, dbcontract.OpDropDatabase, dbcontract.OpDropRole, dbcontract.OpDestroyCredential, dbcontract.OpReleaseOwnership}
 	ns(t, s, "delcrash")
 	for i, op := range ops {
 		for _, point := range []string{"executor-before-outcome", "executor-after-outcome"} {

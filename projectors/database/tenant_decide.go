@@ -9,30 +9,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1alpha1 "git.ddupan.top/panxiao81/ayatori/api/database/v1alpha1"
-	esexec "git.ddupan.top/panxiao81/ayatori/executors/externalsecrets"
-	baoexec "git.ddupan.top/panxiao81/ayatori/executors/openbao"
-	pgexec "git.ddupan.top/panxiao81/ayatori/executors/postgresql"
+	dbcontract "git.ddupan.top/panxiao81/ayatori/contracts/database"
 	"git.ddupan.top/panxiao81/ayatori/journal"
 )
-
-// Journal notes written by the Tenant projector.
-const (
-	// NoteRevalidate starts a new pass over every step (status lost, or the
-	// periodic drift check): steps are considered done only after it.
-	NoteRevalidate = "Revalidate"
-	// NoteDeletionStarted records the deletion policy in force when
-	// deletion began (payload DeletionNote).
-	NoteDeletionStarted = "DeletionStarted"
-)
-
-// DeletionNote is the payload of a DeletionStarted note.
-type DeletionNote struct {
-	Policy v1alpha1.DeletionPolicy `json:"policy"`
-}
-
-func init() {
-	journal.RegisterPayload(NoteDeletionStarted, journal.TypeNote, DeletionNote{})
-}
 
 // tenantStep is one provisioning step and the phase reached when it succeeds.
 type tenantStep struct {
@@ -42,26 +21,26 @@ type tenantStep struct {
 
 // provisionSteps is the Tenant chain (specification §8.3, §9).
 var provisionSteps = []tenantStep{
-	{pgexec.OpCheckExtensions, v1alpha1.TenantPhasePending},
-	{pgexec.OpClaimOwnership, v1alpha1.TenantPhasePlanned},
-	{baoexec.OpWriteCredential, v1alpha1.TenantPhaseCredentialCreated},
-	{pgexec.OpCreateRole, v1alpha1.TenantPhaseRoleCreated},
-	{pgexec.OpCreateDatabase, v1alpha1.TenantPhaseDatabaseCreated},
-	{pgexec.OpEnsureExtensions, v1alpha1.TenantPhaseDatabaseCreated},
-	{esexec.OpEnsureExternalSecret, v1alpha1.TenantPhaseExternalSecretCreated},
-	{esexec.OpObserveProjection, v1alpha1.TenantPhaseCredentialProjected},
-	{pgexec.OpVerifyLogin, v1alpha1.TenantPhaseReady},
+	{dbcontract.OpCheckExtensions, v1alpha1.TenantPhasePending},
+	{dbcontract.OpClaimOwnership, v1alpha1.TenantPhasePlanned},
+	{dbcontract.OpWriteCredential, v1alpha1.TenantPhaseCredentialCreated},
+	{dbcontract.OpCreateRole, v1alpha1.TenantPhaseRoleCreated},
+	{dbcontract.OpCreateDatabase, v1alpha1.TenantPhaseDatabaseCreated},
+	{dbcontract.OpEnsureExtensions, v1alpha1.TenantPhaseDatabaseCreated},
+	{dbcontract.OpEnsureExternalSecret, v1alpha1.TenantPhaseExternalSecretCreated},
+	{dbcontract.OpObserveProjection, v1alpha1.TenantPhaseCredentialProjected},
+	{dbcontract.OpVerifyLogin, v1alpha1.TenantPhaseReady},
 }
 
 // deleteSteps is the Delete policy's order (specification §11.2): every
 // executor re-proves ownership before it deletes.
 var deleteSteps = []tenantStep{
-	{esexec.OpDeleteExternalSecret, v1alpha1.TenantPhaseDeleting},
-	{pgexec.OpDisableLogin, v1alpha1.TenantPhaseDeleting},
-	{pgexec.OpDropDatabase, v1alpha1.TenantPhaseDeleting},
-	{pgexec.OpDropRole, v1alpha1.TenantPhaseDeleting},
-	{baoexec.OpDestroyCredential, v1alpha1.TenantPhaseDeleting},
-	{pgexec.OpReleaseOwnership, v1alpha1.TenantPhaseDeleting},
+	{dbcontract.OpDeleteExternalSecret, v1alpha1.TenantPhaseDeleting},
+	{dbcontract.OpDisableLogin, v1alpha1.TenantPhaseDeleting},
+	{dbcontract.OpDropDatabase, v1alpha1.TenantPhaseDeleting},
+	{dbcontract.OpDropRole, v1alpha1.TenantPhaseDeleting},
+	{dbcontract.OpDestroyCredential, v1alpha1.TenantPhaseDeleting},
+	{dbcontract.OpReleaseOwnership, v1alpha1.TenantPhaseDeleting},
 }
 
 // TenantPolicy tunes the Tenant decisions.
@@ -106,7 +85,7 @@ type TenantDecision struct {
 	Ready      ReadyCondition
 	Conclusive bool
 	Intent     *PlannedIntent
-	// Note is a journal note to append (NoteRevalidate, NoteDeletionStarted).
+	// Note is a journal note to append (dbcontract.NoteRevalidate, dbcontract.NoteDeletionStarted).
 	Note       string
 	NotePolicy v1alpha1.DeletionPolicy
 	// RemoveFinalizer: deletion is complete (or Retain: the registry update is journaled).
@@ -143,7 +122,7 @@ func DecideTenant(f TenantFacts, p TenantPolicy) TenantDecision {
 		return decideTenantDelete(f, p, st)
 	}
 	var epoch uint64
-	if n := lastNote(f.Records, NoteRevalidate); n != nil {
+	if n := lastNote(f.Records, dbcontract.NoteRevalidate); n != nil {
 		epoch = n.Sequence
 	}
 	// The checkpoint shown while blocked is derived from the journal, never
@@ -168,7 +147,7 @@ func DecideTenant(f TenantFacts, p TenantPolicy) TenantDecision {
 	if f.Status.Phase == "" && len(st.Intents) > 0 {
 		// Status was lost: re-run every step against the external facts.
 		if anyAfter(st, f.Generation, epoch) {
-			return TenantDecision{Phase: v1alpha1.TenantPhasePending, Note: NoteRevalidate, StatusLost: true,
+			return TenantDecision{Phase: v1alpha1.TenantPhasePending, Note: dbcontract.NoteRevalidate, StatusLost: true,
 				Ready: reconciling("status was lost; re-checking every step against the external facts")}
 		}
 	}
@@ -176,7 +155,7 @@ func DecideTenant(f TenantFacts, p TenantPolicy) TenantDecision {
 	if d.done {
 		due := d.lastDone.Add(p.ResyncInterval)
 		if !f.Now.Before(due) {
-			return TenantDecision{Phase: v1alpha1.TenantPhaseReady, Note: NoteRevalidate, Conclusive: true, DatabaseOID: d.oid,
+			return TenantDecision{Phase: v1alpha1.TenantPhaseReady, Note: dbcontract.NoteRevalidate, Conclusive: true, DatabaseOID: d.oid,
 				Ready: tenantReady()}
 		}
 		return TenantDecision{Phase: v1alpha1.TenantPhaseReady, Ready: tenantReady(), Conclusive: true, DatabaseOID: d.oid, RequeueAfter: due.Sub(f.Now)}
@@ -232,8 +211,8 @@ func runChain(f TenantFacts, p TenantPolicy, st *journal.State, steps []tenantSt
 		if out.Result.Class != journal.Succeeded {
 			return chainResult{TenantDecision: tenantFailure(f, p, st, step, out, phase, epoch, oid)}
 		}
-		if step.op == pgexec.OpCreateDatabase {
-			var o pgexec.TenantOutcome
+		if step.op == dbcontract.OpCreateDatabase {
+			var o dbcontract.TenantOutcome
 			if json.Unmarshal(out.Payload, &o) == nil && o.DatabaseOID != 0 {
 				oid = o.DatabaseOID
 			}
@@ -246,23 +225,23 @@ func runChain(f TenantFacts, p TenantPolicy, st *journal.State, steps []tenantSt
 
 func stepMessage(op string) string {
 	switch op {
-	case pgexec.OpCheckExtensions:
+	case dbcontract.OpCheckExtensions:
 		return "checking the requested extensions are available"
-	case pgexec.OpClaimOwnership:
+	case dbcontract.OpClaimOwnership:
 		return "claiming ownership in the registry"
-	case baoexec.OpWriteCredential:
+	case dbcontract.OpWriteCredential:
 		return "writing the credential to OpenBao"
-	case pgexec.OpCreateRole:
+	case dbcontract.OpCreateRole:
 		return "creating the login role"
-	case pgexec.OpCreateDatabase:
+	case dbcontract.OpCreateDatabase:
 		return "creating the database"
-	case pgexec.OpEnsureExtensions:
+	case dbcontract.OpEnsureExtensions:
 		return "installing extensions"
-	case esexec.OpEnsureExternalSecret:
+	case dbcontract.OpEnsureExternalSecret:
 		return "creating the ExternalSecret"
-	case esexec.OpObserveProjection:
+	case dbcontract.OpObserveProjection:
 		return "waiting for ESO to project the Secret"
-	case pgexec.OpVerifyLogin:
+	case dbcontract.OpVerifyLogin:
 		return "verifying the application login"
 	default:
 		return "running " + op
@@ -282,7 +261,7 @@ func tenantFailure(f TenantFacts, p TenantPolicy, st *journal.State, step tenant
 	if reason == v1alpha1.ReasonInvalidSpec {
 		return d
 	}
-	if step.op == esexec.OpObserveProjection && reason == v1alpha1.ReasonCredentialProjectionFailed &&
+	if step.op == dbcontract.OpObserveProjection && reason == v1alpha1.ReasonCredentialProjectionFailed &&
 		attemptsSince(st, step.op, f.Generation, epoch) < projectionGrace {
 		// ESO syncs asynchronously: the first observations usually find
 		// the Secret not projected yet. That is still Reconciling (spec §10:
@@ -331,7 +310,7 @@ func tenantReason(r *journal.Result, op string) string {
 		v1alpha1.ReasonLoginRejected, v1alpha1.ReasonDeletionBlocked:
 		return r.Reason
 	}
-	if op == esexec.OpObserveProjection || op == esexec.OpEnsureExternalSecret {
+	if op == dbcontract.OpObserveProjection || op == dbcontract.OpEnsureExternalSecret {
 		return v1alpha1.ReasonCredentialProjectionFailed
 	}
 	return v1alpha1.ReasonProvisioningFailed
@@ -342,16 +321,16 @@ func tenantReason(r *journal.Result, op string) string {
 // (the intent is executed whenever PostgreSQL is reachable); Delete runs
 // the cleanup chain and keeps the finalizer until every step succeeded.
 func decideTenantDelete(f TenantFacts, p TenantPolicy, st *journal.State) TenantDecision {
-	note := lastNote(f.Records, NoteDeletionStarted)
+	note := lastNote(f.Records, dbcontract.NoteDeletionStarted)
 	if note == nil {
 		policy := f.SpecPolicy
 		if policy == "" {
 			policy = v1alpha1.DeletionPolicyRetain
 		}
-		return TenantDecision{Phase: v1alpha1.TenantPhaseDeleting, Note: NoteDeletionStarted, NotePolicy: policy,
+		return TenantDecision{Phase: v1alpha1.TenantPhaseDeleting, Note: dbcontract.NoteDeletionStarted, NotePolicy: policy,
 			Ready: reconciling("deletion started (deletionPolicy " + string(policy) + ")")}
 	}
-	var dn DeletionNote
+	var dn dbcontract.DeletionNote
 	_ = json.Unmarshal(note.Payload, &dn)
 	if len(st.Intents) == 0 || !claimedEver(st) {
 		// Nothing was ever claimed: there is nothing of ours outside.
@@ -373,7 +352,7 @@ func decideTenantDelete(f TenantFacts, p TenantPolicy, st *journal.State) Tenant
 // UID (a pending one may still execute, so it counts).
 func claimedEver(st *journal.State) bool {
 	for _, r := range st.Intents {
-		if r.Operation == pgexec.OpClaimOwnership {
+		if r.Operation == dbcontract.OpClaimOwnership {
 			return true
 		}
 	}

@@ -7,8 +7,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1alpha1 "git.ddupan.top/panxiao81/ayatori/api/database/v1alpha1"
-	baoexec "git.ddupan.top/panxiao81/ayatori/executors/openbao"
-	pgexec "git.ddupan.top/panxiao81/ayatori/executors/postgresql"
+	dbcontract "git.ddupan.top/panxiao81/ayatori/contracts/database"
 	"git.ddupan.top/panxiao81/ayatori/journal"
 )
 
@@ -37,8 +36,8 @@ func tenantHistory(steps ...step) (*journal.State, []journal.Record) {
 func ok(op string) step { return step{op: op, class: journal.Succeeded} }
 
 func TestDecideTenant(t *testing.T) {
-	all := []step{ok(pgexec.OpCheckExtensions), ok(pgexec.OpClaimOwnership), ok(baoexec.OpWriteCredential), ok(pgexec.OpCreateRole),
-		ok(pgexec.OpCreateDatabase), ok(pgexec.OpEnsureExtensions), ok("EnsureExternalSecret"), ok("ObserveProjection"), ok(pgexec.OpVerifyLogin)}
+	all := []step{ok(dbcontract.OpCheckExtensions), ok(dbcontract.OpClaimOwnership), ok(dbcontract.OpWriteCredential), ok(dbcontract.OpCreateRole),
+		ok(dbcontract.OpCreateDatabase), ok(dbcontract.OpEnsureExtensions), ok("EnsureExternalSecret"), ok("ObserveProjection"), ok(dbcontract.OpVerifyLogin)}
 	cases := []struct {
 		name    string
 		steps   []step
@@ -49,7 +48,7 @@ func TestDecideTenant(t *testing.T) {
 		intent  string
 		attempt int
 	}{
-		{name: "fresh: check extensions first", phase: "Pending", ready: "Unknown", intent: pgexec.OpCheckExtensions, attempt: 1},
+		{name: "fresh: check extensions first", phase: "Pending", ready: "Unknown", intent: dbcontract.OpCheckExtensions, attempt: 1},
 		{name: "invalid input: nothing runs", facts: func(f *TenantFacts) { f.InputErrors = []string{"bad"} }, phase: "Pending", ready: "False", reason: "InvalidSpec"},
 		{name: "instance not ready", facts: func(f *TenantFacts) { f.InstanceProblem = "not Ready" }, phase: "Pending", ready: "False", reason: "InstanceNotReady"},
 		{name: "instance still validating: reconciling", facts: func(f *TenantFacts) {
@@ -59,12 +58,12 @@ func TestDecideTenant(t *testing.T) {
 			phase: "Pending", ready: "Unknown", reason: "Reconciling"},
 		{name: "forged phase is ignored", facts: func(f *TenantFacts) { f.Status.Phase = v1alpha1.TenantPhaseReady; f.InstanceProblem = "x" },
 			phase: "Pending", ready: "False", reason: "InstanceNotReady"},
-		{name: "after the claim: credential", steps: all[:2], phase: "Planned", ready: "Unknown", intent: baoexec.OpWriteCredential, attempt: 1},
-		{name: "credential pending", steps: append(append([]step{}, all[:2]...), step{op: baoexec.OpWriteCredential}), phase: "Planned", ready: "Unknown"},
-		{name: "conflict: reported, re-checked slowly", steps: []step{ok(pgexec.OpCheckExtensions), {op: pgexec.OpClaimOwnership, class: journal.Failed, reason: "Conflict"}},
+		{name: "after the claim: credential", steps: all[:2], phase: "Planned", ready: "Unknown", intent: dbcontract.OpWriteCredential, attempt: 1},
+		{name: "credential pending", steps: append(append([]step{}, all[:2]...), step{op: dbcontract.OpWriteCredential}), phase: "Planned", ready: "Unknown"},
+		{name: "conflict: reported, re-checked slowly", steps: []step{ok(dbcontract.OpCheckExtensions), {op: dbcontract.OpClaimOwnership, class: journal.Failed, reason: "Conflict"}},
 			phase: "Pending", ready: "False", reason: "Conflict"},
-		{name: "dependency failure retried after back-off", steps: append(append([]step{}, all[:3]...), step{op: pgexec.OpCreateRole, class: journal.Failed, reason: "DependencyUnavailable"}),
-			facts: func(f *TenantFacts) { f.Now = t0.Add(5 * time.Second) }, phase: "CredentialCreated", ready: "False", reason: "DependencyUnavailable", intent: pgexec.OpCreateRole, attempt: 2},
+		{name: "dependency failure retried after back-off", steps: append(append([]step{}, all[:3]...), step{op: dbcontract.OpCreateRole, class: journal.Failed, reason: "DependencyUnavailable"}),
+			facts: func(f *TenantFacts) { f.Now = t0.Add(5 * time.Second) }, phase: "CredentialCreated", ready: "False", reason: "DependencyUnavailable", intent: dbcontract.OpCreateRole, attempt: 2},
 		{name: "ESO not synced yet: still reconciling", steps: append(append([]step{}, all[:7]...), step{op: "ObserveProjection", class: journal.Failed, reason: "CredentialProjectionFailed"}),
 			phase: "ExternalSecretCreated", ready: "Unknown", reason: "Reconciling"},
 		{name: "ESO still not synced after the grace: CredentialProjectionFailed", steps: append(append([]step{}, all[:7]...),
@@ -98,13 +97,13 @@ func TestDecideTenant(t *testing.T) {
 			case tc.intent != "" && (d.Intent == nil || d.Intent.Operation != tc.intent || d.Intent.Attempt != tc.attempt):
 				t.Fatalf("intent %+v, want %s a%d", d.Intent, tc.intent, tc.attempt)
 			}
-			if tc.name == "status wiped: revalidate" && (d.Note != NoteRevalidate || !d.StatusLost) {
+			if tc.name == "status wiped: revalidate" && (d.Note != dbcontract.NoteRevalidate || !d.StatusLost) {
 				t.Fatalf("note %q, status lost %v", d.Note, d.StatusLost)
 			}
 			if tc.name != "status wiped: revalidate" && d.StatusLost {
 				t.Fatal("StatusLost set although status has a phase")
 			}
-			if tc.name == "deletion records the policy" && (d.Note != NoteDeletionStarted || d.NotePolicy != v1alpha1.DeletionPolicyDelete) {
+			if tc.name == "deletion records the policy" && (d.Note != dbcontract.NoteDeletionStarted || d.NotePolicy != v1alpha1.DeletionPolicyDelete) {
 				t.Fatalf("note %q policy %q", d.Note, d.NotePolicy)
 			}
 		})

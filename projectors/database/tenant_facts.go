@@ -5,10 +5,8 @@ import (
 	"encoding/hex"
 	"strings"
 
+	dbcontract "git.ddupan.top/panxiao81/ayatori/contracts/database"
 	"git.ddupan.top/panxiao81/ayatori/journal"
-
-	baoexec "git.ddupan.top/panxiao81/ayatori/executors/openbao"
-	pgexec "git.ddupan.top/panxiao81/ayatori/executors/postgresql"
 )
 
 // passwordIssued reports whether the journal shows that the Tenant's
@@ -22,15 +20,15 @@ func passwordIssued(st *journal.State) bool {
 		return false
 	}
 	for _, r := range st.Intents {
-		if r.Operation == pgexec.OpCreateRole {
+		if r.Operation == dbcontract.OpCreateRole {
 			return true
 		}
 	}
 	for _, o := range st.Outcomes {
-		if o.Operation != baoexec.OpWriteCredential || o.Result == nil || o.Result.Class != journal.Succeeded {
+		if o.Operation != dbcontract.OpWriteCredential || o.Result == nil || o.Result.Class != journal.Succeeded {
 			continue
 		}
-		var out baoexec.CredentialOutcome
+		var out dbcontract.CredentialOutcome
 		if o.DecodePayload(&out) == nil && out.Created {
 			return true
 		}
@@ -40,31 +38,31 @@ func passwordIssued(st *journal.State) bool {
 
 // lastCredential returns the payload of the latest WriteCredential intent
 // and the KV version of the latest successful WriteCredential outcome.
-func lastCredential(st *journal.State) (in *baoexec.CredentialIntent, version int) {
+func lastCredential(st *journal.State) (in *dbcontract.CredentialIntent, version int) {
 	if st == nil {
 		return nil, 0
 	}
 	var li, lo *journal.Record
 	for _, r := range st.Intents {
-		if r.Operation == baoexec.OpWriteCredential && (li == nil || r.Sequence > li.Sequence) {
+		if r.Operation == dbcontract.OpWriteCredential && (li == nil || r.Sequence > li.Sequence) {
 			r := r
 			li = &r
 		}
 	}
 	for _, o := range st.Outcomes {
-		if o.Operation == baoexec.OpWriteCredential && o.Result != nil && o.Result.Class == journal.Succeeded && (lo == nil || o.Sequence > lo.Sequence) {
+		if o.Operation == dbcontract.OpWriteCredential && o.Result != nil && o.Result.Class == journal.Succeeded && (lo == nil || o.Sequence > lo.Sequence) {
 			o := o
 			lo = &o
 		}
 	}
 	if li != nil {
-		var p baoexec.CredentialIntent
+		var p dbcontract.CredentialIntent
 		if li.DecodePayload(&p) == nil {
 			in = &p
 		}
 	}
 	if lo != nil {
-		var out baoexec.CredentialOutcome
+		var out dbcontract.CredentialOutcome
 		if lo.DecodePayload(&out) == nil {
 			version = out.Version
 		}
@@ -76,12 +74,12 @@ func lastCredential(st *journal.State) (in *baoexec.CredentialIntent, version in
 // write that differ from want (the Instance endpoint or the Tenant's names
 // changed since): the chain runs again so the KV record (a new version,
 // same password) and the projected Secret follow.
-func credentialDrift(st *journal.State, want baoexec.CredentialIntent) []string {
+func credentialDrift(st *journal.State, want dbcontract.CredentialIntent) []string {
 	last, _ := lastCredential(st)
 	if last == nil {
 		return nil
 	}
-	have, exp := baoexec.ConnectionFields(*last), baoexec.ConnectionFields(want)
+	have, exp := dbcontract.ConnectionFields(*last), dbcontract.ConnectionFields(want)
 	var out []string
 	for _, k := range []string{"username", "database", "host", "hostaddr", "port", "sslmode"} {
 		if have[k] != exp[k] {

@@ -7,8 +7,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1alpha1 "git.ddupan.top/panxiao81/ayatori/api/database/v1alpha1"
-	baoexec "git.ddupan.top/panxiao81/ayatori/executors/openbao"
-	pgexec "git.ddupan.top/panxiao81/ayatori/executors/postgresql"
+	dbcontract "git.ddupan.top/panxiao81/ayatori/contracts/database"
 	"git.ddupan.top/panxiao81/ayatori/journal"
 )
 
@@ -22,13 +21,13 @@ func TestPasswordIssued(t *testing.T) {
 		want  bool
 	}{
 		{name: "fresh", want: false},
-		{name: "claimed only", steps: []step{ok(pgexec.OpCheckExtensions), ok(pgexec.OpClaimOwnership)}, want: false},
-		{name: "write failed", steps: []step{ok(pgexec.OpClaimOwnership), {op: baoexec.OpWriteCredential, class: journal.Failed, reason: "DependencyUnavailable"}}, want: false},
-		{name: "write reused an existing record", steps: []step{ok(pgexec.OpClaimOwnership),
-			{op: baoexec.OpWriteCredential, class: journal.Succeeded, payload: baoexec.CredentialOutcome{Path: "p", Version: 1}}}, want: false},
-		{name: "write generated", steps: []step{ok(pgexec.OpClaimOwnership),
-			{op: baoexec.OpWriteCredential, class: journal.Succeeded, payload: baoexec.CredentialOutcome{Path: "p", Version: 1, Created: true}}}, want: true},
-		{name: "create role pending", steps: []step{ok(pgexec.OpClaimOwnership), ok(baoexec.OpWriteCredential), {op: pgexec.OpCreateRole}}, want: true},
+		{name: "claimed only", steps: []step{ok(dbcontract.OpCheckExtensions), ok(dbcontract.OpClaimOwnership)}, want: false},
+		{name: "write failed", steps: []step{ok(dbcontract.OpClaimOwnership), {op: dbcontract.OpWriteCredential, class: journal.Failed, reason: "DependencyUnavailable"}}, want: false},
+		{name: "write reused an existing record", steps: []step{ok(dbcontract.OpClaimOwnership),
+			{op: dbcontract.OpWriteCredential, class: journal.Succeeded, payload: dbcontract.CredentialOutcome{Path: "p", Version: 1}}}, want: false},
+		{name: "write generated", steps: []step{ok(dbcontract.OpClaimOwnership),
+			{op: dbcontract.OpWriteCredential, class: journal.Succeeded, payload: dbcontract.CredentialOutcome{Path: "p", Version: 1, Created: true}}}, want: true},
+		{name: "create role pending", steps: []step{ok(dbcontract.OpClaimOwnership), ok(dbcontract.OpWriteCredential), {op: dbcontract.OpCreateRole}}, want: true},
 	}
 	for _, c := range cases {
 		st, _ := tenantHistory(c.steps...)
@@ -41,10 +40,10 @@ func TestPasswordIssued(t *testing.T) {
 // A changed Instance endpoint is drift against the last credential write;
 // the same endpoint is not.
 func TestCredentialDrift(t *testing.T) {
-	in := baoexec.CredentialIntent{Mount: "kv", Path: "p", Username: "app", Database: "app", Host: "db", HostAddr: "192.0.2.1", Port: 5432, SSLMode: "verify-full"}
-	st, _ := tenantHistory(ok(pgexec.OpClaimOwnership), step{op: baoexec.OpWriteCredential, class: journal.Succeeded, payload: baoexec.CredentialOutcome{Version: 3}})
+	in := dbcontract.CredentialIntent{Mount: "kv", Path: "p", Username: "app", Database: "app", Host: "db", HostAddr: "192.0.2.1", Port: 5432, SSLMode: "verify-full"}
+	st, _ := tenantHistory(ok(dbcontract.OpClaimOwnership), step{op: dbcontract.OpWriteCredential, class: journal.Succeeded, payload: dbcontract.CredentialOutcome{Version: 3}})
 	// tenantHistory writes intents without payload: add one with in.
-	rec, _ := journal.NewIntent(journal.ObjectRef{UID: "t-1", Generation: 1}, baoexec.OpWriteCredential, "", 9, in)
+	rec, _ := journal.NewIntent(journal.ObjectRef{UID: "t-1", Generation: 1}, dbcontract.OpWriteCredential, "", 9, in)
 	rec.Sequence = 100
 	st.Intents[rec.ID] = rec
 	if got, v := lastCredential(st); got == nil || got.Host != "db" || v != 3 {

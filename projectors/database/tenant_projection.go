@@ -12,13 +12,13 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "git.ddupan.top/panxiao81/ayatori/api/database/v1alpha1"
-	esexec "git.ddupan.top/panxiao81/ayatori/executors/externalsecrets"
+	dbcontract "git.ddupan.top/panxiao81/ayatori/contracts/database"
 )
 
 // newExternalSecret returns an empty ExternalSecret for reads and watches.
 func newExternalSecret() *unstructured.Unstructured {
 	u := &unstructured.Unstructured{}
-	u.SetGroupVersionKind(esexec.ExternalSecretGVK)
+	u.SetGroupVersionKind(dbcontract.ExternalSecretGVK)
 	return u
 }
 

@@ -10,8 +10,7 @@ import (
 	"k8s.io/client-go/tools/events"
 
 	v1alpha1 "git.ddupan.top/panxiao81/ayatori/api/database/v1alpha1"
-	esexec "git.ddupan.top/panxiao81/ayatori/executors/externalsecrets"
-	pgexec "git.ddupan.top/panxiao81/ayatori/executors/postgresql"
+	dbcontract "git.ddupan.top/panxiao81/ayatori/contracts/database"
 	"git.ddupan.top/panxiao81/ayatori/journal"
 )
 
@@ -26,11 +25,11 @@ const EventLeftInPlace = "LeftInPlace"
 // Tenant's owner reference before the finalizer goes, so no garbage
 // collector deletes it (and the application's Secret with it).
 func decideTenantRetain(f TenantFacts, p TenantPolicy, st *journal.State, after uint64) TenantDecision {
-	if len(intentsAfter(st, pgexec.OpRetainOwnership, f.Generation, after)) == 0 {
+	if len(intentsAfter(st, dbcontract.OpRetainOwnership, f.Generation, after)) == 0 {
 		return TenantDecision{Phase: v1alpha1.TenantPhaseDeleting, Ready: reconciling("retaining external resources"), RequeueAfter: 200 * time.Millisecond,
-			Intent: &PlannedIntent{Operation: pgexec.OpRetainOwnership, Attempt: nextAttempt(st, pgexec.OpRetainOwnership, f.Generation)}}
+			Intent: &PlannedIntent{Operation: dbcontract.OpRetainOwnership, Attempt: nextAttempt(st, dbcontract.OpRetainOwnership, f.Generation)}}
 	}
-	step := tenantStep{esexec.OpRetainExternalSecret, v1alpha1.TenantPhaseDeleting}
+	step := tenantStep{dbcontract.OpRetainExternalSecret, v1alpha1.TenantPhaseDeleting}
 	d := runChain(f, p, st, []tenantStep{step}, after, v1alpha1.TenantPhaseDeleting)
 	if d.done {
 		return TenantDecision{Phase: v1alpha1.TenantPhaseDeleting, RemoveFinalizer: true, Ready: reconciling("retained"),

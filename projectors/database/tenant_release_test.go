@@ -5,9 +5,7 @@ import (
 	"testing"
 
 	v1alpha1 "git.ddupan.top/panxiao81/ayatori/api/database/v1alpha1"
-	esexec "git.ddupan.top/panxiao81/ayatori/executors/externalsecrets"
-	baoexec "git.ddupan.top/panxiao81/ayatori/executors/openbao"
-	pgexec "git.ddupan.top/panxiao81/ayatori/executors/postgresql"
+	dbcontract "git.ddupan.top/panxiao81/ayatori/contracts/database"
 	"git.ddupan.top/panxiao81/ayatori/journal"
 )
 
@@ -15,8 +13,8 @@ import (
 // note with policy, then the deletion steps (after).
 func deletionHistory(policy v1alpha1.DeletionPolicy, before, after []step) TenantFacts {
 	_, recs := tenantHistory(before...)
-	note := journal.Record{ID: "note", Type: journal.TypeNote, Operation: NoteDeletionStarted, Object: journal.ObjectRef{UID: "t-1", Generation: 1}, Attempt: 1}
-	_ = note.SetPayload(DeletionNote{Policy: policy})
+	note := journal.Record{ID: "note", Type: journal.TypeNote, Operation: dbcontract.NoteDeletionStarted, Object: journal.ObjectRef{UID: "t-1", Generation: 1}, Attempt: 1}
+	_ = note.SetPayload(dbcontract.DeletionNote{Policy: policy})
 	note.Sequence = uint64(len(recs) + 1)
 	recs = append(recs, note)
 	_, tail := tenantHistory(append(append([]step{}, before...), after...)...)
@@ -31,19 +29,19 @@ func deletionHistory(policy v1alpha1.DeletionPolicy, before, after []step) Tenan
 // may be down), then the ExternalSecret is released; only then does the
 // finalizer go.
 func TestDecideTenantRetain(t *testing.T) {
-	claimed := []step{ok(pgexec.OpCheckExtensions), ok(pgexec.OpClaimOwnership)}
+	claimed := []step{ok(dbcontract.OpCheckExtensions), ok(dbcontract.OpClaimOwnership)}
 	cases := []struct {
 		name   string
 		after  []step
 		intent string
 		remove bool
 	}{
-		{name: "retain ownership first", intent: pgexec.OpRetainOwnership},
-		{name: "then release the ExternalSecret, without waiting for PostgreSQL", after: []step{{op: pgexec.OpRetainOwnership}}, intent: esexec.OpRetainExternalSecret},
-		{name: "release pending: wait", after: []step{{op: pgexec.OpRetainOwnership}, {op: esexec.OpRetainExternalSecret}}},
-		{name: "released: finalizer goes", after: []step{{op: pgexec.OpRetainOwnership}, ok(esexec.OpRetainExternalSecret)}, remove: true},
-		{name: "release failed: retried after back-off", after: []step{{op: pgexec.OpRetainOwnership},
-			{op: esexec.OpRetainExternalSecret, class: journal.Failed, reason: "DependencyUnavailable", at: -10 * 1e9}}, intent: esexec.OpRetainExternalSecret},
+		{name: "retain ownership first", intent: dbcontract.OpRetainOwnership},
+		{name: "then release the ExternalSecret, without waiting for PostgreSQL", after: []step{{op: dbcontract.OpRetainOwnership}}, intent: dbcontract.OpRetainExternalSecret},
+		{name: "release pending: wait", after: []step{{op: dbcontract.OpRetainOwnership}, {op: dbcontract.OpRetainExternalSecret}}},
+		{name: "released: finalizer goes", after: []step{{op: dbcontract.OpRetainOwnership}, ok(dbcontract.OpRetainExternalSecret)}, remove: true},
+		{name: "release failed: retried after back-off", after: []step{{op: dbcontract.OpRetainOwnership},
+			{op: dbcontract.OpRetainExternalSecret, class: journal.Failed, reason: "DependencyUnavailable", at: -10 * 1e9}}, intent: dbcontract.OpRetainExternalSecret},
 	}
 	for _, c := range cases {
 		f := deletionHistory(v1alpha1.DeletionPolicyRetain, claimed, c.after)
@@ -61,15 +59,15 @@ func TestDecideTenantRetain(t *testing.T) {
 // Delete: objects that are not this Tenant's are skipped by the executors
 // (successful outcomes); the finalizer goes and they are reported.
 func TestDecideTenantDeleteReportsLeftInPlace(t *testing.T) {
-	claimed := []step{ok(pgexec.OpCheckExtensions), {op: pgexec.OpClaimOwnership, class: journal.Failed, reason: "Conflict"}}
+	claimed := []step{ok(dbcontract.OpCheckExtensions), {op: dbcontract.OpClaimOwnership, class: journal.Failed, reason: "Conflict"}}
 	skip := func(op string, payload any) step { return step{op: op, class: journal.Succeeded, payload: payload} }
 	after := []step{
-		skip(esexec.OpDeleteExternalSecret, esexec.ProjectionOutcome{Skipped: "x"}),
-		skip(pgexec.OpDisableLogin, pgexec.TenantOutcome{Skipped: "not owned"}),
-		skip(pgexec.OpDropDatabase, pgexec.TenantOutcome{Skipped: "not owned"}),
-		skip(pgexec.OpDropRole, pgexec.TenantOutcome{Skipped: "not owned"}),
-		skip(baoexec.OpDestroyCredential, baoexec.DestroyOutcome{Skipped: "y"}),
-		ok(pgexec.OpReleaseOwnership),
+		skip(dbcontract.OpDeleteExternalSecret, dbcontract.ProjectionOutcome{Skipped: "x"}),
+		skip(dbcontract.OpDisableLogin, dbcontract.TenantOutcome{Skipped: "not owned"}),
+		skip(dbcontract.OpDropDatabase, dbcontract.TenantOutcome{Skipped: "not owned"}),
+		skip(dbcontract.OpDropRole, dbcontract.TenantOutcome{Skipped: "not owned"}),
+		skip(dbcontract.OpDestroyCredential, dbcontract.DestroyOutcome{Skipped: "y"}),
+		ok(dbcontract.OpReleaseOwnership),
 	}
 	f := deletionHistory(v1alpha1.DeletionPolicyDelete, claimed, after)
 	d := DecideTenant(f, tenantPolicy)
@@ -77,7 +75,7 @@ func TestDecideTenantDeleteReportsLeftInPlace(t *testing.T) {
 		t.Fatalf("finalizer kept: %+v", d)
 	}
 	joined := strings.Join(d.LeftInPlace, "\n")
-	for _, op := range []string{esexec.OpDeleteExternalSecret, pgexec.OpDisableLogin, pgexec.OpDropDatabase, pgexec.OpDropRole, baoexec.OpDestroyCredential} {
+	for _, op := range []string{dbcontract.OpDeleteExternalSecret, dbcontract.OpDisableLogin, dbcontract.OpDropDatabase, dbcontract.OpDropRole, dbcontract.OpDestroyCredential} {
 		if !strings.Contains(joined, op) {
 			t.Errorf("%s not reported: %q", op, joined)
 		}

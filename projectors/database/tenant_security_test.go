@@ -16,8 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "git.ddupan.top/panxiao81/ayatori/api/database/v1alpha1"
-	baoexec "git.ddupan.top/panxiao81/ayatori/executors/openbao"
-	pgexec "git.ddupan.top/panxiao81/ayatori/executors/postgresql"
+	dbcontract "git.ddupan.top/panxiao81/ayatori/contracts/database"
 	"git.ddupan.top/panxiao81/ayatori/integration"
 )
 
@@ -225,7 +224,7 @@ func TestTenantForeignObjectsSurviveDelete(t *testing.T) {
 	s := getStack(t)
 	ctx := context.Background()
 	ns(t, s, "foreign")
-	for i, op := range []string{pgexec.OpClaimOwnership, baoexec.OpWriteCredential, pgexec.OpCreateRole} {
+	for i, op := range []string{dbcontract.OpClaimOwnership, dbcontract.OpWriteCredential, dbcontract.OpCreateRole} {
 		name := fmt.Sprintf("foreign%d", i)
 		t.Run("after "+op, func(t *testing.T) {
 			s.StopManager()
@@ -238,7 +237,7 @@ func TestTenantForeignObjectsSurviveDelete(t *testing.T) {
 			}
 			// Someone else takes the names while the manager is down.
 			owner := name
-			if op == pgexec.OpCreateRole {
+			if op == dbcontract.OpCreateRole {
 				owner = name + "_other" // the role is Ayatori's already
 			}
 			superExec(t, s, "postgres", "CREATE ROLE "+owner+" LOGIN")
@@ -286,7 +285,7 @@ func TestTenantForeignObjectsSurviveDelete(t *testing.T) {
 			if !strings.Contains(note, "DropDatabase: ") || !strings.Contains(note, name) {
 				t.Fatalf("no LeftInPlace Event naming the foreign database: %q", note)
 			}
-			if op == pgexec.OpCreateRole {
+			if op == dbcontract.OpCreateRole {
 				if n := superQuery[int64](t, s, "postgres", "SELECT count(*) FROM pg_roles WHERE rolname = '"+name+"'"); n != 0 {
 					t.Fatal("the role Ayatori created was left behind")
 				}
@@ -387,7 +386,7 @@ func TestTenantTwoInstancesOneServerRace(t *testing.T) {
 	}
 	const name = "contested"
 	s.StopManager()
-	if err := s.StartManagerEnv([]string{"AYATORI_FAILPOINTS=executor-after-outcome=" + pgexec.OpClaimOwnership}); err != nil {
+	if err := s.StartManagerEnv([]string{"AYATORI_FAILPOINTS=executor-after-outcome=" + dbcontract.OpClaimOwnership}); err != nil {
 		t.Fatal(err)
 	}
 	del := func(tn *v1alpha1.PostgreSQLTenant) { tn.Spec.DeletionPolicy = v1alpha1.DeletionPolicyDelete }

@@ -1,4 +1,4 @@
-package externalsecrets
+package database
 
 import (
 	"strings"

@@ -1,23 +1,8 @@
-// Package postgresql is the PostgreSQL executor of the database domain: it
-// executes journal intents against a registered PostgreSQL server with one
-// connection pool per Instance, TLS verify-full by default, SQLSTATE-based
-// error classification, and the ownership registry (tern migrations).
-//
-// contract.go is the executor's contract with the projector: operation
-// names and the typed, secret-free journal payloads.
-package postgresql
+package database
 
-import "git.ddupan.top/panxiao81/ayatori/journal"
-
-// Operations executed here.
-const (
-	// OpObserveInstance: connect with the admin credentials, read the
-	// server version, check the admin role's privileges and the registry.
-	OpObserveInstance = "ObserveInstance"
-	// OpBootstrapRegistry: create or migrate the ownership registry schema
-	// under an advisory lock, then read it back.
-	OpBootstrapRegistry = "BootstrapRegistry"
-)
+// Payloads of the Instance operations (ObserveInstance, BootstrapRegistry).
+// Fields whose names mention a secret carry the tag `journal:"ref"`: they
+// hold a name, key or version, never a value (see journal.RegisterPayload).
 
 // RegistrySchema is the schema holding the ownership registry.
 const RegistrySchema = "postgresql_tenant_operator"
@@ -45,9 +30,9 @@ type Endpoint struct {
 // AdminCredentialRef names the admin Secret (always in the controller
 // namespace) and its keys; never the values.
 type AdminCredentialRef struct {
-	SecretName  string `json:"secretName"`
+	SecretName  string `json:"secretName" journal:"ref"`
 	UsernameKey string `json:"usernameKey"`
-	PasswordKey string `json:"passwordKey"`
+	PasswordKey string `json:"passwordKey" journal:"ref"`
 	// ResourceVersion of the Secret when the intent was decided; outcomes
 	// report the one they actually used, so stale observations are detected.
 	ResourceVersion string `json:"resourceVersion"`
@@ -56,7 +41,7 @@ type AdminCredentialRef struct {
 // InstanceIntent is the payload of ObserveInstance and BootstrapRegistry intents.
 type InstanceIntent struct {
 	Endpoint     Endpoint           `json:"endpoint"`
-	AdminCredRef AdminCredentialRef `json:"adminCredentialRef"`
+	AdminCredRef AdminCredentialRef `json:"adminCredentialRef" journal:"ref"`
 }
 
 // ObserveOutcome is the payload of an ObserveInstance outcome.
@@ -65,7 +50,7 @@ type ObserveOutcome struct {
 	Registry        RegistryState `json:"registry,omitempty"`
 	RegistryVersion int32         `json:"registryVersion,omitempty"`
 	// ResourceVersion of the admin Secret the observation used.
-	SecretResourceVersion string `json:"secretResourceVersion,omitempty"`
+	SecretResourceVersion string `json:"secretResourceVersion,omitempty" journal:"ref"`
 	// MissingPrivileges lists what the admin role lacks (Failed/InsufficientPrivileges).
 	MissingPrivileges []string `json:"missingPrivileges,omitempty"`
 }
@@ -74,12 +59,5 @@ type ObserveOutcome struct {
 type BootstrapOutcome struct {
 	RegistryVersion       int32  `json:"registryVersion"`
 	MigrationsApplied     int32  `json:"migrationsApplied"`
-	SecretResourceVersion string `json:"secretResourceVersion,omitempty"`
-}
-
-func init() {
-	journal.RegisterPayload(OpObserveInstance, journal.TypeIntent, InstanceIntent{})
-	journal.RegisterPayload(OpBootstrapRegistry, journal.TypeIntent, InstanceIntent{})
-	journal.RegisterPayload(OpObserveInstance, journal.TypeOutcome, ObserveOutcome{})
-	journal.RegisterPayload(OpBootstrapRegistry, journal.TypeOutcome, BootstrapOutcome{})
+	SecretResourceVersion string `json:"secretResourceVersion,omitempty" journal:"ref"`
 }

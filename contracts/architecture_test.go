@@ -1,0 +1,99 @@
+// Package contracts_test holds the dependency rules of the tree (see
+// docs/architecture.md "Dependency rules"). The domain contracts live in
+// the packages below this directory, one per domain.
+package contracts_test
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+const module = "git.ddupan.top/panxiao81/ayatori"
+
+// backendSDKs are module path prefixes of backend client libraries: only
+// executors/... may link them.
+var backendSDKs = []string{
+	"github.com/jackc/pgx",
+	"github.com/jackc/tern",
+	"github.com/openbao/",
+	"github.com/hashicorp/vault",
+	"github.com/external-secrets/",
+}
+
+// deps returns, per package matched by pattern, the packages it depends
+// on (non-test, transitive), as `go list -deps` reports them.
+func deps(t *testing.T, pattern string) map[string][]string {
+	t.Helper()
+	cmd := exec.Command("go", "list", "-f", `{{.ImportPath}}{{range .Deps}} {{.}}{{end}}`, pattern)
+	cmd.Dir = ".."
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list %s: %v\n%s", pattern, err, out)
+	}
+	m := map[string][]string{}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		f := strings.Fields(line)
+		if len(f) > 0 {
+			m[f[0]] = f[1:]
+		}
+	}
+	if len(m) == 0 {
+		t.Fatalf("go list %s matched no package", pattern)
+	}
+	return m
+}
+
+// forbidden reports every dependency of pkgs that starts with one of the prefixes.
+func forbidden(pkgs map[string][]string, prefixes ...string) []string {
+	var bad []string
+	for p, ds := range pkgs {
+		for _, d := range ds {
+			for _, pre := range prefixes {
+				if strings.HasPrefix(d, pre) {
+					bad = append(bad, p+" -> "+d)
+				}
+			}
+		}
+	}
+	return bad
+}
+
+func TestProjectorsDependOnContractsOnly(t *testing.T) {
+	pkgs := deps(t, "./projectors/...")
+	if bad := forbidden(pkgs, append([]string{module + "/executors"}, backendSDKs...)...); len(bad) > 0 {
+		t.Errorf("projectors must not depend on executors or a backend SDK (import contracts/<domain> instead):\n%s", strings.Join(bad, "\n"))
+	}
+}
+
+func TestContractsImportNoBackend(t *testing.T) {
+	pkgs := deps(t, "./contracts/...")
+	if bad := forbidden(pkgs, append([]string{module + "/executors", module + "/projectors", module + "/cmd"}, backendSDKs...)...); len(bad) > 0 {
+		t.Errorf("a domain contract imports no executor, projector or backend SDK:\n%s", strings.Join(bad, "\n"))
+	}
+}
+
+func TestJournalKnowsNoDomain(t *testing.T) {
+	pkgs := deps(t, "./journal/...")
+	if bad := forbidden(pkgs, append([]string{module + "/api", module + "/contracts", module + "/executors", module + "/projectors"}, backendSDKs...)...); len(bad) > 0 {
+		t.Errorf("journal/ must not depend on a domain package:\n%s", strings.Join(bad, "\n"))
+	}
+}
+
+func TestForensicsCLILinksNoExecutorOrProjector(t *testing.T) {
+	pkgs := deps(t, "./cmd/ayatori-journal")
+	if bad := forbidden(pkgs, append([]string{module + "/executors", module + "/projectors"}, backendSDKs...)...); len(bad) > 0 {
+		t.Errorf("ayatori-journal reads the journal only (domains reach it through their contracts):\n%s", strings.Join(bad, "\n"))
+	}
+}
+
+// TestRulesSeeViolations proves the checks above can fail: the PostgreSQL
+// executor does link pgx, and the manager links the executors.
+func TestRulesSeeViolations(t *testing.T) {
+	if bad := forbidden(deps(t, "./executors/postgresql"), backendSDKs...); len(bad) == 0 {
+		t.Error("executors/postgresql shows no backend SDK: the dependency listing is broken")
+	}
+	if bad := forbidden(deps(t, "./cmd/ayatori-manager"), module+"/executors"); len(bad) == 0 {
+		t.Error("cmd/ayatori-manager shows no executor: the dependency listing is broken")
+	}
+}

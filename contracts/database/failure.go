@@ -1,0 +1,42 @@
+package database
+
+import v1alpha1 "git.ddupan.top/panxiao81/ayatori/api/database/v1alpha1"
+
+// Reason is a stable failure reason of the database domain: the same words
+// as the Ready condition reasons of the database API, so an outcome's
+// reason can become a condition reason unchanged.
+type Reason string
+
+// Failure reasons an executor of this domain reports.
+const (
+	ReasonAuthenticationFailed   Reason = v1alpha1.ReasonAuthenticationFailed
+	ReasonInsufficientPrivileges Reason = v1alpha1.ReasonInsufficientPrivileges
+	ReasonDependencyUnavailable  Reason = v1alpha1.ReasonDependencyUnavailable
+	ReasonInvalidSpec            Reason = v1alpha1.ReasonInvalidSpec
+	ReasonConflict               Reason = v1alpha1.ReasonConflict
+	ReasonProvisioningFailed     Reason = v1alpha1.ReasonProvisioningFailed
+	// ReasonLoginRejected: the server refused the Tenant role's login before
+	// checking its password (pg_hba.conf, or a role that may not log in).
+	ReasonLoginRejected Reason = v1alpha1.ReasonLoginRejected
+	// ReasonDeletionBlocked: a Delete step waits for something outside
+	// Ayatori (sessions it may not end, objects the role still owns).
+	ReasonDeletionBlocked Reason = v1alpha1.ReasonDeletionBlocked
+)
+
+// Failure is the one failure type of the database domain: a reason (an
+// API reason), a message that is safe to put in a Condition, an Event or
+// the journal (never a driver's raw text, a DSN or a credential), and
+// whether retrying may help. Cause keeps the underlying error for logs at
+// debug level; it is never written anywhere.
+type Failure struct {
+	Reason  Reason
+	Message string
+	// Transient failures are worth retrying unchanged.
+	Transient bool
+	Cause     error
+}
+
+func (f *Failure) Error() string { return string(f.Reason) + ": " + f.Message }
+
+// Unwrap returns the underlying error.
+func (f *Failure) Unwrap() error { return f.Cause }

@@ -1,0 +1,80 @@
+package database
+
+// Domain is the journal domain of this contract: the subject token of
+// database.ayatori.ddupan.top (journal.Domain of the API group).
+const Domain = "database"
+
+// Instance operations (executed by executors/postgresql).
+const (
+	// OpObserveInstance: connect with the admin credentials, read the
+	// server version, check the admin role's privileges and the registry.
+	OpObserveInstance = "ObserveInstance"
+	// OpBootstrapRegistry: create or migrate the ownership registry schema
+	// under an advisory lock, then read it back.
+	OpBootstrapRegistry = "BootstrapRegistry"
+)
+
+// Tenant operations executed by executors/postgresql (specification §7,
+// §8.3, §11). Each is idempotent and re-checks the ownership registry
+// before it writes.
+const (
+	// OpCheckExtensions is read-only: every requested extension must be in
+	// pg_available_extensions before the first external write.
+	OpCheckExtensions  = "CheckExtensions"
+	OpClaimOwnership   = "ClaimOwnership"
+	OpCreateRole       = "CreateRole"
+	OpCreateDatabase   = "CreateDatabase"
+	OpEnsureExtensions = "EnsureExtensions"
+	OpVerifyLogin      = "VerifyLogin"
+	OpRetainOwnership  = "RetainOwnership"
+	OpDisableLogin     = "DisableLogin"
+	OpDropDatabase     = "DropDatabase"
+	OpDropRole         = "DropRole"
+	OpReleaseOwnership = "ReleaseOwnership"
+)
+
+// Tenant operations executed by executors/openbao.
+const (
+	// OpWriteCredential generates the Tenant's password once and writes the
+	// seven keys to KV v2 with cas=0 and ownership custom_metadata; an
+	// existing record of the same Tenant is reused (never a second password).
+	OpWriteCredential = "WriteCredential"
+	// OpDestroyCredential destroys the record with all versions and metadata
+	// after proving ownership, then reads back that it is gone.
+	OpDestroyCredential = "DestroyCredential"
+)
+
+// Tenant operations executed by executors/externalsecrets.
+const (
+	OpEnsureExternalSecret = "EnsureExternalSecret"
+	OpObserveProjection    = "ObserveProjection"
+	OpDeleteExternalSecret = "DeleteExternalSecret"
+	// OpRetainExternalSecret releases the ExternalSecret of a Tenant deleted
+	// with deletionPolicy Retain: the owner reference to the Tenant is
+	// removed (so a garbage collector never deletes it, and with it the
+	// application's Secret) and the ExternalSecret is marked retained. It
+	// keeps projecting the retained KV record; it is unmanaged from then on
+	// (docs/decisions/0004-retained-externalsecret.md).
+	OpRetainExternalSecret = "RetainExternalSecret"
+)
+
+// Journal notes written by the Tenant projector.
+const (
+	// NoteRevalidate starts a new pass over every step (status lost, or the
+	// periodic drift check): steps are considered done only after it.
+	NoteRevalidate = "Revalidate"
+	// NoteDeletionStarted records the deletion policy in force when
+	// deletion began (payload DeletionNote).
+	NoteDeletionStarted = "DeletionStarted"
+)
+
+// PostgreSQLOperations are the operations executors/postgresql owns.
+var PostgreSQLOperations = []string{OpObserveInstance, OpBootstrapRegistry,
+	OpCheckExtensions, OpClaimOwnership, OpCreateRole, OpCreateDatabase, OpEnsureExtensions, OpVerifyLogin,
+	OpRetainOwnership, OpDisableLogin, OpDropDatabase, OpDropRole, OpReleaseOwnership}
+
+// OpenBaoOperations are the operations executors/openbao owns.
+var OpenBaoOperations = []string{OpWriteCredential, OpDestroyCredential}
+
+// ExternalSecretsOperations are the operations executors/externalsecrets owns.
+var ExternalSecretsOperations = []string{OpEnsureExternalSecret, OpObserveProjection, OpDeleteExternalSecret, OpRetainExternalSecret}

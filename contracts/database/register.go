@@ -1,0 +1,33 @@
+package database
+
+import "git.ddupan.top/panxiao81/ayatori/journal"
+
+// Payload types of every operation and note of the domain, registered
+// with the journal: a payload of another type is refused on write, and
+// registration refuses a type with a field that could carry a secret.
+func init() {
+	reg := func(op string, typ journal.RecordType, sample any) {
+		journal.RegisterPayload(op, typ, sample)
+	}
+	reg(OpObserveInstance, journal.TypeIntent, InstanceIntent{})
+	reg(OpBootstrapRegistry, journal.TypeIntent, InstanceIntent{})
+	reg(OpObserveInstance, journal.TypeOutcome, ObserveOutcome{})
+	reg(OpBootstrapRegistry, journal.TypeOutcome, BootstrapOutcome{})
+	for _, op := range PostgreSQLOperations {
+		if op == OpObserveInstance || op == OpBootstrapRegistry {
+			continue
+		}
+		reg(op, journal.TypeIntent, TenantIntent{})
+		reg(op, journal.TypeOutcome, TenantOutcome{})
+	}
+	reg(OpWriteCredential, journal.TypeIntent, CredentialIntent{})
+	reg(OpDestroyCredential, journal.TypeIntent, CredentialIntent{})
+	reg(OpWriteCredential, journal.TypeOutcome, CredentialOutcome{})
+	reg(OpDestroyCredential, journal.TypeOutcome, DestroyOutcome{})
+	for _, op := range ExternalSecretsOperations {
+		reg(op, journal.TypeIntent, ProjectionIntent{})
+	}
+	reg(OpDeleteExternalSecret, journal.TypeOutcome, ProjectionOutcome{})
+	reg(OpRetainExternalSecret, journal.TypeOutcome, ProjectionOutcome{})
+	reg(NoteDeletionStarted, journal.TypeNote, DeletionNote{})
+}
