@@ -26,15 +26,14 @@ type Outcome struct {
 // is never written to the journal.
 type Handler func(ctx context.Context, intent Record) (Outcome, error)
 
-// ConsumerConfig configures an executor's durable pull consumer.
+// ConsumerConfig configures the durable pull consumer of one domain's
+// executors. The consumer receives only the intents of its dispatcher's
+// domain.
 type ConsumerConfig struct {
-	// Durable is the consumer name, e.g. "executor-database-v1". Consumer
-	// settings are mostly immutable in JetStream: change the name (version
-	// suffix) when changing filters or limits.
+	// Durable is the consumer name, e.g. "ayatori-executor-<domain>-v1",
+	// one per domain. Consumer settings are mostly immutable in JetStream:
+	// change the name (version suffix) when changing filters or limits.
 	Durable string
-	// Domains limits the consumer to intents of these domains (subject
-	// token, see Domain); empty means every domain.
-	Domains []string
 	// AckWait is how long an unacknowledged delivery waits before
 	// redelivery (default 30s). Long operations are kept alive by
 	// in-progress heartbeats every AckWait/3.
@@ -69,19 +68,17 @@ func (c *ConsumerConfig) defaults() {
 	}
 }
 
-// EnsureConsumer creates or updates the durable intent consumer (idempotent).
-func (s *Store) EnsureConsumer(ctx context.Context, cfg ConsumerConfig) (jetstream.Consumer, error) {
+// DurableConsumer creates or updates the durable consumer of the intents of
+// domain (a subject token, see Domain) (idempotent).
+func (s *Store) DurableConsumer(ctx context.Context, domain string, cfg ConsumerConfig) (jetstream.Consumer, error) {
 	cfg.defaults()
 	if cfg.Durable == "" {
 		return nil, errors.New("journal: consumer needs a durable name")
 	}
-	var filters []string
-	if len(cfg.Domains) == 0 {
-		filters = []string{fmt.Sprintf("%s.*.*.%s", s.cfg.SubjectPrefix, TypeIntent)}
+	if !domainPattern.MatchString(domain) {
+		return nil, fmt.Errorf("journal: consumer %s: domain %q is not a subject token", cfg.Durable, domain)
 	}
-	for _, d := range cfg.Domains {
-		filters = append(filters, fmt.Sprintf("%s.%s.*.%s", s.cfg.SubjectPrefix, d, TypeIntent))
-	}
+	filters := []string{fmt.Sprintf("%s.%s.*.%s", s.cfg.SubjectPrefix, domain, TypeIntent)}
 	cons, err := s.stream.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
 		Durable:        cfg.Durable,
 		Description:    "Ayatori executor intents",
@@ -98,13 +95,13 @@ func (s *Store) EnsureConsumer(ctx context.Context, cfg ConsumerConfig) (jetstre
 	return cons, nil
 }
 
-// Consume runs the executor loop until ctx is done: it pulls intents from
-// the durable consumer and, for each one,
+// Consume runs the executor loop of one domain until ctx is done: it pulls
+// the intents of d's domain from the durable consumer and, for each one,
 //  1. acks it without re-executing when its outcome already exists
 //     (a redelivery after a crash, or a late ack);
 //  2. records a Failed outcome (UndecodableIntent / UnknownOperation) for a
 //     poison intent instead of letting it vanish;
-//  3. runs the handler with in-progress heartbeats every AckWait/3;
+//  3. runs the handler d routes it to with in-progress heartbeats every AckWait/3;
 //  4. appends the outcome, then acks.
 //
 // When ctx ends it stops pulling and hands back (naks) every intent it
@@ -112,9 +109,12 @@ func (s *Store) EnsureConsumer(ctx context.Context, cfg ConsumerConfig) (jetstre
 // was interrupted, so another replica's consumer gets them at once instead
 // of after AckWait. In-flight handlers see ctx cancelled; Consume returns
 // after they have.
-func (s *Store) Consume(ctx context.Context, cfg ConsumerConfig, handlers map[string]Handler) error {
+func (s *Store) Consume(ctx context.Context, cfg ConsumerConfig, d *Dispatcher) error {
 	cfg.defaults()
-	cons, err := s.EnsureConsumer(ctx, cfg)
+	if d == nil {
+		return errors.New("journal: consume without a dispatcher")
+	}
+	cons, err := s.DurableConsumer(ctx, d.Domain(), cfg)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil
@@ -150,7 +150,7 @@ func (s *Store) Consume(ctx context.Context, cfg ConsumerConfig, handlers map[st
 		wg.Add(1)
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			s.handle(ctx, cfg, m, handlers)
+			s.handle(ctx, cfg, m, d)
 		}()
 	}
 }
@@ -160,7 +160,7 @@ type reasoner interface{ Reason() string }
 // finishTimeout bounds recording an outcome (append + ack).
 const finishTimeout = 10 * time.Second
 
-func (s *Store) handle(ctx context.Context, cfg ConsumerConfig, m jetstream.Msg, handlers map[string]Handler) {
+func (s *Store) handle(ctx context.Context, cfg ConsumerConfig, m jetstream.Msg, d *Dispatcher) {
 	md, err := m.Metadata()
 	if err != nil {
 		_ = m.Term()
@@ -186,10 +186,9 @@ func (s *Store) handle(ctx context.Context, cfg ConsumerConfig, m jetstream.Msg,
 		_ = m.DoubleAck(ctx)
 		return
 	}
-	h, ok := handlers[rec.Operation]
-	if !ok {
-		s.finish(ctx, cfg, m, rec, Outcome{Result: Result{Class: Failed, Reason: ReasonUnknownOperation,
-			Message: fmt.Sprintf("no executor handles operation %s", rec.Operation)}}, md.NumDelivered)
+	h, why := d.handler(rec)
+	if h == nil {
+		s.finish(ctx, cfg, m, rec, Outcome{Result: Result{Class: Failed, Reason: ReasonUnknownOperation, Message: why}}, md.NumDelivered)
 		return
 	}
 	// 3. Run with heartbeats.

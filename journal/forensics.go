@@ -1,9 +1,9 @@
 package journal
 
 import (
-	"encoding/json"
 	"fmt"
 	"sort"
+	"sync"
 	"time"
 )
 
@@ -85,45 +85,97 @@ type Violation struct {
 	Detail    string   `json:"detail"`
 }
 
-// Invariant rule names reported by Verify.
+// Rule names of the invariants Verify checks for every domain. Domains
+// add their own with RegisterInvariant.
 const (
 	RuleOutcomeWithoutIntent = "outcome-without-intent"
 	RuleConflictingOutcomes  = "intent-executed-twice-with-different-results"
-	RuleSecondPasswordWrite  = "second-password-creating-write"
-	RuleEnsureAfterTerminal  = "ensure-after-terminal-job-outcome"
 	RuleDuplicateRecordID    = "duplicate-record-id"
 	RuleIntentWhilePending   = "intent-while-step-pending"
 	RuleStepRepeated         = "step-repeated-after-success"
 	RuleUndecodableRecord    = "undecodable-record"
-	OperationWriteCredential = "WriteCredential"
-	OperationEnsure          = "Ensure"
 )
 
-// CredentialWriteOutcome is the outcome payload of WriteCredential as far
-// as Verify needs it: Created is true only for the write that generated a
-// new password (false when an existing record of the same Tenant was reused).
-type CredentialWriteOutcome struct {
-	Created bool `json:"created"`
+// InvariantCheck follows the records of one object (one UID) in stream
+// order and returns the violations the record r reveals. A violation
+// reported again with the same rule and first sequence replaces the
+// earlier report (a violation that grows, such as a third occurrence of
+// something allowed once). Verify fills in UID and Object when they are
+// empty.
+type InvariantCheck func(r Record) []Violation
+
+// Invariant is a rule a domain promises about the records of each of its
+// objects, checked by Verify (and `ayatori-journal verify`).
+type Invariant struct {
+	// Rule is the stable name reported in violations (kebab-case).
+	Rule string
+	// Description is one line for documentation and --help.
+	Description string
+	// New returns a fresh check for one object.
+	New func() InvariantCheck
 }
 
-// TerminalOutcome is the part of an execution outcome payload Verify reads:
-// Terminal is true once a Job reached a terminal state.
-type TerminalOutcome struct {
-	Terminal bool `json:"terminal"`
+var (
+	invariantMu sync.RWMutex
+	invariants  = map[string][]Invariant{}
+)
+
+// RegisterInvariant adds a domain's invariant to Verify (domain is the
+// subject token, see Domain). It panics on an incomplete invariant or a
+// rule name the domain registered before.
+func RegisterInvariant(domain string, inv Invariant) {
+	if !domainPattern.MatchString(domain) || inv.Rule == "" || inv.New == nil {
+		panic(fmt.Sprintf("journal: invariant %q of domain %q needs a domain token, a rule name and a check", inv.Rule, domain))
+	}
+	invariantMu.Lock()
+	defer invariantMu.Unlock()
+	for _, old := range invariants[domain] {
+		if old.Rule == inv.Rule {
+			panic(fmt.Sprintf("journal: invariant %s of domain %s registered twice", inv.Rule, domain))
+		}
+	}
+	invariants[domain] = append(invariants[domain], inv)
+}
+
+// RegisteredInvariants returns the invariants registered per domain.
+func RegisteredInvariants() map[string][]Invariant {
+	invariantMu.RLock()
+	defer invariantMu.RUnlock()
+	out := make(map[string][]Invariant, len(invariants))
+	for d, invs := range invariants {
+		out[d] = append([]Invariant(nil), invs...)
+	}
+	return out
+}
+
+func domainChecks(group string) []InvariantCheck {
+	domain, err := Domain(group)
+	if err != nil {
+		return nil
+	}
+	invariantMu.RLock()
+	defer invariantMu.RUnlock()
+	var out []InvariantCheck
+	for _, inv := range invariants[domain] {
+		out = append(out, inv.New())
+	}
+	return out
 }
 
 // Verify checks the journal invariants over records (any number of UIDs,
-// in stream order) plus the sequences of undecodable records:
+// in stream order) plus the sequences of undecodable records. For every
+// domain:
 //   - every outcome has its intent;
 //   - no intent has two outcomes with different results;
-//   - at most one password-creating WriteCredential per Tenant UID;
-//   - no Ensure intent after a terminal Job outcome;
 //   - no record ID stored twice;
 //   - no intent for a step (UID, generation, operation, step) while the previous
 //     intent of that step has no outcome yet, unless a note (a new epoch,
 //     e.g. a revalidation) came in between: a second decider (another
 //     replica, a stale leader) must wait for the first decision's outcome;
-//   - every record decodes.
+//   - every record decodes;
+//
+// and the invariants the object's domain registered (RegisterInvariant),
+// in stream order with the others.
 func Verify(records []Record, undecodable []uint64) []Violation {
 	var out []Violation
 	for _, seq := range undecodable {
@@ -151,9 +203,11 @@ func verifyUID(uid string, recs []Record) []Violation {
 	seen := map[string]uint64{}
 	intents := map[string]Record{}
 	firstOutcome := map[string]Record{}
-	var passwordWrites []uint64
-	var terminalSeq uint64
 	steps := newStepTracker()
+	var checks []InvariantCheck
+	if len(recs) > 0 {
+		checks = domainChecks(recs[0].Object.Group)
+	}
 	for _, r := range recs {
 		if prev, pending := steps.observe(r); pending {
 			add(RuleIntentWhilePending, r.Object.String(), fmt.Sprintf("%s intent %s decided while %s had no outcome", r.Operation, r.ID, prev.ID),
@@ -167,9 +221,6 @@ func verifyUID(uid string, recs []Record) []Violation {
 		switch r.Type {
 		case TypeIntent:
 			intents[r.ID] = r
-			if terminalSeq != 0 && r.Operation == OperationEnsure {
-				add(RuleEnsureAfterTerminal, obj, "Ensure intent after the Job reached a terminal outcome", terminalSeq, r.Sequence)
-			}
 		case TypeOutcome:
 			if _, ok := intents[r.CausationID]; !ok {
 				add(RuleOutcomeWithoutIntent, obj, fmt.Sprintf("outcome of %s has no earlier intent", r.CausationID), r.Sequence)
@@ -182,35 +233,41 @@ func verifyUID(uid string, recs []Record) []Violation {
 			} else {
 				firstOutcome[r.CausationID] = r
 			}
-			if r.Operation == OperationWriteCredential && r.Result.Class == Succeeded {
-				var p CredentialWriteOutcome
-				if json.Unmarshal(r.Payload, &p) == nil && p.Created {
-					passwordWrites = append(passwordWrites, r.Sequence)
-					if len(passwordWrites) == 2 {
-						add(RuleSecondPasswordWrite, obj, "more than one password-creating credential write for this Tenant", passwordWrites...)
-					} else if len(passwordWrites) > 2 {
-						out[len(out)-1].Sequences = append([]uint64(nil), passwordWrites...)
-					}
+		}
+		for _, check := range checks {
+			for _, v := range check(r) {
+				if v.UID == "" {
+					v.UID = uid
 				}
+				if v.Object == "" {
+					v.Object = obj
+				}
+				out = replaceOrAppend(out, v)
 			}
-			var term TerminalOutcome
-			if terminalSeq == 0 && json.Unmarshal(r.Payload, &term) == nil && term.Terminal {
-				terminalSeq = r.Sequence
-			}
-
 		}
 	}
 	return out
 }
 
+// replaceOrAppend replaces the violation with v's rule and first sequence,
+// or appends v.
+func replaceOrAppend(out []Violation, v Violation) []Violation {
+	for i := range out {
+		if out[i].Rule == v.Rule && len(out[i].Sequences) > 0 && len(v.Sequences) > 0 && out[i].Sequences[0] == v.Sequences[0] {
+			out[i] = v
+			return out
+		}
+	}
+	return append(out, v)
+}
+
 // RepeatedSteps returns one violation per intent that repeats a step (UID,
 // generation, operation, step) whose previous intent succeeded, with no note (new
 // epoch) in between. For a state machine that walks each step once per
-// epoch, such as the PostgreSQLTenant chain (revalidation appends a note),
-// every hit is a duplicate decision. Periodic re-observation (the
-// Instance's ObserveInstance) repeats succeeded steps by design, so Verify
-// does not apply this rule: callers filter the records to the kinds it
-// holds for (the scale benchmark and the hand-over test do).
+// epoch (a new epoch starts with a note), every hit is a duplicate
+// decision. Periodic re-observation repeats succeeded steps by design, so
+// Verify does not apply this rule: callers filter the records to the kinds
+// it holds for (the scale benchmark and the hand-over test do).
 func RepeatedSteps(records []Record) []Violation {
 	var out []Violation
 	byUID := map[string]*stepTracker{}

@@ -257,7 +257,7 @@ func TestConsumeRedeliversAfterWorkerDies(t *testing.T) {
 	ctx := context.Background()
 	s := open(t, n.URL, journal.Config{})
 	cc := journal.ConsumerConfig{Durable: "exec-die", AckWait: time.Second, MaxDeliver: 5}
-	cons, err := s.EnsureConsumer(ctx, cc)
+	cons, err := s.DurableConsumer(ctx, testDomain, cc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -315,15 +315,14 @@ func TestShutdownHandsBackIntents(t *testing.T) {
 	started := make(chan struct{}, 3)
 	actx, stopA := context.WithCancel(ctx)
 	done := make(chan error, 1)
-	go func() {
-		done <- s.Consume(actx, cc, map[string]journal.Handler{"CreateDatabase": func(ctx context.Context, r journal.Record) (journal.Outcome, error) {
-			started <- struct{}{}
-			<-ctx.Done()
-			// As an executor that maps its cancelled backend call to a
-			// failure: not the backend's answer, so not recorded.
-			return journal.Outcome{Result: journal.Result{Class: journal.Failed, Reason: "DependencyUnavailable"}}, nil
-		}})
-	}()
+	dA := dispatcher(t, map[string]journal.Handler{"CreateDatabase": func(ctx context.Context, r journal.Record) (journal.Outcome, error) {
+		started <- struct{}{}
+		<-ctx.Done()
+		// As an executor that maps its cancelled backend call to a
+		// failure: not the backend's answer, so not recorded.
+		return journal.Outcome{Result: journal.Result{Class: journal.Failed, Reason: "DependencyUnavailable"}}, nil
+	}})
+	go func() { done <- s.Consume(actx, cc, dA) }()
 	select {
 	case <-started:
 	case <-time.After(20 * time.Second):
@@ -424,7 +423,7 @@ func TestOutcomeExistsAcksWithoutReexecution(t *testing.T) {
 	}
 	var calls atomic.Int32
 	cc := journal.ConsumerConfig{Durable: "exec-done", AckWait: time.Second}
-	if _, err := s.EnsureConsumer(ctx, cc); err != nil {
+	if _, err := s.DurableConsumer(ctx, testDomain, cc); err != nil {
 		t.Fatal(err)
 	}
 	runConsumer(t, s, cc, map[string]journal.Handler{"WriteCredential": func(ctx context.Context, r journal.Record) (journal.Outcome, error) {
@@ -527,11 +526,28 @@ func TestServerRestartLosesNoAckedRecord(t *testing.T) {
 	}
 }
 
+// testDomain is the domain of obj().
+const testDomain = "database"
+
+// dispatcher routes the test domain's operations to h (one backend).
+func dispatcher(t *testing.T, h map[string]journal.Handler) *journal.Dispatcher {
+	t.Helper()
+	d, err := journal.NewDispatcher(testDomain)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.HandleAll("test", h); err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
 func runConsumer(t *testing.T, s *journal.Store, cc journal.ConsumerConfig, h map[string]journal.Handler) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- s.Consume(ctx, cc, h) }()
+	d := dispatcher(t, h)
+	go func() { done <- s.Consume(ctx, cc, d) }()
 	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {

@@ -8,10 +8,11 @@ import (
 	"sync"
 )
 
-// payloadKey identifies the payload of one operation and record type.
+// payloadKey identifies the payload of one operation of one domain and
+// record type.
 type payloadKey struct {
-	op  string
-	typ RecordType
+	domain, op string
+	typ        RecordType
 }
 
 var (
@@ -20,81 +21,78 @@ var (
 )
 
 // forbiddenFieldWords are substrings that no payload field name or JSON
-// name may contain: a payload must have no field able to carry a secret
-// value. A password lives only in OpenBao; a payload may carry a KV path
-// and version instead.
+// name may contain unless the field is tagged `journal:"ref"`: a payload
+// must have no field able to carry a secret value (a record may carry
+// where a secret lives and its version, never the secret).
 var forbiddenFieldWords = []string{"password", "passwd", "secret", "token", "credential", "privatekey", "apikey", "dsn", "connectionstring"}
 
-// allowedFieldNames lists exact field names that contain a forbidden word
-// but only ever hold a reference (a path, a name, a version), never a value.
-var allowedFieldNames = map[string]bool{
-	"SecretName": true, "secretName": true,
-	"SecretRef": true, "secretRef": true,
-	"CredentialRef": true, "credentialRef": true,
-	"AdminCredRef": true, "adminCredentialRef": true,
-	"PasswordKey": true, "passwordKey": true,
-	"SecretResourceVersion": true, "secretResourceVersion": true,
-	"CredentialMount": true, "credentialMount": true,
-	"CredentialPath": true, "credentialPath": true,
-	"TargetSecretName": true, "targetSecretName": true,
-	"ExternalSecret": true, "externalSecret": true,
-	"CredentialVersion": true, "credentialVersion": true,
-	"SecretStoreName": true, "secretStoreName": true,
-}
+// TagRef is the value of the struct tag `journal:"ref"`. It declares that a
+// field whose name mentions a secret ("secretName", "credentialPath",
+// "passwordKey") only ever holds a reference to one (a name, a key, a path,
+// a version), never the value. Without the tag such a field is refused.
+const TagRef = "ref"
 
-// RegisterPayload declares the payload type of an operation's intents or
-// outcomes. It panics if the type has a field whose name suggests it could
-// carry a secret (see forbiddenFieldWords) or a field of an unsupported
-// kind (interface, map with non-string keys, func, chan): payload types are
-// closed, reviewed shapes. Registering the same key twice with another type
-// panics too.
-func RegisterPayload(operation string, typ RecordType, sample any) {
+// RegisterPayload declares the payload type of a domain's operation for
+// intents, outcomes or notes (domain is the subject token, see Domain). It
+// panics if the type has a field whose name suggests it could carry a
+// secret and is not tagged `journal:"ref"` (see forbiddenFieldWords), a
+// field of an unsupported kind (interface, map with non-string keys, func,
+// chan), or when the same (domain, operation, type) is registered twice:
+// payload types are closed, reviewed shapes with one owner. The same
+// operation name in two domains is two registrations.
+func RegisterPayload(domain, operation string, typ RecordType, sample any) {
 	t := reflect.TypeOf(sample)
 	for t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
+	if !domainPattern.MatchString(domain) {
+		panic(fmt.Sprintf("journal: payload for %s %s: domain %q is not a subject token", operation, typ, domain))
+	}
 	if err := CheckPayloadType(t); err != nil {
-		panic(fmt.Sprintf("journal: payload for %s %s: %v", operation, typ, err))
+		panic(fmt.Sprintf("journal: payload for %s/%s %s: %v", domain, operation, typ, err))
 	}
 	payloadMu.Lock()
 	defer payloadMu.Unlock()
-	k := payloadKey{operation, typ}
-	if old, ok := payloadTypes[k]; ok && old != t {
-		panic(fmt.Sprintf("journal: payload for %s %s registered twice (%v, %v)", operation, typ, old, t))
+	k := payloadKey{domain, operation, typ}
+	if old, ok := payloadTypes[k]; ok {
+		panic(fmt.Sprintf("journal: payload for %s/%s %s registered twice (%v, %v)", domain, operation, typ, old, t))
 	}
 	payloadTypes[k] = t
 }
 
-// RegisteredPayloads lists "operation/type -> Go type" for documentation and tests.
+// RegisteredPayloads lists "domain/operation/type -> Go type" for
+// documentation and tests.
 func RegisteredPayloads() []string {
 	payloadMu.RLock()
 	defer payloadMu.RUnlock()
 	out := make([]string, 0, len(payloadTypes))
 	for k, t := range payloadTypes {
-		out = append(out, fmt.Sprintf("%s/%s -> %v", k.op, k.typ, t))
+		out = append(out, fmt.Sprintf("%s/%s/%s -> %v", k.domain, k.op, k.typ, t))
 	}
 	sort.Strings(out)
 	return out
 }
 
-func checkPayloadType(op string, typ RecordType, payload any) error {
-	payloadMu.RLock()
-	want, ok := payloadTypes[payloadKey{op, typ}]
-	payloadMu.RUnlock()
-	if !ok {
-		// Unregistered payloads still must be safe shapes.
-		t := reflect.TypeOf(payload)
-		for t.Kind() == reflect.Pointer {
-			t = t.Elem()
-		}
-		return CheckPayloadType(t)
+// checkPayloadType checks payload against the type registered for the
+// record's domain, operation and type; an unregistered payload must still
+// be a safe shape.
+func checkPayloadType(r *Record, payload any) error {
+	var want reflect.Type
+	ok := false
+	if domain, err := Domain(r.Object.Group); err == nil {
+		payloadMu.RLock()
+		want, ok = payloadTypes[payloadKey{domain, r.Operation, r.Type}]
+		payloadMu.RUnlock()
 	}
 	got := reflect.TypeOf(payload)
 	for got.Kind() == reflect.Pointer {
 		got = got.Elem()
 	}
+	if !ok {
+		return CheckPayloadType(got)
+	}
 	if got != want {
-		return fmt.Errorf("journal: %s %s payload must be %v, got %v", op, typ, want, got)
+		return fmt.Errorf("journal: %s %s payload must be %v, got %v", r.Operation, r.Type, want, got)
 	}
 	return nil
 }
@@ -118,14 +116,15 @@ func checkType(t reflect.Type, path string, seen map[reflect.Type]bool) error {
 				continue
 			}
 			jsonName, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+			ref := f.Tag.Get("journal") == TagRef
 			for _, name := range []string{f.Name, jsonName} {
-				if name == "" || allowedFieldNames[name] {
+				if name == "" || ref {
 					continue
 				}
 				lower := strings.ToLower(name)
 				for _, w := range forbiddenFieldWords {
 					if strings.Contains(lower, w) {
-						return fmt.Errorf("field %s.%s could carry a secret (contains %q)", path, f.Name, w)
+						return fmt.Errorf("field %s.%s could carry a secret (contains %q; tag it `journal:\"ref\"` if it only names one)", path, f.Name, w)
 					}
 				}
 			}

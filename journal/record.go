@@ -4,6 +4,12 @@
 // executors consume intents idempotently and append outcome records;
 // projectors watch outcomes and fold them into CR status.
 //
+// The journal knows no domain. Each domain's contract (contracts/<domain>)
+// registers its payload types (RegisterPayload) and invariants
+// (RegisterInvariant), keyed by the domain's subject token and the
+// operation; its executors register their handlers with the domain's
+// Dispatcher, consumed by the domain's own durable consumer (Consume).
+//
 // The record schema, subjects, stream settings and guarantees are described
 // in docs/journal.md, which is the source of truth for this package.
 package journal
@@ -105,7 +111,7 @@ type Record struct {
 	SchemaVersion int        `json:"schemaVersion"`
 	ID            string     `json:"id"`
 	Type          RecordType `json:"type"`
-	// Operation is the operation name, e.g. "ObserveInstance".
+	// Operation is the operation name (CamelCase), unique within the domain.
 	Operation string    `json:"operation"`
 	Object    ObjectRef `json:"object"`
 	// Step distinguishes intents of the same operation within one
@@ -183,7 +189,7 @@ func (r *Record) SetPayload(payload any) error {
 		r.Payload = nil
 		return nil
 	}
-	if err := checkPayloadType(r.Operation, r.Type, payload); err != nil {
+	if err := checkPayloadType(r, payload); err != nil {
 		return err
 	}
 	b, err := json.Marshal(payload)
@@ -213,7 +219,8 @@ var ErrInvalidRecord = errors.New("journal: invalid record")
 var ErrNewerSchema = errors.New("journal: record schema is newer than this build")
 
 var (
-	opPattern = regexp.MustCompile(`^[A-Z][A-Za-z0-9]{0,63}$`)
+	opPattern     = regexp.MustCompile(`^[A-Z][A-Za-z0-9]{0,63}$`)
+	domainPattern = regexp.MustCompile(`^[a-z][a-z0-9-]{0,62}$`)
 )
 
 // Validate checks the envelope before it is written or after it is read.
@@ -271,14 +278,14 @@ func (r *Record) Validate() error {
 }
 
 // Domain maps an API group to the journal domain token used in subjects:
-// the first DNS label ("database.ayatori.ddupan.top" -> "database").
+// the first DNS label ("example.ayatori.ddupan.top" -> "example").
 // The core group ("") maps to "core".
 func Domain(group string) (string, error) {
 	if group == "" {
 		return "core", nil
 	}
 	d, _, _ := strings.Cut(group, ".")
-	if !regexp.MustCompile(`^[a-z][a-z0-9-]{0,62}$`).MatchString(d) {
+	if !domainPattern.MatchString(d) {
 		return "", fmt.Errorf("group %q does not give a subject token", group)
 	}
 	return d, nil

@@ -8,7 +8,7 @@ import (
 )
 
 // WatchOutcomes streams every outcome of the given domain (subject token,
-// e.g. "database"; empty: all) appended after the call, until ctx is done.
+// see Domain; empty: all) appended after the call, until ctx is done.
 // Projectors turn each record into a reconcile request for
 // record.Object (namespace/name), for example through a controller-runtime
 // channel source. Delivery is at-most-once per process start (an ordered

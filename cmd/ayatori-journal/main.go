@@ -10,6 +10,10 @@ import (
 	"os"
 
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
+	// Every domain's contract: its payload types and the invariants verify
+	// checks. The CLI itself has no domain code.
+	_ "git.ddupan.top/panxiao81/ayatori/contracts"
 )
 
 func main() {

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"flag"
 	"os"
 	"path/filepath"
@@ -14,6 +15,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	dbcontract "git.ddupan.top/panxiao81/ayatori/contracts/database"
+	"git.ddupan.top/panxiao81/ayatori/contracts/execution"
 	"git.ddupan.top/panxiao81/ayatori/integration"
 	"git.ddupan.top/panxiao81/ayatori/journal"
 )
@@ -80,7 +83,9 @@ func populate(t *testing.T, url string) {
 	ten := journal.ObjectRef{Group: "database.ayatori.ddupan.top", Kind: "PostgreSQLTenant", Namespace: "netbox", Name: "netbox", UID: tenantUID, Generation: 1}
 	other := journal.ObjectRef{Group: "database.ayatori.ddupan.top", Kind: "PostgreSQLTenant", Namespace: "wiki", Name: "wiki", UID: otherUID, Generation: 2}
 	step := func(d time.Duration) { clk.SetTime(clk.Now().Add(d)) }
-	do := func(o journal.ObjectRef, op string, attempt int, res *journal.Result, payload any) {
+	// Payloads are written as raw JSON: the recorded stream keeps the shape
+	// of the records the first build wrote.
+	do := func(o journal.ObjectRef, op string, attempt int, res *journal.Result, payload json.RawMessage) {
 		t.Helper()
 		in, err := journal.NewIntent(o, op, "", attempt, nil)
 		if err != nil {
@@ -93,10 +98,11 @@ func populate(t *testing.T, url string) {
 		if res == nil {
 			return
 		}
-		out, err := journal.NewOutcome(in, *res, payload)
+		out, err := journal.NewOutcome(in, *res, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
+		out.Payload = payload
 		if _, err := executor.Append(ctx, &out); err != nil {
 			t.Fatal(err)
 		}
@@ -107,7 +113,7 @@ func populate(t *testing.T, url string) {
 	do(inst, "BootstrapRegistry", 1, ok, nil)
 	step(2 * time.Second)
 	do(ten, "ClaimOwnership", 1, ok, nil)
-	do(ten, "WriteCredential", 1, ok, journal.CredentialWriteOutcome{Created: true})
+	do(ten, "WriteCredential", 1, ok, json.RawMessage(`{"created":true}`))
 	do(ten, "CreateRole", 1, &journal.Result{Class: journal.Failed, Reason: "DependencyUnavailable", Message: "PostgreSQL connection refused"}, nil)
 	step(5 * time.Second)
 	do(ten, "CreateRole", 2, ok, nil)
@@ -194,33 +200,36 @@ func TestVerifyCatchesEachViolation(t *testing.T) {
 		}
 		return r
 	}
-	mustOutcome := func(in journal.Record, res journal.Result, payload any) journal.Record {
-		r, err := journal.NewOutcome(in, res, payload)
+	mustOutcome := func(in journal.Record, res journal.Result, payload string) journal.Record {
+		r, err := journal.NewOutcome(in, res, nil)
 		if err != nil {
 			t.Fatal(err)
+		}
+		if payload != "" {
+			r.Payload = json.RawMessage(payload)
 		}
 		return r
 	}
 	// Two password-creating writes for one Tenant.
 	w1, w2 := mustIntent(ten, "WriteCredential", 1), mustIntent(ten, "WriteCredential", 2)
 	app(w1)
-	app(mustOutcome(w1, journal.Result{Class: journal.Succeeded}, journal.CredentialWriteOutcome{Created: true}))
+	app(mustOutcome(w1, journal.Result{Class: journal.Succeeded}, `{"created":true}`))
 	app(w2)
-	app(mustOutcome(w2, journal.Result{Class: journal.Succeeded}, journal.CredentialWriteOutcome{Created: true}))
+	app(mustOutcome(w2, journal.Result{Class: journal.Succeeded}, `{"created":true}`))
 	// An outcome without intent.
 	ghost := mustIntent(ten, "CreateRole", 1)
-	app(mustOutcome(ghost, journal.Result{Class: journal.Succeeded}, nil))
+	app(mustOutcome(ghost, journal.Result{Class: journal.Succeeded}, ""))
 	// One intent, two different results (a forged second outcome ID).
 	cd := mustIntent(ten, "CreateDatabase", 1)
 	app(cd)
-	app(mustOutcome(cd, journal.Result{Class: journal.Succeeded}, nil))
-	forged := mustOutcome(cd, journal.Result{Class: journal.Failed, Reason: "Conflict"}, nil)
+	app(mustOutcome(cd, journal.Result{Class: journal.Succeeded}, ""))
+	forged := mustOutcome(cd, journal.Result{Class: journal.Failed, Reason: "Conflict"}, "")
 	forged.ID += "-forged"
 	app(forged)
 	// An Ensure after a terminal Job outcome.
 	e1, e2 := mustIntent(job, "Ensure", 1), mustIntent(job, "Ensure", 2)
 	app(e1)
-	app(mustOutcome(e1, journal.Result{Class: journal.Succeeded}, journal.TerminalOutcome{Terminal: true}))
+	app(mustOutcome(e1, journal.Result{Class: journal.Succeeded}, `{"terminal":true}`))
 	app(e2)
 	// An undecodable message.
 	m := nats.NewMsg("ayatori.journal.database." + tenantUID + ".note")
@@ -235,8 +244,8 @@ func TestVerifyCatchesEachViolation(t *testing.T) {
 		t.Fatalf("verify exit code %d, want 1\n%s", code, out)
 	}
 	golden(t, "verify-violations.txt", out)
-	for _, rule := range []string{journal.RuleSecondPasswordWrite, journal.RuleOutcomeWithoutIntent, journal.RuleConflictingOutcomes,
-		journal.RuleEnsureAfterTerminal, journal.RuleUndecodableRecord} {
+	for _, rule := range []string{dbcontract.RuleSecondPasswordWrite, journal.RuleOutcomeWithoutIntent, journal.RuleConflictingOutcomes,
+		execution.RuleEnsureAfterTerminal, journal.RuleUndecodableRecord} {
 		if !strings.Contains(out, rule) {
 			t.Errorf("verify did not report %s", rule)
 		}

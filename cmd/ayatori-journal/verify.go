@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"sort"
 	"strings"
 	"text/tabwriter"
 
@@ -18,9 +19,7 @@ func newVerifyCommand(g *globalOptions) *cobra.Command {
 		Long: `verify checks, over one UID (--uid / --kind --name) or the whole stream:
   - every outcome has its intent;
   - no intent executed twice with different results;
-  - at most one password-creating credential write per Tenant UID;
-  - no Ensure intent after a terminal Job outcome;
-  - no record ID stored twice, and every record decodes;
+` + domainInvariants() + `  - no record ID stored twice, and every record decodes;
   - no intent for a step (UID, generation, operation) while the previous intent
     of that step has no outcome, unless a note (new epoch) came in between: two
     deciders (replicas, a stale leader) never both decide one step.
@@ -87,4 +86,22 @@ func plural(n int, noun string) string {
 		return fmt.Sprintf("%d %s", n, noun)
 	}
 	return fmt.Sprintf("%d %ss", n, noun)
+}
+
+// domainInvariants lists the invariants the domains registered, one
+// "  - <description>;" line each, domains in name order.
+func domainInvariants() string {
+	byDomain := journal.RegisteredInvariants()
+	domains := make([]string, 0, len(byDomain))
+	for d := range byDomain {
+		domains = append(domains, d)
+	}
+	sort.Strings(domains)
+	var b strings.Builder
+	for _, d := range domains {
+		for _, inv := range byDomain[d] {
+			fmt.Fprintf(&b, "  - %s;\n", inv.Description)
+		}
+	}
+	return b.String()
 }

@@ -30,6 +30,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	v1alpha1 "git.ddupan.top/panxiao81/ayatori/api/database/v1alpha1"
+	dbcontract "git.ddupan.top/panxiao81/ayatori/contracts/database"
 	esexec "git.ddupan.top/panxiao81/ayatori/executors/externalsecrets"
 	baoexec "git.ddupan.top/panxiao81/ayatori/executors/openbao"
 	pgexec "git.ddupan.top/panxiao81/ayatori/executors/postgresql"
@@ -178,7 +179,12 @@ func run(args []string) error {
 			return fmt.Errorf("set up the PostgreSQLInstance projector: %w", err)
 		}
 	}
-	handlers := map[string]journal.Handler{}
+	// The database domain's intents: one durable consumer, its dispatcher
+	// routes each operation to the backend that executes it.
+	dispatch, err := journal.NewDispatcher(dbcontract.Domain)
+	if err != nil {
+		return err
+	}
 	var pools *pgexec.Pools
 	var baoStore *baoexec.Store
 	if o.openBaoAddress != "" {
@@ -192,32 +198,35 @@ func run(args []string) error {
 		}
 		baoStore = &baoexec.Store{Client: bc}
 	}
-	add := func(hs map[string]journal.Handler) {
-		for op, h := range hs {
-			handlers[op] = h
-		}
-	}
 	if has(o.executors, "postgresql") {
 		pools = pgexec.NewPools(roots, int32(o.postgresMaxConns), o.reconcileTimeout)
 		ex := &pgexec.Executor{Pools: pools, Secrets: secretReader{c: mgr.GetClient(), namespace: o.namespace}, Timeout: o.reconcileTimeout}
 		if baoStore != nil {
 			ex.Passwords = passwordSource{s: baoStore}
 		}
-		add(ex.Handlers())
-		add(ex.TenantHandlers())
+		if err := dispatch.HandleAll("postgresql", ex.Handlers()); err != nil {
+			return err
+		}
+		if err := dispatch.HandleAll("postgresql", ex.TenantHandlers()); err != nil {
+			return err
+		}
 	}
 	if has(o.executors, "openbao") && baoStore != nil {
-		add((&baoexec.Executor{Store: baoStore, Timeout: o.reconcileTimeout}).Handlers())
+		if err := dispatch.HandleAll("openbao", (&baoexec.Executor{Store: baoStore, Timeout: o.reconcileTimeout}).Handlers()); err != nil {
+			return err
+		}
 	}
 	if has(o.executors, "externalsecrets") {
-		add((&esexec.Executor{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Timeout: o.reconcileTimeout}).Handlers())
+		if err := dispatch.HandleAll("externalsecrets", (&esexec.Executor{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Timeout: o.reconcileTimeout}).Handlers()); err != nil {
+			return err
+		}
 	}
-	if len(handlers) > 0 {
-		cc := journal.ConsumerConfig{Durable: "ayatori-executor-database-v1", Domains: []string{"database"},
+	if len(dispatch.Operations()) > 0 {
+		cc := journal.ConsumerConfig{Durable: "ayatori-executor-database-v1",
 			AckWait: o.ackWait, Concurrency: o.executorConns, BeforeOutcome: failpoint("executor-before-outcome"),
 			AfterOutcome: failpoint("executor-after-outcome")}
 		if err := mgr.Add(everyReplica(func(ctx context.Context) error {
-			return store.Consume(ctx, cc, handlers)
+			return store.Consume(ctx, cc, dispatch)
 		})); err != nil {
 			return err
 		}

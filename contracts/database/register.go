@@ -7,7 +7,7 @@ import "git.ddupan.top/panxiao81/ayatori/journal"
 // registration refuses a type with a field that could carry a secret.
 func init() {
 	reg := func(op string, typ journal.RecordType, sample any) {
-		journal.RegisterPayload(op, typ, sample)
+		journal.RegisterPayload(Domain, op, typ, sample)
 	}
 	reg(OpObserveInstance, journal.TypeIntent, InstanceIntent{})
 	reg(OpBootstrapRegistry, journal.TypeIntent, InstanceIntent{})

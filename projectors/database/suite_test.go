@@ -23,6 +23,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	v1alpha1 "git.ddupan.top/panxiao81/ayatori/api/database/v1alpha1"
+	dbcontract "git.ddupan.top/panxiao81/ayatori/contracts/database"
 	pgexec "git.ddupan.top/panxiao81/ayatori/executors/postgresql"
 	"git.ddupan.top/panxiao81/ayatori/integration"
 	"git.ddupan.top/panxiao81/ayatori/journal"
@@ -162,12 +163,19 @@ func startEnv() (_ *env, err error) {
 	}
 	e.pools = pgexec.NewPools(roots, 4, 5*time.Second)
 	ex := &pgexec.Executor{Pools: e.pools, Secrets: secretReader{c: mgr.GetAPIReader()}, Timeout: 10 * time.Second}
+	dispatch, err := journal.NewDispatcher(dbcontract.Domain)
+	if err != nil {
+		return nil, err
+	}
+	if err := dispatch.HandleAll("postgresql", ex.Handlers()); err != nil {
+		return nil, err
+	}
 	mctx, cancel := context.WithCancel(context.Background())
 	e.cancel = cancel
 	e.done = make(chan error, 2)
 	go func() { e.done <- mgr.Start(mctx) }()
 	go func() {
-		e.done <- e.store.Consume(mctx, journal.ConsumerConfig{Durable: "test-executor", Domains: []string{"database"}, AckWait: 20 * time.Second}, ex.Handlers())
+		e.done <- e.store.Consume(mctx, journal.ConsumerConfig{Durable: "test-executor", AckWait: 20 * time.Second}, dispatch)
 	}()
 	return e, nil
 }

@@ -120,7 +120,7 @@ func createdWrites(t *testing.T, s *integration.Stack, uid types.UID) int {
 	}
 	n := 0
 	for _, r := range recs {
-		if r.Type == journal.TypeOutcome && r.Operation == journal.OperationWriteCredential && strings.Contains(string(r.Payload), `"created":true`) {
+		if r.Type == journal.TypeOutcome && r.Operation == dbcontract.OpWriteCredential && strings.Contains(string(r.Payload), `"created":true`) {
 			n++
 		}
 	}

@@ -1,0 +1,126 @@
+package journal
+
+import (
+	"fmt"
+	"sort"
+)
+
+// Dispatcher routes the intents of one domain to handlers: each handler is
+// registered for an operation of the domain by the backend (executor) that
+// executes it, so operations are keyed by (domain, operation). One
+// Dispatcher is consumed by one durable consumer (Store.Consume), so every
+// domain has its own.
+//
+// Usually one backend owns an operation. When several backends execute
+// the same operation (for example each for the objects of its own class),
+// the domain declares with Route, before registering them, the function
+// that names the backend owning an intent's object.
+type Dispatcher struct {
+	domain string
+	ops    map[string]*route
+}
+
+type route struct {
+	owner    func(Record) string
+	backends map[string]Handler
+}
+
+// NewDispatcher returns an empty dispatcher for domain (a subject token,
+// see Domain).
+func NewDispatcher(domain string) (*Dispatcher, error) {
+	if !domainPattern.MatchString(domain) {
+		return nil, fmt.Errorf("journal: dispatcher domain %q is not a subject token", domain)
+	}
+	return &Dispatcher{domain: domain, ops: map[string]*route{}}, nil
+}
+
+// Domain returns the dispatcher's domain.
+func (d *Dispatcher) Domain() string { return d.domain }
+
+// Route declares that several backends execute operation and that owner
+// names the backend owning an intent's object. It must come before those
+// backends' Handle calls; declaring it twice is an error.
+func (d *Dispatcher) Route(operation string, owner func(Record) string) error {
+	if owner == nil {
+		return fmt.Errorf("journal: %s/%s: route without an owner function", d.domain, operation)
+	}
+	if r, ok := d.ops[operation]; ok {
+		if r.owner != nil {
+			return fmt.Errorf("journal: %s/%s: route declared twice", d.domain, operation)
+		}
+		return fmt.Errorf("journal: %s/%s: route declared after a handler", d.domain, operation)
+	}
+	d.ops[operation] = &route{owner: owner, backends: map[string]Handler{}}
+	return nil
+}
+
+// Handle registers backend's handler of operation. Registering an
+// operation that already has a handler is an error, unless the operation
+// has a Route and this backend has none for it yet.
+func (d *Dispatcher) Handle(backend, operation string, h Handler) error {
+	if !opPattern.MatchString(operation) {
+		return fmt.Errorf("journal: %s/%s: operation must be CamelCase", d.domain, operation)
+	}
+	if backend == "" || h == nil {
+		return fmt.Errorf("journal: %s/%s: a handler needs a backend name and a function", d.domain, operation)
+	}
+	r, ok := d.ops[operation]
+	if !ok {
+		r = &route{backends: map[string]Handler{}}
+		d.ops[operation] = r
+	}
+	if _, dup := r.backends[backend]; dup || (r.owner == nil && len(r.backends) > 0) {
+		return fmt.Errorf("journal: %s/%s registered twice (backend %s)", d.domain, operation, backend)
+	}
+	r.backends[backend] = h
+	return nil
+}
+
+// HandleAll registers backend's handlers by operation name.
+func (d *Dispatcher) HandleAll(backend string, handlers map[string]Handler) error {
+	ops := make([]string, 0, len(handlers))
+	for op := range handlers {
+		ops = append(ops, op)
+	}
+	sort.Strings(ops)
+	for _, op := range ops {
+		if err := d.Handle(backend, op, handlers[op]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Operations lists the operations with at least one handler, sorted.
+func (d *Dispatcher) Operations() []string {
+	var out []string
+	for op, r := range d.ops {
+		if len(r.backends) > 0 {
+			out = append(out, op)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// handler returns the handler for intent, or a message saying why there
+// is none (recorded as a Failed/UnknownOperation outcome).
+func (d *Dispatcher) handler(intent Record) (Handler, string) {
+	if dom, err := Domain(intent.Object.Group); err != nil || dom != d.domain {
+		return nil, fmt.Sprintf("no executor of domain %s handles operation %s of group %q", d.domain, intent.Operation, intent.Object.Group)
+	}
+	r, ok := d.ops[intent.Operation]
+	if !ok || len(r.backends) == 0 {
+		return nil, fmt.Sprintf("no executor handles operation %s", intent.Operation)
+	}
+	if r.owner == nil {
+		for _, h := range r.backends {
+			return h, ""
+		}
+	}
+	b := r.owner(intent)
+	if h, ok := r.backends[b]; ok {
+		return h, ""
+	}
+	return nil, fmt.Sprintf("no executor handles operation %s for backend %q", intent.Operation, b)
+}
