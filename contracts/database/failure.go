@@ -15,6 +15,9 @@ const (
 	ReasonInvalidSpec            Reason = v1alpha1.ReasonInvalidSpec
 	ReasonConflict               Reason = v1alpha1.ReasonConflict
 	ReasonProvisioningFailed     Reason = v1alpha1.ReasonProvisioningFailed
+	// ReasonCredentialProjectionFailed: ESO has not projected the Tenant's
+	// Secret (yet).
+	ReasonCredentialProjectionFailed Reason = v1alpha1.ReasonCredentialProjectionFailed
 	// ReasonLoginRejected: the server refused the Tenant role's login before
 	// checking its password (pg_hba.conf, or a role that may not log in).
 	ReasonLoginRejected Reason = v1alpha1.ReasonLoginRejected

@@ -55,7 +55,7 @@ func ExternalSecretName(instanceRef, tenant string) string {
 	return prefix + suffix
 }
 
-// ValidateNames checks every name this executor derives for a Tenant before
+// ValidateNames checks every name derived for a Tenant's ExternalSecret before
 // the first external write: the ExternalSecret and target Secret names, and
 // the label values. It returns one message per problem.
 func ValidateNames(externalSecret, targetSecret, tenantName string) []string {

@@ -71,10 +71,6 @@ func (e *Executor) Handlers() map[string]journal.Handler {
 	}
 }
 
-type failure struct{ reason, msg string }
-
-func (f *failure) Error() string { return f.reason + ": " + f.msg }
-
 // skipped is a successful outcome that left a foreign object in place.
 type skipped struct{ msg string }
 
@@ -84,7 +80,7 @@ func (e *Executor) op(fn func(ctx context.Context, rec journal.Record, in dbcont
 	return func(ctx context.Context, rec journal.Record) (journal.Outcome, error) {
 		var in dbcontract.ProjectionIntent
 		if err := rec.DecodePayload(&in); err != nil || in.ExternalSecret == "" {
-			return journal.Outcome{Result: journal.Result{Class: journal.Failed, Reason: "InvalidSpec", Message: "undecodable " + rec.Operation + " payload"}}, nil
+			return journal.Outcome{Result: journal.Result{Class: journal.Failed, Reason: string(dbcontract.ReasonInvalidSpec), Message: "undecodable " + rec.Operation + " payload"}}, nil
 		}
 		t := e.Timeout
 		if t <= 0 {
@@ -97,11 +93,11 @@ func (e *Executor) op(fn func(ctx context.Context, rec journal.Record, in dbcont
 			if errors.As(err, &sk) {
 				return journal.Outcome{Result: journal.Result{Class: journal.Succeeded, Message: sk.msg}, Payload: dbcontract.ProjectionOutcome{Skipped: sk.msg}}, nil
 			}
-			var f *failure
+			var f *dbcontract.Failure
 			if !errors.As(err, &f) {
-				f = &failure{reason: "DependencyUnavailable", msg: "the Kubernetes API request failed: " + string(apierrors.ReasonForError(err))}
+				f = &dbcontract.Failure{Reason: dbcontract.ReasonDependencyUnavailable, Message: "the Kubernetes API request failed: " + string(apierrors.ReasonForError(err))}
 			}
-			return journal.Outcome{Result: journal.Result{Class: journal.Failed, Reason: f.reason, Message: f.msg}}, nil
+			return journal.Outcome{Result: journal.Result{Class: journal.Failed, Reason: string(f.Reason), Message: f.Message}}, nil
 		}
 		return journal.Outcome{Result: journal.Result{Class: journal.Succeeded}}, nil
 	}
@@ -157,7 +153,7 @@ func (e *Executor) ensure(ctx context.Context, rec journal.Record, in dbcontract
 		return err
 	}
 	if !ownedBy(cur, rec.Object.UID) {
-		return &failure{reason: "Conflict", msg: fmt.Sprintf("ExternalSecret %s/%s exists and is not owned by this Tenant (%s)", rec.Object.Namespace, in.ExternalSecret, describeOwner(cur))}
+		return &dbcontract.Failure{Reason: dbcontract.ReasonConflict, Message: fmt.Sprintf("ExternalSecret %s/%s exists and is not owned by this Tenant (%s)", rec.Object.Namespace, in.ExternalSecret, describeOwner(cur))}
 	}
 	lbl, ann := cur.GetLabels(), cur.GetAnnotations()
 	if lbl == nil {
@@ -193,7 +189,7 @@ func (e *Executor) observe(ctx context.Context, rec journal.Record, in dbcontrac
 	es.SetGroupVersionKind(dbcontract.ExternalSecretGVK)
 	if err := e.reader().Get(ctx, types.NamespacedName{Namespace: rec.Object.Namespace, Name: in.ExternalSecret}, es); err != nil {
 		if apierrors.IsNotFound(err) {
-			return &failure{reason: "CredentialProjectionFailed", msg: "the ExternalSecret does not exist"}
+			return &dbcontract.Failure{Reason: dbcontract.ReasonCredentialProjectionFailed, Message: "the ExternalSecret does not exist"}
 		}
 		return err
 	}
@@ -210,19 +206,19 @@ func (e *Executor) observe(ctx context.Context, rec journal.Record, in dbcontrac
 		if msg != "" {
 			detail += ", " + msg
 		}
-		return &failure{reason: "CredentialProjectionFailed", msg: fmt.Sprintf("waiting for ESO to sync ExternalSecret %s (%s)", in.ExternalSecret, detail)}
+		return &dbcontract.Failure{Reason: dbcontract.ReasonCredentialProjectionFailed, Message: fmt.Sprintf("waiting for ESO to sync ExternalSecret %s (%s)", in.ExternalSecret, detail)}
 	}
 	meta := &metav1.PartialObjectMetadata{}
 	meta.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Secret"))
 	if err := e.reader().Get(ctx, types.NamespacedName{Namespace: rec.Object.Namespace, Name: in.TargetSecretName}, meta); err != nil {
 		if apierrors.IsNotFound(err) {
-			return &failure{reason: "CredentialProjectionFailed", msg: "the target Secret " + in.TargetSecretName + " does not exist yet"}
+			return &dbcontract.Failure{Reason: dbcontract.ReasonCredentialProjectionFailed, Message: "the target Secret " + in.TargetSecretName + " does not exist yet"}
 		}
 		return err
 	}
 	if in.CredentialVersion > 0 {
 		if got := meta.GetAnnotations()[AnnotationCredentialVersion]; got != strconv.Itoa(in.CredentialVersion) {
-			return &failure{reason: "CredentialProjectionFailed", msg: fmt.Sprintf("the Secret %s was not yet written from credential version %d (it has %q); waiting for ESO",
+			return &dbcontract.Failure{Reason: dbcontract.ReasonCredentialProjectionFailed, Message: fmt.Sprintf("the Secret %s was not yet written from credential version %d (it has %q); waiting for ESO",
 				in.TargetSecretName, in.CredentialVersion, got)}
 		}
 	}
@@ -290,7 +286,7 @@ func (e *Executor) delete(ctx context.Context, rec journal.Record, in dbcontract
 		return err
 	}
 	if err := e.reader().Get(ctx, types.NamespacedName{Namespace: ns, Name: in.TargetSecretName}, meta); !apierrors.IsNotFound(err) {
-		return &failure{reason: "CredentialProjectionFailed", msg: "the target Secret still exists after deletion"}
+		return &dbcontract.Failure{Reason: dbcontract.ReasonCredentialProjectionFailed, Message: "the target Secret still exists after deletion"}
 	}
 	return nil
 }
