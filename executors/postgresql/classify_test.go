@@ -49,4 +49,3 @@ func TestClassify(t *testing.T) {
 		t.Error("Classify(nil) != nil")
 	}
 }
-
