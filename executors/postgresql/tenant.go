@@ -21,57 +21,6 @@ type PasswordSource interface {
 	TenantPassword(ctx context.Context, mount, path, instanceUID, tenantUID, namespace, name string) (string, error)
 }
 
-// SQL of the ownership registry (one place to read every statement). Admin
-// sessions run only in the Instance's admin database with search_path
-// AdminSearchPath; catalog names are qualified all the same
-// (docs/database/security.md lists every admin statement).
-const (
-	sqlClaim = `INSERT INTO ` + RegistrySchema + `.tenant_ownership
-		(instance_uid, tenant_uid, tenant_namespace, tenant_name, database_name, role_name, credential_path)
-		VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT DO NOTHING`
-	sqlOwnRow = `SELECT tenant_namespace, tenant_name, database_name, role_name, credential_path, managed, role_oid, database_oid
-		FROM ` + RegistrySchema + `.tenant_ownership WHERE instance_uid = $1 AND tenant_uid = $2`
-	sqlOwnRowLocked = sqlOwnRow + ` FOR UPDATE`
-	sqlConflicts    = `SELECT tenant_namespace, tenant_name, tenant_uid, managed
-		FROM ` + RegistrySchema + `.tenant_ownership
-		WHERE (instance_uid = $1 AND (database_name = $2 OR role_name = $3 OR (tenant_namespace = $4 AND tenant_name = $5)))
-		   OR credential_path = $6 LIMIT 1`
-	sqlRecordRoleOID = `UPDATE ` + RegistrySchema + `.tenant_ownership SET role_oid = $3, updated_at = pg_catalog.clock_timestamp()
-		WHERE instance_uid = $1 AND tenant_uid = $2`
-	sqlRecordDatabaseOID = `UPDATE ` + RegistrySchema + `.tenant_ownership SET database_oid = $3, updated_at = pg_catalog.clock_timestamp()
-		WHERE instance_uid = $1 AND tenant_uid = $2 AND role_oid = $4`
-	sqlRetain = `UPDATE ` + RegistrySchema + `.tenant_ownership
-		SET managed = false, retained_at = pg_catalog.clock_timestamp(), updated_at = pg_catalog.clock_timestamp()
-		WHERE instance_uid = $1 AND tenant_uid = $2 AND managed`
-	sqlRelease = `DELETE FROM ` + RegistrySchema + `.tenant_ownership WHERE instance_uid = $1 AND tenant_uid = $2`
-)
-
-// SQL of the catalog reads (admin database).
-const (
-	sqlRoleByName     = `SELECT oid, rolsuper, rolreplication FROM pg_catalog.pg_roles WHERE rolname OPERATOR(pg_catalog.=) $1`
-	sqlDatabaseByName = `SELECT oid, datdba FROM pg_catalog.pg_database WHERE datname OPERATOR(pg_catalog.=) $1`
-	sqlDatabaseExists = `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_database WHERE datname OPERATOR(pg_catalog.=) $1)`
-	sqlRoleExists     = `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname OPERATOR(pg_catalog.=) $1)`
-	// sqlIsMember: is the admin role a member of the role (by OID)?
-	sqlIsMember = `SELECT pg_catalog.pg_has_role(CURRENT_USER, $1::pg_catalog.oid, 'MEMBER')`
-	// sqlOtherMembers counts members of the role other than the admin role.
-	sqlOtherMembers = `SELECT pg_catalog.count(*) FROM pg_catalog.pg_auth_members m
-		WHERE m.roleid OPERATOR(pg_catalog.=) $1::pg_catalog.oid
-		  AND m.member OPERATOR(pg_catalog.<>) (SELECT oid FROM pg_catalog.pg_roles WHERE rolname OPERATOR(pg_catalog.=) CURRENT_USER)`
-	// sqlSessions lists the sessions in a database other than this one.
-	sqlSessions = `SELECT pid, COALESCE(usename::pg_catalog.text, ''), COALESCE(application_name, '')
-		FROM pg_catalog.pg_stat_activity
-		WHERE datid OPERATOR(pg_catalog.=) $1::pg_catalog.oid AND pid OPERATOR(pg_catalog.<>) pg_catalog.pg_backend_pid()
-		ORDER BY pid`
-	sqlTerminate = `SELECT pg_catalog.pg_terminate_backend($1)`
-	// sqlExtensionVersions: the default version of every available
-	// extension, whether a non-superuser may install it, and what it requires.
-	sqlExtensionVersions = `SELECT v.name::pg_catalog.text, (v.trusted OR NOT v.superuser), COALESCE(v.requires::pg_catalog.text[], '{}')
-		FROM pg_catalog.pg_available_extension_versions v
-		JOIN pg_catalog.pg_available_extensions e
-		  ON e.name OPERATOR(pg_catalog.=) v.name AND e.default_version OPERATOR(pg_catalog.=) v.version`
-)
-
 // TenantHandlers returns the Tenant operations (added to Handlers by the manager).
 func (e *Executor) TenantHandlers() map[string]journal.Handler {
 	return map[string]journal.Handler{
@@ -135,8 +84,6 @@ func (e *Executor) tenantOp(op func(ctx context.Context, c tenantCall) (TenantOu
 func conflict(format string, args ...any) *Classified {
 	return &Classified{Reason: ReasonConflict, Message: fmt.Sprintf(format, args...)}
 }
-
-func quoteIdent(s string) string { return pgx.Identifier{s}.Sanitize() }
 
 // ownership is this Tenant's registry row. RoleOID and DatabaseOID are the
 // objects Ayatori created for it (nil: not created yet).
@@ -308,7 +255,7 @@ func (e *Executor) createRole(ctx context.Context, c tenantCall) (TenantOutcome,
 		}
 		// PostgreSQL 15 lets only superusers name (NO)SUPERUSER or
 		// (NO)REPLICATION in ALTER ROLE: set the rest.
-		if _, err := tx.Exec(ctx, "ALTER ROLE "+quoteIdent(c.in.Role)+" LOGIN NOCREATEDB NOCREATEROLE"); err != nil {
+		if _, err := tx.Exec(ctx, sqlEnforceRoleAttributes(c.in.Role)); err != nil {
 			return out, err
 		}
 		if again, err := roleByName(ctx, tx, c.in.Role); err != nil || again == nil || again.OID != cur.OID {
@@ -333,7 +280,7 @@ func (e *Executor) createRole(ctx context.Context, c tenantCall) (TenantOutcome,
 	}
 	// CREATE ROLE takes no bind parameters; the verifier is base64 and '$:'
 	// only, and the identifier is quoted by the driver's sanitizer.
-	if _, err := tx.Exec(ctx, "CREATE ROLE "+quoteIdent(c.in.Role)+" LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION PASSWORD '"+strings.ReplaceAll(verifier, "'", "''")+"'"); err != nil {
+	if _, err := tx.Exec(ctx, sqlCreateRole(c.in.Role, verifier)); err != nil {
 		return out, err
 	}
 	created, err := roleByName(ctx, tx, c.in.Role)
@@ -425,7 +372,7 @@ func (e *Executor) createDatabase(ctx context.Context, c tenantCall) (TenantOutc
 		return out, err
 	}
 	if !member {
-		if err := execVerifyingRole(ctx, c, role.OID, "GRANT "+quoteIdent(c.in.Role)+" TO CURRENT_USER"); err != nil {
+		if err := execVerifyingRole(ctx, c, role.OID, sqlGrantRoleToAdmin(c.in.Role)); err != nil {
 			return out, err
 		}
 	}
@@ -448,7 +395,7 @@ func (e *Executor) createDatabase(ctx context.Context, c tenantCall) (TenantOutc
 		// CREATE DATABASE cannot run in a transaction: its OID is
 		// recorded right after, and a crash in between is resolved by
 		// ourDatabase (owner = our role), never by the name.
-		if _, err := c.pool.Exec(ctx, "CREATE DATABASE "+quoteIdent(c.in.Database)+" OWNER "+quoteIdent(c.in.Role)); err != nil {
+		if _, err := c.pool.Exec(ctx, sqlCreateDatabase(c.in.Database, c.in.Role)); err != nil {
 			return out, err
 		}
 		if db, err = databaseByName(ctx, c.pool, c.in.Database); err != nil || db == nil || db.Owner != role.OID {
@@ -464,8 +411,7 @@ func (e *Executor) createDatabase(ctx context.Context, c tenantCall) (TenantOutc
 			return out, conflict("the registry record of this Tenant changed while the database was created")
 		}
 	}
-	dbIdent := quoteIdent(c.in.Database)
-	for _, sql := range []string{"REVOKE CONNECT ON DATABASE " + dbIdent + " FROM PUBLIC", "GRANT CONNECT ON DATABASE " + dbIdent + " TO " + quoteIdent(c.in.Role)} {
+	for _, sql := range []string{sqlRevokePublicConnect(c.in.Database), sqlGrantConnect(c.in.Database, c.in.Role)} {
 		if err := execVerifyingDatabase(ctx, c, db.OID, sql); err != nil {
 			return out, err
 		}
@@ -641,7 +587,7 @@ func (e *Executor) ensureExtensions(ctx context.Context, c tenantCall) (TenantOu
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 	for _, x := range c.in.Extensions {
-		if _, err := conn.Exec(ctx, "CREATE EXTENSION IF NOT EXISTS "+quoteIdent(x)+" CASCADE"); err != nil {
+		if _, err := conn.Exec(ctx, sqlCreateExtension(x)); err != nil {
 			var pgErr *pgconn.PgError
 			if errors.As(err, &pgErr) {
 				return out, &Classified{Reason: ReasonProvisioningFailed, cause: err,
@@ -650,7 +596,7 @@ func (e *Executor) ensureExtensions(ctx context.Context, c tenantCall) (TenantOu
 			return out, err
 		}
 	}
-	rows, err := conn.Query(ctx, "SELECT extname::pg_catalog.text FROM pg_catalog.pg_extension WHERE extname::pg_catalog.text OPERATOR(pg_catalog.=) ANY($1::pg_catalog.text[])", c.in.Extensions)
+	rows, err := conn.Query(ctx, sqlInstalledExtensions, c.in.Extensions)
 	if err != nil {
 		return out, err
 	}
@@ -685,8 +631,7 @@ func (e *Executor) verifyLogin(ctx context.Context, c tenantCall) (TenantOutcome
 		}
 		var user, db string
 		var super, createDB, createRole bool
-		err = conn.QueryRow(ctx, `SELECT current_user, current_database(), rolsuper, rolcreatedb, rolcreaterole
-			FROM pg_catalog.pg_roles WHERE rolname OPERATOR(pg_catalog.=) current_user`).Scan(&user, &db, &super, &createDB, &createRole)
+		err = conn.QueryRow(ctx, sqlLoginIdentity).Scan(&user, &db, &super, &createDB, &createRole)
 		if err == nil && (user != c.in.Role || db != c.in.Database) {
 			err = &Classified{Reason: ReasonProvisioningFailed, Message: "logged in as the wrong user or database"}
 		}
@@ -697,7 +642,7 @@ func (e *Executor) verifyLogin(ctx context.Context, c tenantCall) (TenantOutcome
 			// Prove it: creating a role must fail with insufficient_privilege.
 			tx, terr := conn.Begin(ctx)
 			if terr == nil {
-				_, perr := tx.Exec(ctx, "CREATE ROLE ayatori_login_probe")
+				_, perr := tx.Exec(ctx, sqlLoginProbe)
 				_ = tx.Rollback(ctx)
 				var pgErr *pgconn.PgError
 				if perr == nil || !errors.As(perr, &pgErr) || pgErr.Code != "42501" {
@@ -736,7 +681,7 @@ func (e *Executor) disableLogin(ctx context.Context, c tenantCall) (TenantOutcom
 	if role == nil {
 		return skipped(why)
 	}
-	return TenantOutcome{}, execVerifyingRole(ctx, c, role.OID, "ALTER ROLE "+quoteIdent(c.in.Role)+" NOLOGIN")
+	return TenantOutcome{}, execVerifyingRole(ctx, c, role.OID, sqlDisableLogin(c.in.Role))
 }
 
 // dropDatabase terminates the database's sessions and drops it, when it is
@@ -783,7 +728,7 @@ func (e *Executor) dropDatabase(ctx context.Context, c tenantCall) (TenantOutcom
 	if again, err := databaseByName(ctx, c.pool, c.in.Database); err != nil || again == nil || again.OID != db.OID {
 		return TenantOutcome{}, firstErr(err, &Classified{Reason: ReasonProvisioningFailed, Transient: true, Message: "database " + c.in.Database + " changed while its sessions were ended"})
 	}
-	if _, err := c.pool.Exec(ctx, "DROP DATABASE IF EXISTS "+quoteIdent(c.in.Database)); err != nil {
+	if _, err := c.pool.Exec(ctx, sqlDropDatabase(c.in.Database)); err != nil {
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) && pgErr.Code == "55006" {
 			// New sessions arrived (or could not be ended): name them.
@@ -865,7 +810,7 @@ func (e *Executor) dropRole(ctx context.Context, c tenantCall) (TenantOutcome, e
 	if again, err := roleByName(ctx, tx, c.in.Role); err != nil || again == nil || again.OID != role.OID {
 		return TenantOutcome{}, firstErr(err, &Classified{Reason: ReasonProvisioningFailed, Transient: true, Message: "role " + c.in.Role + " changed while it was dropped"})
 	}
-	if _, err := tx.Exec(ctx, "DROP ROLE "+quoteIdent(c.in.Role)); err != nil {
+	if _, err := tx.Exec(ctx, sqlDropRole(c.in.Role)); err != nil {
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) && pgErr.Code == "2BP01" {
 			return TenantOutcome{}, &Classified{Reason: ReasonDeletionBlocked, cause: err, Message: "role " + c.in.Role +
