@@ -268,6 +268,15 @@ func (e *Executor) createRole(ctx context.Context, c tenantCall) (TenantOutcome,
 	case cur != nil:
 		return out, conflict("role %s exists but was not created by Ayatori for this Tenant; nothing was changed", c.in.Role)
 	}
+	if row.RoleOID != nil {
+		// Ours is gone under this name: renamed (a Conflict, never a second
+		// role) or dropped out of band (created again below).
+		if renamed, err := nameByOID(ctx, tx, sqlRoleNameByOID, *row.RoleOID); err != nil {
+			return out, err
+		} else if renamed != "" {
+			return out, conflict("the role Ayatori created for this Tenant (OID %d) was renamed to %q outside Ayatori: rename it back to %s; nothing was changed", *row.RoleOID, renamed, c.in.Role)
+		}
+	}
 	// Absent: create it (again, when ours was dropped out of band) and
 	// record its OID before the transaction commits.
 	pw, err := e.password(ctx, c)
@@ -314,13 +323,42 @@ func ourRole(ctx context.Context, q pgxQuerier, c tenantCall, row *ownership) (*
 	if err != nil {
 		return nil, "", err
 	}
-	if cur == nil {
-		return nil, "role " + c.in.Role + " does not exist", nil
+	if cur != nil && cur.OID == *row.RoleOID {
+		return cur, "", nil
 	}
-	if cur.OID != *row.RoleOID {
-		return nil, fmt.Sprintf("role %s has OID %d, not the OID %d Ayatori created; left alone", c.in.Role, cur.OID, *row.RoleOID), nil
+	why := "role " + c.in.Role + " does not exist"
+	if cur != nil {
+		why = fmt.Sprintf("role %s has OID %d, not the OID %d Ayatori created", c.in.Role, cur.OID, *row.RoleOID)
 	}
-	return cur, "", nil
+	if renamed, err := nameByOID(ctx, q, sqlRoleNameByOID, *row.RoleOID); err != nil {
+		return nil, "", err
+	} else if renamed != "" {
+		why += fmt.Sprintf("; the role Ayatori created (OID %d) was renamed to %q outside Ayatori: rename it back to %s, or drop it yourself", *row.RoleOID, renamed, c.in.Role)
+	}
+	return nil, why + "; left alone", nil
+}
+
+// nameByOID returns the current name of a role or database by OID ("": gone).
+func nameByOID(ctx context.Context, q pgxQuerier, sql string, oid uint32) (string, error) {
+	var name string
+	err := q.QueryRow(ctx, sql, oid).Scan(&name)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", nil
+	}
+	return name, err
+}
+
+// renamedDatabase says, when the database Ayatori created is still there
+// under another name, what happened and what to do ("" otherwise).
+func renamedDatabase(ctx context.Context, q pgxQuerier, c tenantCall, row *ownership) (string, error) {
+	if row.DatabaseOID == nil {
+		return "", nil
+	}
+	renamed, err := nameByOID(ctx, q, sqlDatabaseNameByOID, *row.DatabaseOID)
+	if err != nil || renamed == "" || renamed == c.in.Database {
+		return "", err
+	}
+	return fmt.Sprintf("the database Ayatori created (OID %d) was renamed to %q outside Ayatori: rename it back to %s, or drop it yourself", *row.DatabaseOID, renamed, c.in.Database), nil
 }
 
 // ourDatabase decides whether the database with the name is the one Ayatori
@@ -334,7 +372,13 @@ func ourDatabase(ctx context.Context, q pgxQuerier, c tenantCall, row *ownership
 		if db.OID == *row.DatabaseOID {
 			return true, "", nil
 		}
-		return false, fmt.Sprintf("database %s has OID %d, not the OID %d Ayatori created; left alone", c.in.Database, db.OID, *row.DatabaseOID), nil
+		why := fmt.Sprintf("database %s has OID %d, not the OID %d Ayatori created", c.in.Database, db.OID, *row.DatabaseOID)
+		if renamed, err := renamedDatabase(ctx, q, c, row); err != nil {
+			return false, "", err
+		} else if renamed != "" {
+			why += "; " + renamed
+		}
+		return false, why + "; left alone", nil
 	}
 	if row.RoleOID == nil || db.Owner != *row.RoleOID {
 		return false, "database " + c.in.Database + " exists but was not created by Ayatori for this Tenant; left alone", nil
@@ -392,6 +436,11 @@ func (e *Executor) createDatabase(ctx context.Context, c tenantCall) (TenantOutc
 			return out, conflict("database %s is owned by another role than %s (ownership changed outside Ayatori); nothing was changed", c.in.Database, c.in.Role)
 		}
 	} else {
+		if renamed, err := renamedDatabase(ctx, c.pool, c, row); err != nil {
+			return out, err
+		} else if renamed != "" {
+			return out, conflict("%s; nothing was changed", renamed)
+		}
 		// CREATE DATABASE cannot run in a transaction: its OID is
 		// recorded right after, and a crash in between is resolved by
 		// ourDatabase (owner = our role), never by the name.
@@ -698,6 +747,13 @@ func (e *Executor) dropDatabase(ctx context.Context, c tenantCall) (TenantOutcom
 		return TenantOutcome{}, err
 	}
 	if db == nil {
+		renamed, err := renamedDatabase(ctx, c.pool, c, row)
+		if err != nil {
+			return TenantOutcome{}, err
+		}
+		if renamed != "" {
+			return skipped(renamed + "; left alone")
+		}
 		return skipped("absent")
 	}
 	ours, why, err := ourDatabase(ctx, c.pool, c, row, db)
@@ -814,11 +870,29 @@ func (e *Executor) dropRole(ctx context.Context, c tenantCall) (TenantOutcome, e
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) && pgErr.Code == "2BP01" {
 			return TenantOutcome{}, &Classified{Reason: ReasonDeletionBlocked, cause: err, Message: "role " + c.in.Role +
-				" still owns objects or holds privileges outside its database (SQLSTATE 2BP01); nothing was dropped with CASCADE: REASSIGN OWNED BY / DROP OWNED BY " + c.in.Role + " in each database it reaches, and the deletion continues"}
+				" still owns objects or holds privileges outside its database (SQLSTATE 2BP01" + dependents(pgErr.Detail) + "); nothing was dropped with CASCADE: " +
+				"REASSIGN OWNED BY / DROP OWNED BY " + c.in.Role + " in each database named (or have its owner REVOKE the privileges), and the deletion continues"}
 		}
 		return TenantOutcome{}, err
 	}
 	return TenantOutcome{}, tx.Commit(ctx)
+}
+
+// dependents shortens PostgreSQL's DETAIL of a 2BP01 (one object or
+// privilege per line, names only) into ": a; b; c" for a condition message.
+func dependents(detail string) string {
+	lines := strings.FieldsFunc(detail, func(r rune) bool { return r == '\n' })
+	if len(lines) == 0 {
+		return ""
+	}
+	if len(lines) > 5 {
+		lines = append(lines[:5], fmt.Sprintf("and %d more", len(lines)-5))
+	}
+	out := strings.Join(lines, "; ")
+	if len(out) > 400 {
+		out = out[:400] + "…"
+	}
+	return ": " + out
 }
 
 // release deletes the registry record (Delete policy, after everything else).

@@ -240,8 +240,32 @@ func TestTenantOperationFailures(t *testing.T) {
 		}
 		superExec(t, f.pg, "postgres", "CREATE TABLE owned_elsewhere(); ALTER TABLE owned_elsewhere OWNER TO own")
 		out, _ := f.tenant(t, "t-own", "own", pgexec.OpDropRole)
-		if out.Result.Reason != string(pgexec.ReasonDeletionBlocked) || !strings.Contains(out.Result.Message, "2BP01") {
+		if out.Result.Reason != string(pgexec.ReasonDeletionBlocked) || !strings.Contains(out.Result.Message, "2BP01: owner of table public.owned_elsewhere") {
 			t.Fatalf("%+v", out.Result)
+		}
+	})
+	t.Run("role and database renamed outside Ayatori: named, never re-created or adopted", func(t *testing.T) {
+		f.pws["t-ren"] = "pw-ren"
+		for _, op := range []string{pgexec.OpClaimOwnership, pgexec.OpCreateRole, pgexec.OpCreateDatabase} {
+			must(t, op, first(f.tenant(t, "t-ren", "ren", op)))
+		}
+		superExec(t, f.pg, "postgres", "ALTER DATABASE ren RENAME TO ren_db_moved")
+		superExec(t, f.pg, "postgres", "ALTER ROLE ren RENAME TO ren_moved")
+		for _, op := range []string{pgexec.OpCreateRole, pgexec.OpCreateDatabase} {
+			out, _ := f.tenant(t, "t-ren", "ren", op)
+			if out.Result.Reason != string(pgexec.ReasonConflict) || !strings.Contains(out.Result.Message, "renamed to") {
+				t.Fatalf("%s: %+v", op, out.Result)
+			}
+		}
+		for op, want := range map[string]string{pgexec.OpDisableLogin: `"ren_moved"`, pgexec.OpDropDatabase: `"ren_db_moved"`, pgexec.OpDropRole: `"ren_moved"`} {
+			out, p := f.tenant(t, "t-ren", "ren", op)
+			must(t, op, out)
+			if !strings.Contains(p.Skipped, want) {
+				t.Fatalf("%s: skipped %q does not name %s", op, p.Skipped, want)
+			}
+		}
+		if n := superQuery[int64](t, f.pg, "postgres", "SELECT count(*) FROM pg_roles WHERE rolname IN ('ren', 'ren_moved')"); n != 1 {
+			t.Fatalf("%d roles: a second role was created or the renamed one dropped", n)
 		}
 	})
 	t.Run("no admin session in a Tenant database", func(t *testing.T) {

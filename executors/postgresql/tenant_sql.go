@@ -39,10 +39,12 @@ const (
 
 // SQL of the catalog reads (admin database).
 const (
-	sqlRoleByName     = `SELECT oid, rolsuper, rolreplication FROM pg_catalog.pg_roles WHERE rolname OPERATOR(pg_catalog.=) $1`
-	sqlDatabaseByName = `SELECT oid, datdba FROM pg_catalog.pg_database WHERE datname OPERATOR(pg_catalog.=) $1`
-	sqlDatabaseExists = `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_database WHERE datname OPERATOR(pg_catalog.=) $1)`
-	sqlRoleExists     = `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname OPERATOR(pg_catalog.=) $1)`
+	sqlRoleByName        = `SELECT oid, rolsuper, rolreplication FROM pg_catalog.pg_roles WHERE rolname OPERATOR(pg_catalog.=) $1`
+	sqlDatabaseByName    = `SELECT oid, datdba FROM pg_catalog.pg_database WHERE datname OPERATOR(pg_catalog.=) $1`
+	sqlRoleNameByOID     = `SELECT rolname::pg_catalog.text FROM pg_catalog.pg_roles WHERE oid OPERATOR(pg_catalog.=) $1::pg_catalog.oid`
+	sqlDatabaseNameByOID = `SELECT datname::pg_catalog.text FROM pg_catalog.pg_database WHERE oid OPERATOR(pg_catalog.=) $1::pg_catalog.oid`
+	sqlDatabaseExists    = `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_database WHERE datname OPERATOR(pg_catalog.=) $1)`
+	sqlRoleExists        = `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname OPERATOR(pg_catalog.=) $1)`
 	// sqlIsMember: is the admin role a member of the role (by OID)?
 	sqlIsMember = `SELECT pg_catalog.pg_has_role(CURRENT_USER, $1::pg_catalog.oid, 'MEMBER')`
 	// sqlOtherMembers counts members of the role other than the admin role.
