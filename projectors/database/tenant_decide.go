@@ -98,8 +98,8 @@ type TenantFacts struct {
 	// EnsureExternalSecret would be planned, never while deleting.
 	TargetTaken string
 	Deleting    bool
-	SpecPolicy          v1alpha1.DeletionPolicy
-	Journal             *journal.State
+	SpecPolicy  v1alpha1.DeletionPolicy
+	Journal     *journal.State
 	// Records are the UID's records in order (for notes).
 	Records []journal.Record
 	Status  v1alpha1.PostgreSQLTenantStatus
