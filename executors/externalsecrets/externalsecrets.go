@@ -149,20 +149,83 @@ type ProjectionIntent struct {
 	// when the Secret carries it: the Secret was then written from this
 	// version or a later one. Only metadata is read (decision 0002).
 	CredentialVersion int `json:"credentialVersion,omitempty"`
+	// OwnedES are the ExternalSecrets this Tenant created earlier (from the
+	// EnsureExternalSecret outcomes in its journal): a target Secret whose
+	// owner is one of them, and which is not older than it, was produced
+	// for this Tenant even when that ExternalSecret no longer exists.
+	OwnedES []ESRef `json:"ownedES,omitempty"`
 }
 
-// ProjectionOutcome is the payload of DeleteExternalSecret and
-// RetainExternalSecret outcomes.
+// ESRef identifies one ExternalSecret object a Tenant created: its UID and
+// creation time (Unix seconds, the API's resolution).
+type ESRef struct {
+	UID     string `json:"uid"`
+	Created int64  `json:"created"`
+}
+
+// ProjectionOutcome is the payload of EnsureExternalSecret,
+// DeleteExternalSecret and RetainExternalSecret outcomes.
 type ProjectionOutcome struct {
 	// Skipped explains what was left in place (an object that is not this
 	// Tenant's).
 	Skipped string `json:"skipped,omitempty"`
+	// ES is the ExternalSecret EnsureExternalSecret created or updated.
+	ES *ESRef `json:"es,omitempty"`
+}
+
+// refOf returns the ESRef of an ExternalSecret read from the API.
+func refOf(o metav1.Object) ESRef {
+	return ESRef{UID: string(o.GetUID()), Created: o.GetCreationTimestamp().Unix()}
+}
+
+// ProducedBy reports whether the target Secret (metadata only) was written
+// by one of the ExternalSecrets: it has an owner reference with the
+// ExternalSecret's UID and was created no earlier than that ExternalSecret.
+// A Secret older than the ExternalSecret existed before it: ESO
+// (creationPolicy Owner) adopts such a Secret, sets itself as owner and
+// replaces its data, so the owner reference alone proves nothing.
+func ProducedBy(secret metav1.Object, ours []ESRef) bool {
+	created := secret.GetCreationTimestamp().Unix()
+	for _, o := range secret.GetOwnerReferences() {
+		if o.Kind != ExternalSecretGVK.Kind {
+			continue
+		}
+		for _, r := range ours {
+			if r.UID != "" && string(o.UID) == r.UID && created >= r.Created {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// TargetTaken is the check of the projection target before the first
+// external write (and again right before the ExternalSecret is created):
+// the ExternalSecret name must be free or taken by this Tenant's own
+// ExternalSecret, and the target Secret must be absent or produced by one
+// of this Tenant's ExternalSecrets. es and secret are nil when absent (the
+// Secret is read as metadata only). It returns what takes the target, or
+// "" when nothing does.
+func TargetTaken(namespace, esName, secretName string, es, secret metav1.Object, tenantUID string, known []ESRef) string {
+	ours := append([]ESRef(nil), known...)
+	if es != nil {
+		if !ownedBy(es, tenantUID) {
+			return fmt.Sprintf("ExternalSecret %s/%s exists and is not owned by this Tenant (%s)", namespace, esName, describeOwner(es))
+		}
+		ours = append(ours, refOf(es))
+	}
+	if secret != nil && !ProducedBy(secret, ours) {
+		return fmt.Sprintf("Secret %s/%s exists and was not produced by this Tenant's ExternalSecret (%s); Ayatori never writes or adopts a Secret it did not create",
+			namespace, secretName, describeOwner(secret))
+	}
+	return ""
 }
 
 func init() {
 	for _, op := range []string{OpEnsureExternalSecret, OpObserveProjection, OpDeleteExternalSecret, OpRetainExternalSecret} {
 		journal.RegisterPayload(op, journal.TypeIntent, ProjectionIntent{})
 	}
+	journal.RegisterPayload(OpEnsureExternalSecret, journal.TypeOutcome, ProjectionOutcome{})
 	journal.RegisterPayload(OpDeleteExternalSecret, journal.TypeOutcome, ProjectionOutcome{})
 	journal.RegisterPayload(OpRetainExternalSecret, journal.TypeOutcome, ProjectionOutcome{})
 }
@@ -186,7 +249,7 @@ func (e *Executor) reader() client.Reader {
 // Handlers returns the journal handlers of this executor.
 func (e *Executor) Handlers() map[string]journal.Handler {
 	return map[string]journal.Handler{
-		OpEnsureExternalSecret: e.op(e.ensure),
+		OpEnsureExternalSecret: e.opOut(e.ensure),
 		OpObserveProjection:    e.op(e.observe),
 		OpDeleteExternalSecret: e.op(e.delete),
 		OpRetainExternalSecret: e.op(e.retain),
@@ -203,6 +266,13 @@ type skipped struct{ msg string }
 func (s *skipped) Error() string { return s.msg }
 
 func (e *Executor) op(fn func(ctx context.Context, rec journal.Record, in ProjectionIntent) error) journal.Handler {
+	return e.opOut(func(ctx context.Context, rec journal.Record, in ProjectionIntent) (*ProjectionOutcome, error) {
+		return nil, fn(ctx, rec, in)
+	})
+}
+
+// opOut is op for steps whose success carries an outcome payload.
+func (e *Executor) opOut(fn func(ctx context.Context, rec journal.Record, in ProjectionIntent) (*ProjectionOutcome, error)) journal.Handler {
 	return func(ctx context.Context, rec journal.Record) (journal.Outcome, error) {
 		var in ProjectionIntent
 		if err := rec.DecodePayload(&in); err != nil || in.ExternalSecret == "" {
@@ -214,7 +284,8 @@ func (e *Executor) op(fn func(ctx context.Context, rec journal.Record, in Projec
 		}
 		ctx, cancel := context.WithTimeout(ctx, t)
 		defer cancel()
-		if err := fn(ctx, rec, in); err != nil {
+		out, err := fn(ctx, rec, in)
+		if err != nil {
 			var sk *skipped
 			if errors.As(err, &sk) {
 				return journal.Outcome{Result: journal.Result{Class: journal.Succeeded, Message: sk.msg}, Payload: ProjectionOutcome{Skipped: sk.msg}}, nil
@@ -224,6 +295,9 @@ func (e *Executor) op(fn func(ctx context.Context, rec journal.Record, in Projec
 				f = &failure{reason: "DependencyUnavailable", msg: "the Kubernetes API request failed: " + string(apierrors.ReasonForError(err))}
 			}
 			return journal.Outcome{Result: journal.Result{Class: journal.Failed, Reason: f.reason, Message: f.msg}}, nil
+		}
+		if out != nil {
+			return journal.Outcome{Result: journal.Result{Class: journal.Succeeded}, Payload: *out}, nil
 		}
 		return journal.Outcome{Result: journal.Result{Class: journal.Succeeded}}, nil
 	}
@@ -240,9 +314,12 @@ func ownedBy(u metav1.Object, uid string) bool {
 
 // ensure creates or updates the ExternalSecret: the seven keys from the
 // configured ClusterSecretStore, target Secret name, owner reference to
-// the Tenant. An ExternalSecret of the same name not owned by this Tenant
-// is a Conflict.
-func (e *Executor) ensure(ctx context.Context, rec journal.Record, in ProjectionIntent) error {
+// the Tenant. The projection target is re-checked right before the write
+// (TargetTaken): an ExternalSecret of the same name not owned by this
+// Tenant, or a target Secret this Tenant's ExternalSecrets did not produce,
+// is a Conflict and nothing is written (ESO, creationPolicy Owner, would
+// adopt such a Secret and replace its data).
+func (e *Executor) ensure(ctx context.Context, rec journal.Record, in ProjectionIntent) (*ProjectionOutcome, error) {
 	data := make([]any, 0, len(Keys))
 	for _, k := range Keys {
 		data = append(data, map[string]any{"secretKey": k, "remoteRef": map[string]any{"key": in.RemoteKey, "property": k}})
@@ -255,16 +332,40 @@ func (e *Executor) ensure(ctx context.Context, rec journal.Record, in Projection
 		"target": map[string]any{"name": in.TargetSecretName, "creationPolicy": "Owner", "deletionPolicy": "Retain"},
 		"data":   data,
 	}
+	ns := rec.Object.Namespace
 	cur := &unstructured.Unstructured{}
 	cur.SetGroupVersionKind(ExternalSecretGVK)
-	err := e.reader().Get(ctx, types.NamespacedName{Namespace: rec.Object.Namespace, Name: in.ExternalSecret}, cur)
-	if apierrors.IsNotFound(err) {
+	err := e.reader().Get(ctx, types.NamespacedName{Namespace: ns, Name: in.ExternalSecret}, cur)
+	var existing metav1.Object
+	switch {
+	case apierrors.IsNotFound(err):
+	case err != nil:
+		return nil, err
+	default:
+		existing = cur
+	}
+	// The target Secret, metadata only (never its data).
+	meta := &metav1.PartialObjectMetadata{}
+	meta.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Secret"))
+	var secret metav1.Object
+	err = e.reader().Get(ctx, types.NamespacedName{Namespace: ns, Name: in.TargetSecretName}, meta)
+	switch {
+	case apierrors.IsNotFound(err):
+	case err != nil:
+		return nil, err
+	default:
+		secret = meta
+	}
+	if taken := TargetTaken(ns, in.ExternalSecret, in.TargetSecretName, existing, secret, rec.Object.UID, in.OwnedES); taken != "" {
+		return nil, &failure{reason: "Conflict", msg: taken}
+	}
+	if existing == nil {
 		es := &unstructured.Unstructured{}
 		es.SetGroupVersionKind(ExternalSecretGVK)
-		es.SetNamespace(rec.Object.Namespace)
+		es.SetNamespace(ns)
 		es.SetName(in.ExternalSecret)
 		es.SetLabels(map[string]string{LabelManagedBy: "ayatori", LabelTenant: LabelValue(rec.Object.Name)})
-		ann := map[string]string{AnnotationTenant: rec.Object.Namespace + "/" + rec.Object.Name}
+		ann := map[string]string{AnnotationTenant: ns + "/" + rec.Object.Name}
 		if in.CredentialVersion > 0 {
 			ann[AnnotationCredentialVersion] = strconv.Itoa(in.CredentialVersion)
 		}
@@ -273,13 +374,11 @@ func (e *Executor) ensure(ctx context.Context, rec journal.Record, in Projection
 		es.SetOwnerReferences([]metav1.OwnerReference{{APIVersion: in.OwnerAPIVersion, Kind: in.OwnerKind, Name: rec.Object.Name,
 			UID: types.UID(rec.Object.UID), Controller: &t, BlockOwnerDeletion: &t}})
 		es.Object["spec"] = spec
-		return e.Client.Create(ctx, es)
-	}
-	if err != nil {
-		return err
-	}
-	if !ownedBy(cur, rec.Object.UID) {
-		return &failure{reason: "Conflict", msg: fmt.Sprintf("ExternalSecret %s/%s exists and is not owned by this Tenant (%s)", rec.Object.Namespace, in.ExternalSecret, describeOwner(cur))}
+		if err := e.Client.Create(ctx, es); err != nil {
+			return nil, err
+		}
+		ref := refOf(es)
+		return &ProjectionOutcome{ES: &ref}, nil
 	}
 	lbl, ann := cur.GetLabels(), cur.GetAnnotations()
 	if lbl == nil {
@@ -289,23 +388,23 @@ func (e *Executor) ensure(ctx context.Context, rec journal.Record, in Projection
 		ann = map[string]string{}
 	}
 	lbl[LabelManagedBy], lbl[LabelTenant] = "ayatori", LabelValue(rec.Object.Name)
-	ann[AnnotationTenant] = rec.Object.Namespace + "/" + rec.Object.Name
+	ann[AnnotationTenant] = ns + "/" + rec.Object.Name
 	if in.CredentialVersion > 0 {
 		ann[AnnotationCredentialVersion] = strconv.Itoa(in.CredentialVersion)
 	}
-	// A target Secret deleted by hand: an annotation change makes ESO
-	// read OpenBao and write the Secret now, not at the next refresh.
-	meta := &metav1.PartialObjectMetadata{}
-	meta.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Secret"))
-	if err := e.reader().Get(ctx, types.NamespacedName{Namespace: rec.Object.Namespace, Name: in.TargetSecretName}, meta); apierrors.IsNotFound(err) {
+	if secret == nil {
+		// A target Secret deleted by hand: an annotation change makes ESO
+		// read OpenBao and write the Secret now, not at the next refresh.
 		ann[AnnotationResync] = rec.ID
-	} else if err != nil {
-		return err
 	}
 	cur.SetLabels(lbl)
 	cur.SetAnnotations(ann)
 	cur.Object["spec"] = spec
-	return e.Client.Update(ctx, cur)
+	if err := e.Client.Update(ctx, cur); err != nil {
+		return nil, err
+	}
+	ref := refOf(cur)
+	return &ProjectionOutcome{ES: &ref}, nil
 }
 
 // observe reports success only when ESO says the ExternalSecret is Ready
@@ -361,17 +460,19 @@ func orUnknown(s string) string {
 // delete removes the ExternalSecret (UID precondition, only if ours) and
 // its target Secret. Objects that are not this Tenant's (an ExternalSecret
 // retained by an earlier Tenant of the same name, a foreign one, a Secret
-// produced by such an ExternalSecret) are left in place and reported: they
-// never hold the finalizer (specification §11). The target carries an owner
-// reference to the ExternalSecret (creationPolicy Owner); the executor
-// deletes it itself, as the garbage collector would, when its
-// ExternalSecret was ours or no longer exists.
+// produced by such an ExternalSecret, a Secret that existed before this
+// Tenant's ExternalSecret and was adopted by ESO) are left in place and
+// reported: they never hold the finalizer (specification §11). The target
+// carries an owner reference to the ExternalSecret (creationPolicy Owner);
+// the executor deletes it itself, as the garbage collector would, only when
+// ProducedBy proves it was written by one of this Tenant's ExternalSecrets
+// (by UID and creation time, never by name).
 func (e *Executor) delete(ctx context.Context, rec journal.Record, in ProjectionIntent) error {
 	ns := rec.Object.Namespace
 	es := &unstructured.Unstructured{}
 	es.SetGroupVersionKind(ExternalSecretGVK)
 	err := e.reader().Get(ctx, types.NamespacedName{Namespace: ns, Name: in.ExternalSecret}, es)
-	var esUID types.UID
+	ours := append([]ESRef(nil), in.OwnedES...)
 	switch {
 	case apierrors.IsNotFound(err):
 	case err != nil:
@@ -379,7 +480,8 @@ func (e *Executor) delete(ctx context.Context, rec journal.Record, in Projection
 	case !ownedBy(es, rec.Object.UID):
 		return &skipped{msg: fmt.Sprintf("ExternalSecret %s/%s is not owned by this Tenant (%s); it and its target Secret were left in place", ns, in.ExternalSecret, describeOwner(es))}
 	default:
-		esUID = es.GetUID()
+		ours = append(ours, refOf(es))
+		esUID := es.GetUID()
 		if err := e.Client.Delete(ctx, es, client.Preconditions{UID: &esUID}); client.IgnoreNotFound(err) != nil {
 			return err
 		}
@@ -393,19 +495,8 @@ func (e *Executor) delete(ctx context.Context, rec journal.Record, in Projection
 	if err != nil {
 		return err
 	}
-	ours := esUID != "" && ownedBy(meta, string(esUID))
-	if !ours && esUID == "" {
-		// Our ExternalSecret is already gone (an earlier attempt deleted it):
-		// a Secret it produced has a dead owner, which the garbage
-		// collector would remove.
-		for _, o := range meta.GetOwnerReferences() {
-			if o.Kind == "ExternalSecret" && o.Name == in.ExternalSecret {
-				ours = true
-			}
-		}
-	}
-	if !ours {
-		return &skipped{msg: fmt.Sprintf("Secret %s/%s was not produced by this Tenant's ExternalSecret; left in place", ns, in.TargetSecretName)}
+	if !ProducedBy(meta, ours) {
+		return &skipped{msg: fmt.Sprintf("Secret %s/%s was not produced by this Tenant's ExternalSecret (%s); left in place", ns, in.TargetSecretName, describeOwner(meta))}
 	}
 	uid := meta.GetUID()
 	if err := e.Client.Delete(ctx, meta, client.Preconditions{UID: &uid}); client.IgnoreNotFound(err) != nil {

@@ -251,6 +251,18 @@ func (r *TenantReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 		}
 	}
 	d := DecideTenant(facts, r.Policy)
+	if !deleting && d.Intent != nil && (d.Intent.Operation == pgexec.OpClaimOwnership || d.Intent.Operation == esexec.OpEnsureExternalSecret) {
+		// Before the first external write, and before the ExternalSecret is
+		// created: is the projection target someone else's?
+		taken, err := r.targetTaken(ctx, t, n, st)
+		if err != nil {
+			return reconcile.Result{}, err
+		}
+		if taken != "" {
+			facts.TargetTaken = taken
+			d = DecideTenant(facts, r.Policy)
+		}
+	}
 	if d.StatusLost {
 		live := &v1alpha1.PostgreSQLTenant{}
 		if behind, err := statusBehind(ctx, r.APIReader, req.NamespacedName, live, func() string { return string(live.Status.Phase) }); err != nil || behind {
@@ -391,6 +403,9 @@ func (r *TenantReconciler) intent(t *v1alpha1.PostgreSQLTenant, inst *v1alpha1.P
 			RemoteKey: n.kvPath, OwnerAPIVersion: v1alpha1.GroupVersion.String(), OwnerKind: "PostgreSQLTenant"}
 		if p.Operation == esexec.OpEnsureExternalSecret || p.Operation == esexec.OpObserveProjection {
 			_, pi.CredentialVersion = lastCredential(st)
+		}
+		if p.Operation == esexec.OpEnsureExternalSecret || p.Operation == esexec.OpDeleteExternalSecret {
+			pi.OwnedES = ownedExternalSecrets(st)
 		}
 		payload = pi
 	default:
