@@ -27,6 +27,7 @@ func init() {
 	for _, op := range ExternalSecretsOperations {
 		reg(op, journal.TypeIntent, ProjectionIntent{})
 	}
+	reg(OpEnsureExternalSecret, journal.TypeOutcome, ProjectionOutcome{})
 	reg(OpDeleteExternalSecret, journal.TypeOutcome, ProjectionOutcome{})
 	reg(OpRetainExternalSecret, journal.TypeOutcome, ProjectionOutcome{})
 	reg(NoteDeletionStarted, journal.TypeNote, DeletionNote{})

@@ -105,14 +105,28 @@ type ProjectionIntent struct {
 	// when the Secret carries it: the Secret was then written from this
 	// version or a later one. Only metadata is read (decision 0002).
 	CredentialVersion int `json:"credentialVersion,omitempty" journal:"ref"`
+	// OwnedES are the ExternalSecrets this Tenant created earlier (from the
+	// EnsureExternalSecret outcomes in its journal): a target Secret whose
+	// owner is one of them, and which is not older than it, was produced
+	// for this Tenant even when that ExternalSecret no longer exists.
+	OwnedES []ESRef `json:"ownedES,omitempty"`
 }
 
-// ProjectionOutcome is the payload of DeleteExternalSecret and
-// RetainExternalSecret outcomes.
+// ESRef identifies one ExternalSecret object a Tenant created: its UID and
+// creation time (Unix seconds, the API's resolution).
+type ESRef struct {
+	UID     string `json:"uid"`
+	Created int64  `json:"created"`
+}
+
+// ProjectionOutcome is the payload of EnsureExternalSecret,
+// DeleteExternalSecret and RetainExternalSecret outcomes.
 type ProjectionOutcome struct {
 	// Skipped explains what was left in place (an object that is not this
 	// Tenant's).
 	Skipped string `json:"skipped,omitempty"`
+	// ES is the ExternalSecret EnsureExternalSecret created or updated.
+	ES *ESRef `json:"es,omitempty"`
 }
 
 // DeletionNote is the payload of a DeletionStarted note.

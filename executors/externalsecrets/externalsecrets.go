@@ -36,7 +36,7 @@ const (
 	AnnotationTenant = "database.ayatori.ddupan.top/tenant"
 	// AnnotationRetained marks an ExternalSecret released by
 	// RetainExternalSecret: "<namespace>/<name> uid <uid>" of the Tenant.
-	AnnotationRetained = "database.ayatori.ddupan.top/retained-from"
+	AnnotationRetained = dbcontract.AnnotationRetained
 	// AnnotationResync is changed (to the intent ID) when the target
 	// Secret is missing, so ESO writes it again at once.
 	AnnotationResync = "database.ayatori.ddupan.top/resync"
@@ -64,7 +64,7 @@ func (e *Executor) reader() client.Reader {
 // Handlers returns the journal handlers of this executor.
 func (e *Executor) Handlers() map[string]journal.Handler {
 	return map[string]journal.Handler{
-		dbcontract.OpEnsureExternalSecret: e.op(e.ensure),
+		dbcontract.OpEnsureExternalSecret: e.opOut(e.ensure),
 		dbcontract.OpObserveProjection:    e.op(e.observe),
 		dbcontract.OpDeleteExternalSecret: e.op(e.delete),
 		dbcontract.OpRetainExternalSecret: e.op(e.retain),
@@ -77,6 +77,13 @@ type skipped struct{ msg string }
 func (s *skipped) Error() string { return s.msg }
 
 func (e *Executor) op(fn func(ctx context.Context, rec journal.Record, in dbcontract.ProjectionIntent) error) journal.Handler {
+	return e.opOut(func(ctx context.Context, rec journal.Record, in dbcontract.ProjectionIntent) (*dbcontract.ProjectionOutcome, error) {
+		return nil, fn(ctx, rec, in)
+	})
+}
+
+// opOut is op for steps whose success carries an outcome payload.
+func (e *Executor) opOut(fn func(ctx context.Context, rec journal.Record, in dbcontract.ProjectionIntent) (*dbcontract.ProjectionOutcome, error)) journal.Handler {
 	return func(ctx context.Context, rec journal.Record) (journal.Outcome, error) {
 		var in dbcontract.ProjectionIntent
 		if err := rec.DecodePayload(&in); err != nil || in.ExternalSecret == "" {
@@ -88,7 +95,8 @@ func (e *Executor) op(fn func(ctx context.Context, rec journal.Record, in dbcont
 		}
 		ctx, cancel := context.WithTimeout(ctx, t)
 		defer cancel()
-		if err := fn(ctx, rec, in); err != nil {
+		out, err := fn(ctx, rec, in)
+		if err != nil {
 			var sk *skipped
 			if errors.As(err, &sk) {
 				return journal.Outcome{Result: journal.Result{Class: journal.Succeeded, Message: sk.msg}, Payload: dbcontract.ProjectionOutcome{Skipped: sk.msg}}, nil
@@ -99,24 +107,21 @@ func (e *Executor) op(fn func(ctx context.Context, rec journal.Record, in dbcont
 			}
 			return journal.Outcome{Result: journal.Result{Class: journal.Failed, Reason: string(f.Reason), Message: f.Message}}, nil
 		}
+		if out != nil {
+			return journal.Outcome{Result: journal.Result{Class: journal.Succeeded}, Payload: *out}, nil
+		}
 		return journal.Outcome{Result: journal.Result{Class: journal.Succeeded}}, nil
 	}
 }
 
-func ownedBy(u metav1.Object, uid string) bool {
-	for _, o := range u.GetOwnerReferences() {
-		if string(o.UID) == uid {
-			return true
-		}
-	}
-	return false
-}
-
 // ensure creates or updates the ExternalSecret: the seven keys from the
 // configured ClusterSecretStore, target Secret name, owner reference to
-// the Tenant. An ExternalSecret of the same name not owned by this Tenant
-// is a Conflict.
-func (e *Executor) ensure(ctx context.Context, rec journal.Record, in dbcontract.ProjectionIntent) error {
+// the Tenant. The projection target is re-checked right before the write
+// (dbcontract.TargetTaken): an ExternalSecret of the same name not owned by
+// this Tenant, or a target Secret this Tenant's ExternalSecrets did not
+// produce, is a Conflict and nothing is written (ESO, creationPolicy Owner, would
+// adopt such a Secret and replace its data).
+func (e *Executor) ensure(ctx context.Context, rec journal.Record, in dbcontract.ProjectionIntent) (*dbcontract.ProjectionOutcome, error) {
 	data := make([]any, 0, len(dbcontract.Keys))
 	for _, k := range dbcontract.Keys {
 		data = append(data, map[string]any{"secretKey": k, "remoteRef": map[string]any{"key": in.RemoteKey, "property": k}})
@@ -129,16 +134,40 @@ func (e *Executor) ensure(ctx context.Context, rec journal.Record, in dbcontract
 		"target": map[string]any{"name": in.TargetSecretName, "creationPolicy": "Owner", "deletionPolicy": "Retain"},
 		"data":   data,
 	}
+	ns := rec.Object.Namespace
 	cur := &unstructured.Unstructured{}
 	cur.SetGroupVersionKind(dbcontract.ExternalSecretGVK)
-	err := e.reader().Get(ctx, types.NamespacedName{Namespace: rec.Object.Namespace, Name: in.ExternalSecret}, cur)
-	if apierrors.IsNotFound(err) {
+	err := e.reader().Get(ctx, types.NamespacedName{Namespace: ns, Name: in.ExternalSecret}, cur)
+	var existing metav1.Object
+	switch {
+	case apierrors.IsNotFound(err):
+	case err != nil:
+		return nil, err
+	default:
+		existing = cur
+	}
+	// The target Secret, metadata only (never its data).
+	meta := &metav1.PartialObjectMetadata{}
+	meta.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Secret"))
+	var secret metav1.Object
+	err = e.reader().Get(ctx, types.NamespacedName{Namespace: ns, Name: in.TargetSecretName}, meta)
+	switch {
+	case apierrors.IsNotFound(err):
+	case err != nil:
+		return nil, err
+	default:
+		secret = meta
+	}
+	if taken := dbcontract.TargetTaken(ns, in.ExternalSecret, in.TargetSecretName, existing, secret, rec.Object.UID, in.OwnedES); taken != "" {
+		return nil, &dbcontract.Failure{Reason: dbcontract.ReasonConflict, Message: taken}
+	}
+	if existing == nil {
 		es := &unstructured.Unstructured{}
 		es.SetGroupVersionKind(dbcontract.ExternalSecretGVK)
-		es.SetNamespace(rec.Object.Namespace)
+		es.SetNamespace(ns)
 		es.SetName(in.ExternalSecret)
 		es.SetLabels(map[string]string{LabelManagedBy: "ayatori", LabelTenant: dbcontract.LabelValue(rec.Object.Name)})
-		ann := map[string]string{AnnotationTenant: rec.Object.Namespace + "/" + rec.Object.Name}
+		ann := map[string]string{AnnotationTenant: ns + "/" + rec.Object.Name}
 		if in.CredentialVersion > 0 {
 			ann[AnnotationCredentialVersion] = strconv.Itoa(in.CredentialVersion)
 		}
@@ -147,13 +176,11 @@ func (e *Executor) ensure(ctx context.Context, rec journal.Record, in dbcontract
 		es.SetOwnerReferences([]metav1.OwnerReference{{APIVersion: in.OwnerAPIVersion, Kind: in.OwnerKind, Name: rec.Object.Name,
 			UID: types.UID(rec.Object.UID), Controller: &t, BlockOwnerDeletion: &t}})
 		es.Object["spec"] = spec
-		return e.Client.Create(ctx, es)
-	}
-	if err != nil {
-		return err
-	}
-	if !ownedBy(cur, rec.Object.UID) {
-		return &dbcontract.Failure{Reason: dbcontract.ReasonConflict, Message: fmt.Sprintf("ExternalSecret %s/%s exists and is not owned by this Tenant (%s)", rec.Object.Namespace, in.ExternalSecret, describeOwner(cur))}
+		if err := e.Client.Create(ctx, es); err != nil {
+			return nil, err
+		}
+		ref := dbcontract.RefOf(es)
+		return &dbcontract.ProjectionOutcome{ES: &ref}, nil
 	}
 	lbl, ann := cur.GetLabels(), cur.GetAnnotations()
 	if lbl == nil {
@@ -163,23 +190,23 @@ func (e *Executor) ensure(ctx context.Context, rec journal.Record, in dbcontract
 		ann = map[string]string{}
 	}
 	lbl[LabelManagedBy], lbl[LabelTenant] = "ayatori", dbcontract.LabelValue(rec.Object.Name)
-	ann[AnnotationTenant] = rec.Object.Namespace + "/" + rec.Object.Name
+	ann[AnnotationTenant] = ns + "/" + rec.Object.Name
 	if in.CredentialVersion > 0 {
 		ann[AnnotationCredentialVersion] = strconv.Itoa(in.CredentialVersion)
 	}
-	// A target Secret deleted by hand: an annotation change makes ESO
-	// read OpenBao and write the Secret now, not at the next refresh.
-	meta := &metav1.PartialObjectMetadata{}
-	meta.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Secret"))
-	if err := e.reader().Get(ctx, types.NamespacedName{Namespace: rec.Object.Namespace, Name: in.TargetSecretName}, meta); apierrors.IsNotFound(err) {
+	if secret == nil {
+		// A target Secret deleted by hand: an annotation change makes ESO
+		// read OpenBao and write the Secret now, not at the next refresh.
 		ann[AnnotationResync] = rec.ID
-	} else if err != nil {
-		return err
 	}
 	cur.SetLabels(lbl)
 	cur.SetAnnotations(ann)
 	cur.Object["spec"] = spec
-	return e.Client.Update(ctx, cur)
+	if err := e.Client.Update(ctx, cur); err != nil {
+		return nil, err
+	}
+	ref := dbcontract.RefOf(cur)
+	return &dbcontract.ProjectionOutcome{ES: &ref}, nil
 }
 
 // observe reports success only when ESO says the ExternalSecret is Ready
@@ -235,25 +262,28 @@ func orUnknown(s string) string {
 // delete removes the ExternalSecret (UID precondition, only if ours) and
 // its target Secret. Objects that are not this Tenant's (an ExternalSecret
 // retained by an earlier Tenant of the same name, a foreign one, a Secret
-// produced by such an ExternalSecret) are left in place and reported: they
-// never hold the finalizer (specification §11). The target carries an owner
-// reference to the ExternalSecret (creationPolicy Owner); the executor
-// deletes it itself, as the garbage collector would, when its
-// ExternalSecret was ours or no longer exists.
+// produced by such an ExternalSecret, a Secret that existed before this
+// Tenant's ExternalSecret and was adopted by ESO) are left in place and
+// reported: they never hold the finalizer (specification §11). The target
+// carries an owner reference to the ExternalSecret (creationPolicy Owner);
+// the executor deletes it itself, as the garbage collector would, only when
+// dbcontract.ProducedBy proves it was written by one of this Tenant's
+// ExternalSecrets (by UID and creation time, never by name).
 func (e *Executor) delete(ctx context.Context, rec journal.Record, in dbcontract.ProjectionIntent) error {
 	ns := rec.Object.Namespace
 	es := &unstructured.Unstructured{}
 	es.SetGroupVersionKind(dbcontract.ExternalSecretGVK)
 	err := e.reader().Get(ctx, types.NamespacedName{Namespace: ns, Name: in.ExternalSecret}, es)
-	var esUID types.UID
+	ours := append([]dbcontract.ESRef(nil), in.OwnedES...)
 	switch {
 	case apierrors.IsNotFound(err):
 	case err != nil:
 		return err
-	case !ownedBy(es, rec.Object.UID):
-		return &skipped{msg: fmt.Sprintf("ExternalSecret %s/%s is not owned by this Tenant (%s); it and its target Secret were left in place", ns, in.ExternalSecret, describeOwner(es))}
+	case !dbcontract.OwnedBy(es, rec.Object.UID):
+		return &skipped{msg: fmt.Sprintf("ExternalSecret %s/%s is not owned by this Tenant (%s); it and its target Secret were left in place", ns, in.ExternalSecret, dbcontract.DescribeOwner(es))}
 	default:
-		esUID = es.GetUID()
+		ours = append(ours, dbcontract.RefOf(es))
+		esUID := es.GetUID()
 		if err := e.Client.Delete(ctx, es, client.Preconditions{UID: &esUID}); client.IgnoreNotFound(err) != nil {
 			return err
 		}
@@ -267,19 +297,8 @@ func (e *Executor) delete(ctx context.Context, rec journal.Record, in dbcontract
 	if err != nil {
 		return err
 	}
-	ours := esUID != "" && ownedBy(meta, string(esUID))
-	if !ours && esUID == "" {
-		// Our ExternalSecret is already gone (an earlier attempt deleted it):
-		// a Secret it produced has a dead owner, which the garbage
-		// collector would remove.
-		for _, o := range meta.GetOwnerReferences() {
-			if o.Kind == "ExternalSecret" && o.Name == in.ExternalSecret {
-				ours = true
-			}
-		}
-	}
-	if !ours {
-		return &skipped{msg: fmt.Sprintf("Secret %s/%s was not produced by this Tenant's ExternalSecret; left in place", ns, in.TargetSecretName)}
+	if !dbcontract.ProducedBy(meta, ours) {
+		return &skipped{msg: fmt.Sprintf("Secret %s/%s was not produced by this Tenant's ExternalSecret (%s); left in place", ns, in.TargetSecretName, dbcontract.DescribeOwner(meta))}
 	}
 	uid := meta.GetUID()
 	if err := e.Client.Delete(ctx, meta, client.Preconditions{UID: &uid}); client.IgnoreNotFound(err) != nil {
@@ -289,17 +308,6 @@ func (e *Executor) delete(ctx context.Context, rec journal.Record, in dbcontract
 		return &dbcontract.Failure{Reason: dbcontract.ReasonCredentialProjectionFailed, Message: "the target Secret still exists after deletion"}
 	}
 	return nil
-}
-
-// describeOwner names who an object belongs to, for skip reports.
-func describeOwner(o metav1.Object) string {
-	if r := o.GetAnnotations()[AnnotationRetained]; r != "" {
-		return "retained from Tenant " + r
-	}
-	for _, ref := range o.GetOwnerReferences() {
-		return fmt.Sprintf("owned by %s %s uid %s", ref.Kind, ref.Name, ref.UID)
-	}
-	return "no owner"
 }
 
 // retain releases this Tenant's ExternalSecret at Retain deletion: the
@@ -316,11 +324,11 @@ func (e *Executor) retain(ctx context.Context, rec journal.Record, in dbcontract
 		return nil
 	case err != nil:
 		return err
-	case !ownedBy(es, rec.Object.UID):
+	case !dbcontract.OwnedBy(es, rec.Object.UID):
 		if es.GetAnnotations()[AnnotationRetained] != "" && strings.HasSuffix(es.GetAnnotations()[AnnotationRetained], " uid "+rec.Object.UID) {
 			return nil // released by an earlier attempt
 		}
-		return &skipped{msg: fmt.Sprintf("ExternalSecret %s/%s is not owned by this Tenant (%s); left as it is", ns, in.ExternalSecret, describeOwner(es))}
+		return &skipped{msg: fmt.Sprintf("ExternalSecret %s/%s is not owned by this Tenant (%s); left as it is", ns, in.ExternalSecret, dbcontract.DescribeOwner(es))}
 	}
 	var keep []metav1.OwnerReference
 	for _, o := range es.GetOwnerReferences() {

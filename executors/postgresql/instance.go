@@ -148,14 +148,12 @@ func (e *Executor) observe(ctx context.Context, t Target, out *dbcontract.Observ
 		}
 		_ = c.Close(ctx)
 	}
-	if err := conn.QueryRow(ctx, "SELECT current_setting('server_version')").Scan(&out.ServerVersion); err != nil {
+	if err := conn.QueryRow(ctx, sqlServerVersion).Scan(&out.ServerVersion); err != nil {
 		return nil, err
 	}
 	var super, createRole, createDB, dbCreate bool
 	var dbName string
-	if err := conn.QueryRow(ctx, `SELECT r.rolsuper, r.rolcreaterole, r.rolcreatedb, current_database(),
-		has_database_privilege(current_database(), 'CREATE')
-		FROM pg_catalog.pg_roles r WHERE r.rolname = current_user`).Scan(&super, &createRole, &createDB, &dbName, &dbCreate); err != nil {
+	if err := conn.QueryRow(ctx, sqlAdminAttributes).Scan(&super, &createRole, &createDB, &dbName, &dbCreate); err != nil {
 		return nil, err
 	}
 	st, v, err := observeRegistry(ctx, conn)
@@ -190,7 +188,7 @@ func (e *Executor) observe(ctx context.Context, t Target, out *dbcontract.Observ
 			}
 		default:
 			var usage, create bool
-			if err := conn.QueryRow(ctx, `SELECT has_schema_privilege($1, 'USAGE'), has_schema_privilege($1, 'CREATE')`, dbcontract.RegistrySchema).Scan(&usage, &create); err != nil {
+			if err := conn.QueryRow(ctx, sqlRegistrySchemaPrivileges, dbcontract.RegistrySchema).Scan(&usage, &create); err != nil {
 				return nil, err
 			}
 			if !usage || (st == dbcontract.RegistryNeedsMigration && !create) {
@@ -198,7 +196,7 @@ func (e *Executor) observe(ctx context.Context, t Target, out *dbcontract.Observ
 			}
 			if st == dbcontract.RegistryUsable {
 				var dml bool
-				if err := conn.QueryRow(ctx, `SELECT has_table_privilege($1, 'SELECT, INSERT, UPDATE, DELETE')`, dbcontract.RegistrySchema+".tenant_ownership").Scan(&dml); err != nil {
+				if err := conn.QueryRow(ctx, sqlRegistryTablePrivileges, dbcontract.RegistrySchema+".tenant_ownership").Scan(&dml); err != nil {
 					return nil, err
 				}
 				if !dml {

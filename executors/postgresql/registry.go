@@ -29,14 +29,6 @@ func KnownRegistryVersion() int32 {
 	return int32(len(names))
 }
 
-// SQL of the registry observation (read-only).
-const (
-	sqlRegistrySchemaExists = `SELECT to_regnamespace('` + dbcontract.RegistrySchema + `') IS NOT NULL`
-	sqlRegistryVersionTable = `SELECT to_regclass('` + RegistryVersionTable + `') IS NOT NULL`
-	sqlRegistryVersion      = `SELECT version FROM ` + RegistryVersionTable
-	sqlCreateRegistrySchema = `CREATE SCHEMA IF NOT EXISTS ` + dbcontract.RegistrySchema
-)
-
 // observeRegistry reports the registry's state and version.
 func observeRegistry(ctx context.Context, q pgxQuerier) (dbcontract.RegistryState, int32, error) {
 	var schema, table bool
@@ -47,7 +39,7 @@ func observeRegistry(ctx context.Context, q pgxQuerier) (dbcontract.RegistryStat
 		return dbcontract.RegistryAbsent, 0, nil
 	}
 	var usage bool
-	if err := q.QueryRow(ctx, `SELECT has_schema_privilege($1, 'USAGE')`, dbcontract.RegistrySchema).Scan(&usage); err != nil {
+	if err := q.QueryRow(ctx, sqlRegistrySchemaUsage, dbcontract.RegistrySchema).Scan(&usage); err != nil {
 		return "", 0, err
 	}
 	if !usage {
@@ -60,7 +52,7 @@ func observeRegistry(ctx context.Context, q pgxQuerier) (dbcontract.RegistryStat
 		return dbcontract.RegistryNeedsMigration, 0, nil
 	}
 	var sel bool
-	if err := q.QueryRow(ctx, `SELECT has_table_privilege($1, 'SELECT')`, RegistryVersionTable).Scan(&sel); err != nil {
+	if err := q.QueryRow(ctx, sqlRegistryVersionSelect, RegistryVersionTable).Scan(&sel); err != nil {
 		return "", 0, err
 	}
 	if !sel {
@@ -94,12 +86,12 @@ var errMigrationStarted = errors.New("registry migration interrupted")
 // migrations under an advisory lock, refusing a registry newer than this
 // build. It returns the version read back and how many migrations ran.
 func bootstrapRegistry(ctx context.Context, conn *pgx.Conn) (version, applied int32, err error) {
-	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", registryLockKey); err != nil {
+	if _, err := conn.Exec(ctx, sqlAdvisoryLock, registryLockKey); err != nil {
 		return 0, 0, err
 	}
 	defer func() {
 		// Unlock with a fresh context: the operation's may be done.
-		_, _ = conn.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock($1)", registryLockKey)
+		_, _ = conn.Exec(context.WithoutCancel(ctx), sqlAdvisoryUnlock, registryLockKey)
 	}()
 	if _, err := conn.Exec(ctx, sqlCreateRegistrySchema); err != nil {
 		return 0, 0, err

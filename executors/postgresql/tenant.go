@@ -22,57 +22,6 @@ type PasswordSource interface {
 	TenantPassword(ctx context.Context, mount, path, instanceUID, tenantUID, namespace, name string) (string, error)
 }
 
-// SQL of the ownership registry (one place to read every statement). Admin
-// sessions run only in the Instance's admin database with search_path
-// AdminSearchPath; catalog names are qualified all the same
-// (docs/database/security.md lists every admin statement).
-const (
-	sqlClaim = `INSERT INTO ` + dbcontract.RegistrySchema + `.tenant_ownership
-		(instance_uid, tenant_uid, tenant_namespace, tenant_name, database_name, role_name, credential_path)
-		VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT DO NOTHING`
-	sqlOwnRow = `SELECT tenant_namespace, tenant_name, database_name, role_name, credential_path, managed, role_oid, database_oid
-		FROM ` + dbcontract.RegistrySchema + `.tenant_ownership WHERE instance_uid = $1 AND tenant_uid = $2`
-	sqlOwnRowLocked = sqlOwnRow + ` FOR UPDATE`
-	sqlConflicts    = `SELECT tenant_namespace, tenant_name, tenant_uid, managed
-		FROM ` + dbcontract.RegistrySchema + `.tenant_ownership
-		WHERE (instance_uid = $1 AND (database_name = $2 OR role_name = $3 OR (tenant_namespace = $4 AND tenant_name = $5)))
-		   OR credential_path = $6 LIMIT 1`
-	sqlRecordRoleOID = `UPDATE ` + dbcontract.RegistrySchema + `.tenant_ownership SET role_oid = $3, updated_at = pg_catalog.clock_timestamp()
-		WHERE instance_uid = $1 AND tenant_uid = $2`
-	sqlRecordDatabaseOID = `UPDATE ` + dbcontract.RegistrySchema + `.tenant_ownership SET database_oid = $3, updated_at = pg_catalog.clock_timestamp()
-		WHERE instance_uid = $1 AND tenant_uid = $2 AND role_oid = $4`
-	sqlRetain = `UPDATE ` + dbcontract.RegistrySchema + `.tenant_ownership
-		SET managed = false, retained_at = pg_catalog.clock_timestamp(), updated_at = pg_catalog.clock_timestamp()
-		WHERE instance_uid = $1 AND tenant_uid = $2 AND managed`
-	sqlRelease = `DELETE FROM ` + dbcontract.RegistrySchema + `.tenant_ownership WHERE instance_uid = $1 AND tenant_uid = $2`
-)
-
-// SQL of the catalog reads (admin database).
-const (
-	sqlRoleByName     = `SELECT oid, rolsuper, rolreplication FROM pg_catalog.pg_roles WHERE rolname OPERATOR(pg_catalog.=) $1`
-	sqlDatabaseByName = `SELECT oid, datdba FROM pg_catalog.pg_database WHERE datname OPERATOR(pg_catalog.=) $1`
-	sqlDatabaseExists = `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_database WHERE datname OPERATOR(pg_catalog.=) $1)`
-	sqlRoleExists     = `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname OPERATOR(pg_catalog.=) $1)`
-	// sqlIsMember: is the admin role a member of the role (by OID)?
-	sqlIsMember = `SELECT pg_catalog.pg_has_role(CURRENT_USER, $1::pg_catalog.oid, 'MEMBER')`
-	// sqlOtherMembers counts members of the role other than the admin role.
-	sqlOtherMembers = `SELECT pg_catalog.count(*) FROM pg_catalog.pg_auth_members m
-		WHERE m.roleid OPERATOR(pg_catalog.=) $1::pg_catalog.oid
-		  AND m.member OPERATOR(pg_catalog.<>) (SELECT oid FROM pg_catalog.pg_roles WHERE rolname OPERATOR(pg_catalog.=) CURRENT_USER)`
-	// sqlSessions lists the sessions in a database other than this one.
-	sqlSessions = `SELECT pid, COALESCE(usename::pg_catalog.text, ''), COALESCE(application_name, '')
-		FROM pg_catalog.pg_stat_activity
-		WHERE datid OPERATOR(pg_catalog.=) $1::pg_catalog.oid AND pid OPERATOR(pg_catalog.<>) pg_catalog.pg_backend_pid()
-		ORDER BY pid`
-	sqlTerminate = `SELECT pg_catalog.pg_terminate_backend($1)`
-	// sqlExtensionVersions: the default version of every available
-	// extension, whether a non-superuser may install it, and what it requires.
-	sqlExtensionVersions = `SELECT v.name::pg_catalog.text, (v.trusted OR NOT v.superuser), COALESCE(v.requires::pg_catalog.text[], '{}')
-		FROM pg_catalog.pg_available_extension_versions v
-		JOIN pg_catalog.pg_available_extensions e
-		  ON e.name OPERATOR(pg_catalog.=) v.name AND e.default_version OPERATOR(pg_catalog.=) v.version`
-)
-
 // TenantHandlers returns the Tenant operations (added to Handlers by the manager).
 func (e *Executor) TenantHandlers() map[string]journal.Handler {
 	return map[string]journal.Handler{
@@ -136,8 +85,6 @@ func (e *Executor) tenantOp(op func(ctx context.Context, c tenantCall) (dbcontra
 func conflict(format string, args ...any) *dbcontract.Failure {
 	return &dbcontract.Failure{Reason: dbcontract.ReasonConflict, Message: fmt.Sprintf(format, args...)}
 }
-
-func quoteIdent(s string) string { return pgx.Identifier{s}.Sanitize() }
 
 // ownership is this Tenant's registry row. RoleOID and DatabaseOID are the
 // objects Ayatori created for it (nil: not created yet).
@@ -309,7 +256,7 @@ func (e *Executor) createRole(ctx context.Context, c tenantCall) (dbcontract.Ten
 		}
 		// PostgreSQL 15 lets only superusers name (NO)SUPERUSER or
 		// (NO)REPLICATION in ALTER ROLE: set the rest.
-		if _, err := tx.Exec(ctx, "ALTER ROLE "+quoteIdent(c.in.Role)+" LOGIN NOCREATEDB NOCREATEROLE"); err != nil {
+		if _, err := tx.Exec(ctx, sqlEnforceRoleAttributes(c.in.Role)); err != nil {
 			return out, err
 		}
 		if again, err := roleByName(ctx, tx, c.in.Role); err != nil || again == nil || again.OID != cur.OID {
@@ -321,6 +268,15 @@ func (e *Executor) createRole(ctx context.Context, c tenantCall) (dbcontract.Ten
 		return out, conflict("role %s has OID %d, but the role Ayatori created for this Tenant had OID %d: another role took the name; nothing was changed", c.in.Role, cur.OID, *row.RoleOID)
 	case cur != nil:
 		return out, conflict("role %s exists but was not created by Ayatori for this Tenant; nothing was changed", c.in.Role)
+	}
+	if row.RoleOID != nil {
+		// Ours is gone under this name: renamed (a Conflict, never a second
+		// role) or dropped out of band (created again below).
+		if renamed, err := nameByOID(ctx, tx, sqlRoleNameByOID, *row.RoleOID); err != nil {
+			return out, err
+		} else if renamed != "" {
+			return out, conflict("the role Ayatori created for this Tenant (OID %d) was renamed to %q outside Ayatori: rename it back to %s; nothing was changed", *row.RoleOID, renamed, c.in.Role)
+		}
 	}
 	// Absent: create it (again, when ours was dropped out of band) and
 	// record its OID before the transaction commits.
@@ -334,7 +290,7 @@ func (e *Executor) createRole(ctx context.Context, c tenantCall) (dbcontract.Ten
 	}
 	// CREATE ROLE takes no bind parameters; the verifier is base64 and '$:'
 	// only, and the identifier is quoted by the driver's sanitizer.
-	if _, err := tx.Exec(ctx, "CREATE ROLE "+quoteIdent(c.in.Role)+" LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION PASSWORD '"+strings.ReplaceAll(verifier, "'", "''")+"'"); err != nil {
+	if _, err := tx.Exec(ctx, sqlCreateRole(c.in.Role, verifier)); err != nil {
 		return out, err
 	}
 	created, err := roleByName(ctx, tx, c.in.Role)
@@ -368,13 +324,42 @@ func ourRole(ctx context.Context, q pgxQuerier, c tenantCall, row *ownership) (*
 	if err != nil {
 		return nil, "", err
 	}
-	if cur == nil {
-		return nil, "role " + c.in.Role + " does not exist", nil
+	if cur != nil && cur.OID == *row.RoleOID {
+		return cur, "", nil
 	}
-	if cur.OID != *row.RoleOID {
-		return nil, fmt.Sprintf("role %s has OID %d, not the OID %d Ayatori created; left alone", c.in.Role, cur.OID, *row.RoleOID), nil
+	why := "role " + c.in.Role + " does not exist"
+	if cur != nil {
+		why = fmt.Sprintf("role %s has OID %d, not the OID %d Ayatori created", c.in.Role, cur.OID, *row.RoleOID)
 	}
-	return cur, "", nil
+	if renamed, err := nameByOID(ctx, q, sqlRoleNameByOID, *row.RoleOID); err != nil {
+		return nil, "", err
+	} else if renamed != "" {
+		why += fmt.Sprintf("; the role Ayatori created (OID %d) was renamed to %q outside Ayatori: rename it back to %s, or drop it yourself", *row.RoleOID, renamed, c.in.Role)
+	}
+	return nil, why + "; left alone", nil
+}
+
+// nameByOID returns the current name of a role or database by OID ("": gone).
+func nameByOID(ctx context.Context, q pgxQuerier, sql string, oid uint32) (string, error) {
+	var name string
+	err := q.QueryRow(ctx, sql, oid).Scan(&name)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", nil
+	}
+	return name, err
+}
+
+// renamedDatabase says, when the database Ayatori created is still there
+// under another name, what happened and what to do ("" otherwise).
+func renamedDatabase(ctx context.Context, q pgxQuerier, c tenantCall, row *ownership) (string, error) {
+	if row.DatabaseOID == nil {
+		return "", nil
+	}
+	renamed, err := nameByOID(ctx, q, sqlDatabaseNameByOID, *row.DatabaseOID)
+	if err != nil || renamed == "" || renamed == c.in.Database {
+		return "", err
+	}
+	return fmt.Sprintf("the database Ayatori created (OID %d) was renamed to %q outside Ayatori: rename it back to %s, or drop it yourself", *row.DatabaseOID, renamed, c.in.Database), nil
 }
 
 // ourDatabase decides whether the database with the name is the one Ayatori
@@ -388,7 +373,13 @@ func ourDatabase(ctx context.Context, q pgxQuerier, c tenantCall, row *ownership
 		if db.OID == *row.DatabaseOID {
 			return true, "", nil
 		}
-		return false, fmt.Sprintf("database %s has OID %d, not the OID %d Ayatori created; left alone", c.in.Database, db.OID, *row.DatabaseOID), nil
+		why := fmt.Sprintf("database %s has OID %d, not the OID %d Ayatori created", c.in.Database, db.OID, *row.DatabaseOID)
+		if renamed, err := renamedDatabase(ctx, q, c, row); err != nil {
+			return false, "", err
+		} else if renamed != "" {
+			why += "; " + renamed
+		}
+		return false, why + "; left alone", nil
 	}
 	if row.RoleOID == nil || db.Owner != *row.RoleOID {
 		return false, "database " + c.in.Database + " exists but was not created by Ayatori for this Tenant; left alone", nil
@@ -426,7 +417,7 @@ func (e *Executor) createDatabase(ctx context.Context, c tenantCall) (dbcontract
 		return out, err
 	}
 	if !member {
-		if err := execVerifyingRole(ctx, c, role.OID, "GRANT "+quoteIdent(c.in.Role)+" TO CURRENT_USER"); err != nil {
+		if err := execVerifyingRole(ctx, c, role.OID, sqlGrantRoleToAdmin(c.in.Role)); err != nil {
 			return out, err
 		}
 	}
@@ -446,10 +437,15 @@ func (e *Executor) createDatabase(ctx context.Context, c tenantCall) (dbcontract
 			return out, conflict("database %s is owned by another role than %s (ownership changed outside Ayatori); nothing was changed", c.in.Database, c.in.Role)
 		}
 	} else {
+		if renamed, err := renamedDatabase(ctx, c.pool, c, row); err != nil {
+			return out, err
+		} else if renamed != "" {
+			return out, conflict("%s; nothing was changed", renamed)
+		}
 		// CREATE DATABASE cannot run in a transaction: its OID is
 		// recorded right after, and a crash in between is resolved by
 		// ourDatabase (owner = our role), never by the name.
-		if _, err := c.pool.Exec(ctx, "CREATE DATABASE "+quoteIdent(c.in.Database)+" OWNER "+quoteIdent(c.in.Role)); err != nil {
+		if _, err := c.pool.Exec(ctx, sqlCreateDatabase(c.in.Database, c.in.Role)); err != nil {
 			return out, err
 		}
 		if db, err = databaseByName(ctx, c.pool, c.in.Database); err != nil || db == nil || db.Owner != role.OID {
@@ -465,8 +461,7 @@ func (e *Executor) createDatabase(ctx context.Context, c tenantCall) (dbcontract
 			return out, conflict("the registry record of this Tenant changed while the database was created")
 		}
 	}
-	dbIdent := quoteIdent(c.in.Database)
-	for _, sql := range []string{"REVOKE CONNECT ON DATABASE " + dbIdent + " FROM PUBLIC", "GRANT CONNECT ON DATABASE " + dbIdent + " TO " + quoteIdent(c.in.Role)} {
+	for _, sql := range []string{sqlRevokePublicConnect(c.in.Database), sqlGrantConnect(c.in.Database, c.in.Role)} {
 		if err := execVerifyingDatabase(ctx, c, db.OID, sql); err != nil {
 			return out, err
 		}
@@ -642,7 +637,7 @@ func (e *Executor) ensureExtensions(ctx context.Context, c tenantCall) (dbcontra
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 	for _, x := range c.in.Extensions {
-		if _, err := conn.Exec(ctx, "CREATE EXTENSION IF NOT EXISTS "+quoteIdent(x)+" CASCADE"); err != nil {
+		if _, err := conn.Exec(ctx, sqlCreateExtension(x)); err != nil {
 			var pgErr *pgconn.PgError
 			if errors.As(err, &pgErr) {
 				return out, &dbcontract.Failure{Reason: dbcontract.ReasonProvisioningFailed, Cause: err,
@@ -651,7 +646,7 @@ func (e *Executor) ensureExtensions(ctx context.Context, c tenantCall) (dbcontra
 			return out, err
 		}
 	}
-	rows, err := conn.Query(ctx, "SELECT extname::pg_catalog.text FROM pg_catalog.pg_extension WHERE extname::pg_catalog.text OPERATOR(pg_catalog.=) ANY($1::pg_catalog.text[])", c.in.Extensions)
+	rows, err := conn.Query(ctx, sqlInstalledExtensions, c.in.Extensions)
 	if err != nil {
 		return out, err
 	}
@@ -686,8 +681,7 @@ func (e *Executor) verifyLogin(ctx context.Context, c tenantCall) (dbcontract.Te
 		}
 		var user, db string
 		var super, createDB, createRole bool
-		err = conn.QueryRow(ctx, `SELECT current_user, current_database(), rolsuper, rolcreatedb, rolcreaterole
-			FROM pg_catalog.pg_roles WHERE rolname OPERATOR(pg_catalog.=) current_user`).Scan(&user, &db, &super, &createDB, &createRole)
+		err = conn.QueryRow(ctx, sqlLoginIdentity).Scan(&user, &db, &super, &createDB, &createRole)
 		if err == nil && (user != c.in.Role || db != c.in.Database) {
 			err = &dbcontract.Failure{Reason: dbcontract.ReasonProvisioningFailed, Message: "logged in as the wrong user or database"}
 		}
@@ -698,7 +692,7 @@ func (e *Executor) verifyLogin(ctx context.Context, c tenantCall) (dbcontract.Te
 			// Prove it: creating a role must fail with insufficient_privilege.
 			tx, terr := conn.Begin(ctx)
 			if terr == nil {
-				_, perr := tx.Exec(ctx, "CREATE ROLE ayatori_login_probe")
+				_, perr := tx.Exec(ctx, sqlLoginProbe)
 				_ = tx.Rollback(ctx)
 				var pgErr *pgconn.PgError
 				if perr == nil || !errors.As(perr, &pgErr) || pgErr.Code != "42501" {
@@ -739,7 +733,7 @@ func (e *Executor) disableLogin(ctx context.Context, c tenantCall) (dbcontract.T
 	if role == nil {
 		return skipped(why)
 	}
-	return dbcontract.TenantOutcome{}, execVerifyingRole(ctx, c, role.OID, "ALTER ROLE "+quoteIdent(c.in.Role)+" NOLOGIN")
+	return dbcontract.TenantOutcome{}, execVerifyingRole(ctx, c, role.OID, sqlDisableLogin(c.in.Role))
 }
 
 // dropDatabase terminates the database's sessions and drops it, when it is
@@ -756,6 +750,13 @@ func (e *Executor) dropDatabase(ctx context.Context, c tenantCall) (dbcontract.T
 		return dbcontract.TenantOutcome{}, err
 	}
 	if db == nil {
+		renamed, err := renamedDatabase(ctx, c.pool, c, row)
+		if err != nil {
+			return dbcontract.TenantOutcome{}, err
+		}
+		if renamed != "" {
+			return skipped(renamed + "; left alone")
+		}
 		return skipped("absent")
 	}
 	ours, why, err := ourDatabase(ctx, c.pool, c, row, db)
@@ -786,7 +787,7 @@ func (e *Executor) dropDatabase(ctx context.Context, c tenantCall) (dbcontract.T
 	if again, err := databaseByName(ctx, c.pool, c.in.Database); err != nil || again == nil || again.OID != db.OID {
 		return dbcontract.TenantOutcome{}, firstErr(err, &dbcontract.Failure{Reason: dbcontract.ReasonProvisioningFailed, Transient: true, Message: "database " + c.in.Database + " changed while its sessions were ended"})
 	}
-	if _, err := c.pool.Exec(ctx, "DROP DATABASE IF EXISTS "+quoteIdent(c.in.Database)); err != nil {
+	if _, err := c.pool.Exec(ctx, sqlDropDatabase(c.in.Database)); err != nil {
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) && pgErr.Code == "55006" {
 			// New sessions arrived (or could not be ended): name them.
@@ -868,15 +869,33 @@ func (e *Executor) dropRole(ctx context.Context, c tenantCall) (dbcontract.Tenan
 	if again, err := roleByName(ctx, tx, c.in.Role); err != nil || again == nil || again.OID != role.OID {
 		return dbcontract.TenantOutcome{}, firstErr(err, &dbcontract.Failure{Reason: dbcontract.ReasonProvisioningFailed, Transient: true, Message: "role " + c.in.Role + " changed while it was dropped"})
 	}
-	if _, err := tx.Exec(ctx, "DROP ROLE "+quoteIdent(c.in.Role)); err != nil {
+	if _, err := tx.Exec(ctx, sqlDropRole(c.in.Role)); err != nil {
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) && pgErr.Code == "2BP01" {
 			return dbcontract.TenantOutcome{}, &dbcontract.Failure{Reason: dbcontract.ReasonDeletionBlocked, Cause: err, Message: "role " + c.in.Role +
-				" still owns objects or holds privileges outside its database (SQLSTATE 2BP01); nothing was dropped with CASCADE: REASSIGN OWNED BY / DROP OWNED BY " + c.in.Role + " in each database it reaches, and the deletion continues"}
+				" still owns objects or holds privileges outside its database (SQLSTATE 2BP01" + dependents(pgErr.Detail) + "); nothing was dropped with CASCADE: " +
+				"REASSIGN OWNED BY / DROP OWNED BY " + c.in.Role + " in each database named (or have its owner REVOKE the privileges), and the deletion continues"}
 		}
 		return dbcontract.TenantOutcome{}, err
 	}
 	return dbcontract.TenantOutcome{}, tx.Commit(ctx)
+}
+
+// dependents shortens PostgreSQL's DETAIL of a 2BP01 (one object or
+// privilege per line, names only) into ": a; b; c" for a condition message.
+func dependents(detail string) string {
+	lines := strings.FieldsFunc(detail, func(r rune) bool { return r == '\n' })
+	if len(lines) == 0 {
+		return ""
+	}
+	if len(lines) > 5 {
+		lines = append(lines[:5], fmt.Sprintf("and %d more", len(lines)-5))
+	}
+	out := strings.Join(lines, "; ")
+	if len(out) > 400 {
+		out = out[:400] + "…"
+	}
+	return ": " + out
 }
 
 // release deletes the registry record (Delete policy, after everything else).

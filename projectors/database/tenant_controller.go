@@ -228,7 +228,39 @@ func (r *TenantReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 		c := meta.FindStatusCondition(inst.Status.Conditions, v1alpha1.ConditionReady)
 		facts.InstanceProgressing = c == nil || c.Status == metav1.ConditionUnknown || c.ObservedGeneration != inst.Generation
 	}
+	if claimed := provisionedAs(st); claimed != nil {
+		// What was provisioned is fixed (specification §6): compared with
+		// the journal, so a changed field is caught even after the status
+		// is lost or the CEL rules' Pending window let the change through.
+		facts.ImmutableErrors = append(facts.ImmutableErrors, provisionedChanges(claimed, n, inst, ierr)...)
+		if deleting && (ierr != nil || string(inst.UID) != claimed.InstanceUID) {
+			// Delete and Retain run on the Instance the Tenant was
+			// provisioned on, whatever spec.instanceRef says now.
+			orig, err := r.instanceByUID(ctx, claimed.InstanceUID)
+			if err != nil {
+				return reconcile.Result{}, err
+			}
+			if orig != nil {
+				inst, ierr, facts.InstanceProblem = orig, nil, ""
+			} else {
+				ierr = apierrors.NewNotFound(v1alpha1.GroupVersion.WithResource("postgresqlinstances").GroupResource(), claimed.InstanceUID)
+				facts.InstanceProblem = "the PostgreSQLInstance this Tenant was provisioned on (uid " + claimed.InstanceUID + ") no longer exists"
+			}
+		}
+	}
 	d := DecideTenant(facts, r.Policy)
+	if !deleting && d.Intent != nil && (d.Intent.Operation == dbcontract.OpClaimOwnership || d.Intent.Operation == dbcontract.OpEnsureExternalSecret) {
+		// Before the first external write, and before the ExternalSecret is
+		// created: is the projection target someone else's?
+		taken, err := r.targetTaken(ctx, t, n, st)
+		if err != nil {
+			return reconcile.Result{}, err
+		}
+		if taken != "" {
+			facts.TargetTaken = taken
+			d = DecideTenant(facts, r.Policy)
+		}
+	}
 	if d.StatusLost {
 		live := &v1alpha1.PostgreSQLTenant{}
 		if behind, err := statusBehind(ctx, r.APIReader, req.NamespacedName, live, func() string { return string(live.Status.Phase) }); err != nil || behind {
@@ -294,6 +326,59 @@ func (r *TenantReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 	return result(reconcile.Result{RequeueAfter: d.RequeueAfter}, r.projectTenant(ctx, t, n, d))
 }
 
+// provisionedAs returns the intent of the last successful ClaimOwnership
+// (nil: nothing was ever claimed): the Instance, database, role and
+// credential path the Tenant's external objects were created under.
+func provisionedAs(st *journal.State) *dbcontract.TenantIntent {
+	var last *journal.Record
+	for _, in := range st.Intents {
+		if in.Operation != dbcontract.OpClaimOwnership || (last != nil && in.Sequence < last.Sequence) {
+			continue
+		}
+		if o, ok := st.OutcomeOf(in.ID); ok && o.Result != nil && o.Result.Class == journal.Succeeded {
+			in := in
+			last = &in
+		}
+	}
+	if last == nil {
+		return nil
+	}
+	var p dbcontract.TenantIntent
+	if last.DecodePayload(&p) != nil {
+		return nil
+	}
+	return &p
+}
+
+// provisionedChanges lists the fields that differ from what was claimed.
+func provisionedChanges(claimed *dbcontract.TenantIntent, n tenantNames, inst *v1alpha1.PostgreSQLInstance, ierr error) []string {
+	var errs []string
+	if ierr == nil && string(inst.UID) != claimed.InstanceUID {
+		errs = append(errs, fmt.Sprintf("spec.instanceRef names PostgreSQLInstance %s (uid %s), but this Tenant was provisioned on the Instance with uid %s", inst.Name, inst.UID, claimed.InstanceUID))
+	}
+	if claimed.Database != n.database {
+		errs = append(errs, fmt.Sprintf("spec.database is %s but %s was provisioned", n.database, claimed.Database))
+	}
+	if claimed.Role != n.role {
+		errs = append(errs, fmt.Sprintf("spec.loginRole is %s but %s was provisioned", n.role, claimed.Role))
+	}
+	return errs
+}
+
+// instanceByUID finds an Instance by UID (nil: none has it).
+func (r *TenantReconciler) instanceByUID(ctx context.Context, uid string) (*v1alpha1.PostgreSQLInstance, error) {
+	var list v1alpha1.PostgreSQLInstanceList
+	if err := r.Client.List(ctx, &list); err != nil {
+		return nil, err
+	}
+	for i := range list.Items {
+		if string(list.Items[i].UID) == uid {
+			return &list.Items[i], nil
+		}
+	}
+	return nil, nil
+}
+
 func instanceReady(i *v1alpha1.PostgreSQLInstance) bool {
 	c := meta.FindStatusCondition(i.Status.Conditions, v1alpha1.ConditionReady)
 	return c != nil && c.Status == metav1.ConditionTrue && i.Status.ObservedGeneration == i.Generation
@@ -316,6 +401,9 @@ func (r *TenantReconciler) intent(t *v1alpha1.PostgreSQLTenant, inst *v1alpha1.P
 			RemoteKey: n.kvPath, OwnerAPIVersion: v1alpha1.GroupVersion.String(), OwnerKind: "PostgreSQLTenant"}
 		if p.Operation == dbcontract.OpEnsureExternalSecret || p.Operation == dbcontract.OpObserveProjection {
 			_, pi.CredentialVersion = lastCredential(st)
+		}
+		if p.Operation == dbcontract.OpEnsureExternalSecret || p.Operation == dbcontract.OpDeleteExternalSecret {
+			pi.OwnedES = ownedExternalSecrets(st)
 		}
 		payload = pi
 	default:

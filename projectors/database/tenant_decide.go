@@ -70,9 +70,15 @@ type TenantFacts struct {
 	// conclusion either (Ready=Unknown: first validation, registry
 	// bootstrap); the Tenant then reports Reconciling, not a failure.
 	InstanceProgressing bool
-	Deleting            bool
-	SpecPolicy          v1alpha1.DeletionPolicy
-	Journal             *journal.State
+	// TargetTaken is non-empty when the projection target (the derived
+	// ExternalSecret name or the target Secret) exists and is not this
+	// Tenant's: it names what takes it. The controller gathers it with
+	// metadata-only reads just before ClaimOwnership and
+	// EnsureExternalSecret would be planned, never while deleting.
+	TargetTaken string
+	Deleting    bool
+	SpecPolicy  v1alpha1.DeletionPolicy
+	Journal     *journal.State
 	// Records are the UID's records in order (for notes).
 	Records []journal.Record
 	Status  v1alpha1.PostgreSQLTenantStatus
@@ -143,6 +149,15 @@ func DecideTenant(f TenantFacts, p TenantPolicy) TenantDecision {
 	if f.InstanceProblem != "" {
 		return TenantDecision{Phase: phase, Conclusive: true, RequeueAfter: p.PendingRecheck,
 			Ready: notReady(v1alpha1.ReasonInstanceNotReady, f.InstanceProblem)}
+	}
+	if f.TargetTaken != "" {
+		// Checked before the first external write (and again before the
+		// ExternalSecret is created): nothing is claimed or written while
+		// someone else's object holds the name. Re-checked on every pass
+		// (a human may resolve it); it never blocks deletion.
+		return TenantDecision{Phase: phase, Conclusive: true, RequeueAfter: p.PendingRecheck,
+			Ready: notReady(v1alpha1.ReasonConflict, "the credential projection target is taken: "+f.TargetTaken+
+				" (choose another spec.credential.secretName or Tenant name, or remove that object)")}
 	}
 	if f.Status.Phase == "" && len(st.Intents) > 0 {
 		// Status was lost: re-run every step against the external facts.

@@ -1,6 +1,7 @@
 package database
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -105,6 +106,70 @@ func TestDecideTenant(t *testing.T) {
 			}
 			if tc.name == "deletion records the policy" && (d.Note != dbcontract.NoteDeletionStarted || d.NotePolicy != v1alpha1.DeletionPolicyDelete) {
 				t.Fatalf("note %q policy %q", d.Note, d.NotePolicy)
+			}
+		})
+	}
+}
+
+// The projection target taken by someone else (TenantFacts.TargetTaken) is
+// a Conflict with no intent wherever the chain stands (the controller
+// gathers it before ClaimOwnership and EnsureExternalSecret); it never
+// blocks deletion, and invalid input is reported first.
+func TestDecideTenantTargetTaken(t *testing.T) {
+	all := []step{ok(dbcontract.OpCheckExtensions), ok(dbcontract.OpClaimOwnership), ok(dbcontract.OpWriteCredential), ok(dbcontract.OpCreateRole),
+		ok(dbcontract.OpCreateDatabase), ok(dbcontract.OpEnsureExtensions), ok("EnsureExternalSecret"), ok("ObserveProjection"), ok(dbcontract.OpVerifyLogin)}
+	const taken = "Secret ns/payments-api-key exists and was not produced by this Tenant's ExternalSecret (no owner)"
+	cases := []struct {
+		name     string
+		steps    []step
+		facts    func(*TenantFacts)
+		phase    v1alpha1.TenantPhase
+		ready    metav1.ConditionStatus
+		reason   string
+		intent   string
+		note     string
+		finalize bool
+	}{
+		{name: "free target: the claim is planned", steps: all[:1], facts: func(f *TenantFacts) { f.TargetTaken = "" },
+			phase: "Pending", ready: "Unknown", intent: dbcontract.OpClaimOwnership},
+		{name: "taken before the claim: Conflict, nothing planned", steps: all[:1], phase: "Pending", ready: "False", reason: "Conflict"},
+		{name: "taken on a fresh Tenant: Conflict", phase: "Pending", ready: "False", reason: "Conflict"},
+		{name: "taken before EnsureExternalSecret: Conflict", steps: all[:6], phase: "DatabaseCreated", ready: "False", reason: "Conflict"},
+		{name: "invalid spec is reported first", steps: all[:1], facts: func(f *TenantFacts) { f.InputErrors = []string{"bad"} },
+			phase: "Pending", ready: "False", reason: "InvalidSpec"},
+		{name: "Instance problem is reported first", steps: all[:1], facts: func(f *TenantFacts) { f.InstanceProblem = "gone" },
+			phase: "Pending", ready: "False", reason: "InstanceNotReady"},
+		{name: "deletion is never blocked: policy recorded", steps: all, facts: func(f *TenantFacts) {
+			f.Deleting, f.SpecPolicy = true, v1alpha1.DeletionPolicyDelete
+		}, phase: "Deleting", ready: "Unknown", note: dbcontract.NoteDeletionStarted},
+		{name: "deletion without a claim: finalizer goes", steps: all[:1], facts: func(f *TenantFacts) {
+			f.Deleting, f.SpecPolicy = true, v1alpha1.DeletionPolicyDelete
+			f.Records = append(f.Records, journal.Record{Type: journal.TypeNote, Operation: dbcontract.NoteDeletionStarted, Sequence: 99, Payload: []byte(`{"policy":"Delete"}`)})
+		}, phase: "Deleting", ready: "Unknown", finalize: true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			st, recs := tenantHistory(tc.steps...)
+			f := TenantFacts{Generation: 1, Journal: st, Records: recs, Now: t0, TargetTaken: taken,
+				Status: v1alpha1.PostgreSQLTenantStatus{Phase: v1alpha1.TenantPhasePending}}
+			if tc.facts != nil {
+				tc.facts(&f)
+			}
+			d := DecideTenant(f, tenantPolicy)
+			if d.Phase != tc.phase || d.Ready.Status != tc.ready || (tc.reason != "" && d.Ready.Reason != tc.reason) {
+				t.Fatalf("got %s %s/%s (%s), want %s %s/%s", d.Phase, d.Ready.Status, d.Ready.Reason, d.Ready.Message, tc.phase, tc.ready, tc.reason)
+			}
+			if tc.reason == "Conflict" && (!strings.Contains(d.Ready.Message, taken) || !d.Conclusive || d.RequeueAfter <= 0) {
+				t.Fatalf("Conflict must name the object, be conclusive and re-checked: %+v", d)
+			}
+			switch {
+			case tc.intent == "" && d.Intent != nil:
+				t.Fatalf("unexpected intent %+v", d.Intent)
+			case tc.intent != "" && (d.Intent == nil || d.Intent.Operation != tc.intent):
+				t.Fatalf("intent %+v, want %s", d.Intent, tc.intent)
+			}
+			if d.Note != tc.note || d.RemoveFinalizer != tc.finalize {
+				t.Fatalf("note %q finalize %v, want %q %v", d.Note, d.RemoveFinalizer, tc.note, tc.finalize)
 			}
 		})
 	}

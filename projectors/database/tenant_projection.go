@@ -3,6 +3,8 @@ package database
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -13,6 +15,7 @@ import (
 
 	v1alpha1 "git.ddupan.top/panxiao81/ayatori/api/database/v1alpha1"
 	dbcontract "git.ddupan.top/panxiao81/ayatori/contracts/database"
+	"git.ddupan.top/panxiao81/ayatori/journal"
 )
 
 // newExternalSecret returns an empty ExternalSecret for reads and watches.
@@ -75,4 +78,59 @@ func externalSecretProblem(ctx context.Context, c client.Reader, t *v1alpha1.Pos
 		}
 	}
 	return "", nil
+}
+
+// targetTaken is the read-only fact TenantFacts.TargetTaken: the derived
+// ExternalSecret name and the target Secret are free or this Tenant's own
+// (its ExternalSecret carries an owner reference with the Tenant's UID; the
+// Secret was produced by one of its ExternalSecrets, dbcontract.ProducedBy).
+// Both are read live (a cache lagging behind another Tenant's executor
+// must not let a write through); the Secret as metadata only, never its
+// data (docs/decisions/0002).
+func (r *TenantReconciler) targetTaken(ctx context.Context, t *v1alpha1.PostgreSQLTenant, n tenantNames, st *journal.State) (string, error) {
+	var rd client.Reader = r.Client
+	if r.APIReader != nil {
+		rd = r.APIReader
+	}
+	var es, secret metav1.Object
+	u := newExternalSecret()
+	err := rd.Get(ctx, types.NamespacedName{Namespace: t.Namespace, Name: n.externalSecret}, u)
+	switch {
+	case apierrors.IsNotFound(err):
+	case err != nil:
+		return "", err
+	default:
+		es = u
+	}
+	meta := &metav1.PartialObjectMetadata{}
+	meta.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Secret"))
+	err = rd.Get(ctx, types.NamespacedName{Namespace: t.Namespace, Name: n.secret}, meta)
+	switch {
+	case apierrors.IsNotFound(err):
+	case err != nil:
+		return "", err
+	default:
+		secret = meta
+	}
+	return dbcontract.TargetTaken(t.Namespace, n.externalSecret, n.secret, es, secret, string(t.UID), ownedExternalSecrets(st)), nil
+}
+
+// ownedExternalSecrets lists the ExternalSecrets this Tenant created or
+// updated (the EnsureExternalSecret outcomes of its journal).
+func ownedExternalSecrets(st *journal.State) []dbcontract.ESRef {
+	if st == nil {
+		return nil
+	}
+	var out []dbcontract.ESRef
+	for _, o := range st.Outcomes {
+		if o.Operation != dbcontract.OpEnsureExternalSecret || o.Result == nil || o.Result.Class != journal.Succeeded {
+			continue
+		}
+		var p dbcontract.ProjectionOutcome
+		if o.DecodePayload(&p) == nil && p.ES != nil && p.ES.UID != "" && !slices.Contains(out, *p.ES) {
+			out = append(out, *p.ES)
+		}
+	}
+	slices.SortFunc(out, func(a, b dbcontract.ESRef) int { return strings.Compare(a.UID, b.UID) })
+	return out
 }

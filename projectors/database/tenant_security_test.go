@@ -443,3 +443,47 @@ func TestTenantTwoInstancesOneServerRace(t *testing.T) {
 		t.Fatal("the winner's Delete left its database")
 	}
 }
+
+// TestTenantInstanceRefFixedAfterProvisioning (found by a hostile test):
+// the CEL rules let spec changes through while the phase is Pending, and a
+// failing CheckExtensions keeps a provisioned Tenant at Pending. Moving it
+// to another Instance then is ImmutableField (checked against the journal's
+// claim, not the phase), and a Delete still cleans up on the Instance the
+// Tenant was provisioned on.
+func TestTenantInstanceRefFixedAfterProvisioning(t *testing.T) {
+	s := getStack(t)
+	ctx := context.Background()
+	inst := &v1alpha1.PostgreSQLInstance{ObjectMeta: metav1.ObjectMeta{Name: "elsewhere"}, Spec: v1alpha1.PostgreSQLInstanceSpec{
+		Endpoint:           v1alpha1.PostgreSQLEndpoint{Host: "localhost", HostAddr: "127.0.0.1", Port: int32(s.PG.Port)},
+		AdminCredentialRef: v1alpha1.AdminCredentialReference{Name: "shared-admin"}}}
+	if err := s.CP.Client.Create(ctx, inst); err != nil {
+		t.Fatal(err)
+	}
+	const namespace, name = "moved", "mover"
+	tn := newTenant(t, s, namespace, name, func(tn *v1alpha1.PostgreSQLTenant) { tn.Spec.DeletionPolicy = v1alpha1.DeletionPolicyDelete })
+	waitTenant(t, s, namespace, name, metav1.ConditionTrue, "Ready", 2*time.Minute)
+	updateTenant(t, s, namespace, name, func(tn *v1alpha1.PostgreSQLTenant) { tn.Spec.Extensions = []string{"no_such_extension"} })
+	waitTenant(t, s, namespace, name, metav1.ConditionFalse, v1alpha1.ReasonInvalidSpec, time.Minute)
+	updateTenant(t, s, namespace, name, func(tn *v1alpha1.PostgreSQLTenant) {
+		tn.Spec.InstanceRef = "elsewhere"
+		tn.Spec.Extensions = nil
+	})
+	waitTenantMessage(t, s, namespace, name, v1alpha1.ReasonImmutableField, "spec.instanceRef names PostgreSQLInstance elsewhere")
+	if err := s.CP.Client.Delete(ctx, tn); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, s, tn)
+	for what, sql := range map[string]string{
+		"roles":            "SELECT count(*) FROM pg_roles WHERE rolname = '" + name + "'",
+		"databases":        "SELECT count(*) FROM pg_database WHERE datname = '" + name + "'",
+		"registry records": "SELECT count(*) FROM postgresql_tenant_operator.tenant_ownership WHERE tenant_uid = '" + string(tn.UID) + "'",
+	} {
+		if n := superQuery[int64](t, s, "postgres", sql); n != 0 {
+			t.Fatalf("Delete left %d %s", n, what)
+		}
+	}
+	root, _ := s.Bao.Client(s.Bao.RootToken)
+	if _, err := root.KVv2(integration.KVMount).GetMetadata(ctx, integration.TenantBasePath+"/"+namespace+"/"+name); err == nil {
+		t.Fatal("Delete left the KV record")
+	}
+}
