@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
+	"fmt"
 	"net"
 	"strings"
 
@@ -24,6 +25,28 @@ import (
 //     57P01-57P03 (shutdown, cannot connect now), network errors and
 //     timeouts -> DependencyUnavailable (transient);
 //   - anything else -> ProvisioningFailed with the SQLSTATE only.
+//
+// This file is the only code of the package that reads driver codes
+// (SQLSTATE, pgconn error types, TLS/x509 error types) or driver text. The
+// operations ask the named helpers below (sqlstate, isInsufficientPrivilege,
+// isObjectInUse, dependentObjects, classifyTenantLogin) instead.
+//
+// Two branches read driver text because the driver offers nothing typed:
+// SQLSTATE 28000 is the same for "no pg_hba.conf entry" (including the
+// "no encryption" variant) and for a role that may not log in, so only the
+// message tells the two apart (and only picks the safer hint: the reason is
+// the same); "server refused TLS connection" is errors.New in pgconn
+// (pgconn.go, v5.12) with no exported sentinel or type. The text is matched,
+// never copied into a message.
+//
+// The transient rule (the same in every executor of the database domain,
+// see docs/architecture.md): Transient says whether retrying the same
+// intent unchanged may help. Only the handler preludes act on it: a
+// transient failure to read the admin credential Secret is returned as an
+// error, so the journal consumer redelivers the intent with back-off.
+// Every failure of the operation itself becomes a Failed outcome whatever
+// its Transient flag, and the projector decides whether and when to append
+// a new attempt (its own back-off), so the journal records each failure.
 func Classify(err error) *dbcontract.Failure {
 	if err == nil {
 		return nil
@@ -80,4 +103,48 @@ func Classify(err error) *dbcontract.Failure {
 		return &dbcontract.Failure{Reason: dbcontract.ReasonDependencyUnavailable, Message: "could not connect to PostgreSQL", Transient: true, Cause: err}
 	}
 	return &dbcontract.Failure{Reason: dbcontract.ReasonDependencyUnavailable, Message: "PostgreSQL operation failed", Transient: true, Cause: err}
+}
+
+// sqlstate returns the SQLSTATE of a PostgreSQL error in err's chain, or "".
+func sqlstate(err error) string {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return pgErr.Code
+	}
+	return ""
+}
+
+// isInsufficientPrivilege: SQLSTATE 42501 insufficient_privilege (for
+// pg_terminate_backend on a session the admin role may not end, and the
+// login probe that proves a Tenant role cannot create a role).
+func isInsufficientPrivilege(err error) bool { return sqlstate(err) == "42501" }
+
+// isObjectInUse: SQLSTATE 55006 object_in_use (DROP DATABASE while
+// sessions are connected).
+func isObjectInUse(err error) bool { return sqlstate(err) == "55006" }
+
+// dependentObjects: SQLSTATE 2BP01 dependent_objects_still_exist (DROP ROLE
+// while the role owns objects or holds privileges). It returns the DETAIL
+// (one dependent object or privilege per line, names only) and true.
+func dependentObjects(err error) (detail string, ok bool) {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "2BP01" {
+		return pgErr.Detail, true
+	}
+	return "", false
+}
+
+// classifyTenantLogin maps a failed login of the Tenant role: a wrong
+// password (28P01) is a Conflict between OpenBao and PostgreSQL; 28000 is
+// pg_hba.conf or a role that may not log in (LoginRejected). Anything else
+// is returned unchanged (Classify handles it later).
+func classifyTenantLogin(err error, role, database string) error {
+	switch sqlstate(err) {
+	case "28P01":
+		return conflict("the Tenant role %s cannot log in with the password stored in OpenBao (SQLSTATE 28P01)", role)
+	case "28000":
+		return &dbcontract.Failure{Reason: dbcontract.ReasonLoginRejected, Cause: err, Message: fmt.Sprintf(
+			"the server rejected the login of role %s to database %s before checking its password (SQLSTATE 28000: no matching pg_hba.conf entry for this address/TLS, or the role may not log in); check pg_hba.conf and the role's LOGIN attribute", role, database)}
+	}
+	return err
 }

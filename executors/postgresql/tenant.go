@@ -9,7 +9,6 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	dbcontract "git.ddupan.top/panxiao81/ayatori/contracts/database"
@@ -599,17 +598,7 @@ func (e *Executor) tenantLogin(ctx context.Context, c tenantCall, viaIP bool) (*
 	}
 	conn, err := e.Pools.ConnectTenant(ctx, c.t, TenantLogin{Role: c.in.Role, Password: pw, Database: c.in.Database}, viaIP)
 	if err != nil {
-		var pgErr *pgconn.PgError
-		if errors.As(err, &pgErr) {
-			switch pgErr.Code {
-			case "28P01":
-				return nil, conflict("the Tenant role %s cannot log in with the password stored in OpenBao (SQLSTATE 28P01)", c.in.Role)
-			case "28000":
-				return nil, &dbcontract.Failure{Reason: dbcontract.ReasonLoginRejected, Cause: err, Message: fmt.Sprintf(
-					"the server rejected the login of role %s to database %s before checking its password (SQLSTATE 28000: no matching pg_hba.conf entry for this address/TLS, or the role may not log in); check pg_hba.conf and the role's LOGIN attribute", c.in.Role, c.in.Database)}
-			}
-		}
-		return nil, err
+		return nil, classifyTenantLogin(err, c.in.Role, c.in.Database)
 	}
 	return conn, nil
 }
@@ -638,10 +627,9 @@ func (e *Executor) ensureExtensions(ctx context.Context, c tenantCall) (dbcontra
 	defer conn.Close(context.WithoutCancel(ctx))
 	for _, x := range c.in.Extensions {
 		if _, err := conn.Exec(ctx, sqlCreateExtension(x)); err != nil {
-			var pgErr *pgconn.PgError
-			if errors.As(err, &pgErr) {
+			if code := sqlstate(err); code != "" {
 				return out, &dbcontract.Failure{Reason: dbcontract.ReasonProvisioningFailed, Cause: err,
-					Message: fmt.Sprintf("CREATE EXTENSION %s as role %s failed (SQLSTATE %s); the database's own objects or settings may prevent it", x, c.in.Role, pgErr.Code)}
+					Message: fmt.Sprintf("CREATE EXTENSION %s as role %s failed (SQLSTATE %s); the database's own objects or settings may prevent it", x, c.in.Role, code)}
 			}
 			return out, err
 		}
@@ -694,8 +682,7 @@ func (e *Executor) verifyLogin(ctx context.Context, c tenantCall) (dbcontract.Te
 			if terr == nil {
 				_, perr := tx.Exec(ctx, sqlLoginProbe)
 				_ = tx.Rollback(ctx)
-				var pgErr *pgconn.PgError
-				if perr == nil || !errors.As(perr, &pgErr) || pgErr.Code != "42501" {
+				if perr == nil || !isInsufficientPrivilege(perr) {
 					err = &dbcontract.Failure{Reason: dbcontract.ReasonProvisioningFailed, Message: "the Tenant role could create a role"}
 				}
 			}
@@ -773,8 +760,7 @@ func (e *Executor) dropDatabase(ctx context.Context, c tenantCall) (dbcontract.T
 	var blocking []session
 	for _, s := range sessions {
 		if _, err := c.pool.Exec(ctx, sqlTerminate, s.pid); err != nil {
-			var pgErr *pgconn.PgError
-			if errors.As(err, &pgErr) && pgErr.Code == "42501" {
+			if isInsufficientPrivilege(err) {
 				blocking = append(blocking, s)
 				continue
 			}
@@ -788,8 +774,7 @@ func (e *Executor) dropDatabase(ctx context.Context, c tenantCall) (dbcontract.T
 		return dbcontract.TenantOutcome{}, firstErr(err, &dbcontract.Failure{Reason: dbcontract.ReasonProvisioningFailed, Transient: true, Message: "database " + c.in.Database + " changed while its sessions were ended"})
 	}
 	if _, err := c.pool.Exec(ctx, sqlDropDatabase(c.in.Database)); err != nil {
-		var pgErr *pgconn.PgError
-		if errors.As(err, &pgErr) && pgErr.Code == "55006" {
+		if isObjectInUse(err) {
 			// New sessions arrived (or could not be ended): name them.
 			left, lerr := listSessions(ctx, c.pool, db.OID)
 			if lerr == nil && len(left) > 0 {
@@ -870,10 +855,9 @@ func (e *Executor) dropRole(ctx context.Context, c tenantCall) (dbcontract.Tenan
 		return dbcontract.TenantOutcome{}, firstErr(err, &dbcontract.Failure{Reason: dbcontract.ReasonProvisioningFailed, Transient: true, Message: "role " + c.in.Role + " changed while it was dropped"})
 	}
 	if _, err := tx.Exec(ctx, sqlDropRole(c.in.Role)); err != nil {
-		var pgErr *pgconn.PgError
-		if errors.As(err, &pgErr) && pgErr.Code == "2BP01" {
+		if detail, ok := dependentObjects(err); ok {
 			return dbcontract.TenantOutcome{}, &dbcontract.Failure{Reason: dbcontract.ReasonDeletionBlocked, Cause: err, Message: "role " + c.in.Role +
-				" still owns objects or holds privileges outside its database (SQLSTATE 2BP01" + dependents(pgErr.Detail) + "); nothing was dropped with CASCADE: " +
+				" still owns objects or holds privileges outside its database (SQLSTATE 2BP01" + dependents(detail) + "); nothing was dropped with CASCADE: " +
 				"REASSIGN OWNED BY / DROP OWNED BY " + c.in.Role + " in each database named (or have its owner REVOKE the privileges), and the deletion continues"}
 		}
 		return dbcontract.TenantOutcome{}, err
