@@ -7,10 +7,7 @@ package openbao
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"net"
-	"net/http"
 	"os"
 	"strings"
 	"sync"
@@ -70,24 +67,6 @@ func (a KubernetesAuth) Login(ctx context.Context, c *bao.Client) (string, error
 	return sec.Auth.ClientToken, nil
 }
 
-// loginFailure says that the Kubernetes auth login failed, for which role,
-// with the HTTP status (never the response body, which can echo the JWT).
-func loginFailure(err error, mount, role string) *dbcontract.Failure {
-	var re *bao.ResponseError
-	switch {
-	case errors.As(err, &re) && (re.StatusCode == http.StatusForbidden || re.StatusCode == http.StatusUnauthorized || re.StatusCode == http.StatusBadRequest):
-		return &dbcontract.Failure{Reason: dbcontract.ReasonDependencyUnavailable, Message: fmt.Sprintf("the OpenBao Kubernetes auth login was refused (auth/%s, role %s, HTTP %d): "+
-			"check that the role binds the controller's ServiceAccount name and namespace and accepts the token's audience", mount, role, re.StatusCode)}
-	case errors.As(err, &re):
-		return &dbcontract.Failure{Reason: dbcontract.ReasonDependencyUnavailable, Message: fmt.Sprintf("the OpenBao Kubernetes auth login failed (auth/%s, role %s, HTTP %d)", mount, role, re.StatusCode)}
-	}
-	var ne net.Error
-	if errors.As(err, &ne) {
-		return &dbcontract.Failure{Reason: dbcontract.ReasonDependencyUnavailable, Message: fmt.Sprintf("the OpenBao Kubernetes auth login failed (auth/%s, role %s): OpenBao is unreachable", mount, role)}
-	}
-	return &dbcontract.Failure{Reason: dbcontract.ReasonDependencyUnavailable, Message: fmt.Sprintf("the OpenBao Kubernetes auth login failed (auth/%s, role %s)", mount, role)}
-}
-
 // Client is a logged-in OpenBao client that re-authenticates on 403.
 type Client struct {
 	c    *bao.Client
@@ -128,8 +107,7 @@ func (c *Client) do(ctx context.Context, fn func(*bao.Client) error) error {
 		}
 		c.mu.Unlock()
 		err := fn(c.c)
-		var re *bao.ResponseError
-		if attempt == 0 && errors.As(err, &re) && re.StatusCode == http.StatusForbidden {
+		if attempt == 0 && isForbidden(err) {
 			c.mu.Lock()
 			c.ok = false
 			c.mu.Unlock()
@@ -137,13 +115,4 @@ func (c *Client) do(ctx context.Context, fn func(*bao.Client) error) error {
 		}
 		return err
 	}
-}
-
-// redact drops response bodies from OpenBao errors (they can echo request data).
-func redact(err error) error {
-	var re *bao.ResponseError
-	if errors.As(err, &re) {
-		return fmt.Errorf("HTTP %d from OpenBao", re.StatusCode)
-	}
-	return err
 }

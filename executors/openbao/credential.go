@@ -3,11 +3,8 @@ package openbao
 import (
 	"context"
 	"crypto/rand"
-	"errors"
 	"fmt"
 	"math/big"
-	"net"
-	"net/http"
 	"sort"
 	"strconv"
 	"time"
@@ -41,33 +38,6 @@ func (o Owner) metadata() map[string]string {
 // owns reports whether metadata proves the record is this Tenant's.
 func (o Owner) owns(md map[string]any) bool {
 	return md[MetaTenantUID] == o.TenantUID && md[MetaInstanceUID] == o.InstanceUID
-}
-
-func notFound(err error) bool {
-	var re *bao.ResponseError
-	return errors.Is(err, bao.ErrSecretNotFound) || (errors.As(err, &re) && re.StatusCode == http.StatusNotFound)
-}
-
-// classify maps client errors to reasons without any response body.
-func classify(err error, what string) *dbcontract.Failure {
-	var f *dbcontract.Failure
-	if errors.As(err, &f) {
-		return f
-	}
-	var re *bao.ResponseError
-	if errors.As(err, &re) {
-		switch re.StatusCode {
-		case http.StatusForbidden, http.StatusUnauthorized:
-			return &dbcontract.Failure{Reason: dbcontract.ReasonDependencyUnavailable, Message: fmt.Sprintf("OpenBao denied %s (HTTP %d): check the controller policy", what, re.StatusCode)}
-		default:
-			return &dbcontract.Failure{Reason: dbcontract.ReasonDependencyUnavailable, Message: fmt.Sprintf("OpenBao %s failed (HTTP %d)", what, re.StatusCode)}
-		}
-	}
-	var ne net.Error
-	if errors.As(err, &ne) {
-		return &dbcontract.Failure{Reason: dbcontract.ReasonDependencyUnavailable, Message: "OpenBao is unreachable (" + what + ")"}
-	}
-	return &dbcontract.Failure{Reason: dbcontract.ReasonDependencyUnavailable, Message: "OpenBao " + what + " failed"}
 }
 
 // GeneratePassword returns 32 characters from [A-Za-z0-9] drawn with

@@ -1,0 +1,77 @@
+package openbao
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+
+	bao "github.com/openbao/openbao/api/v2"
+
+	dbcontract "git.ddupan.top/panxiao81/ayatori/contracts/database"
+)
+
+// This file is the only code of the package that reads OpenBao client
+// errors (HTTP status codes, bao.ResponseError, bao.ErrSecretNotFound,
+// net.Error). Messages carry the HTTP status at most, never a response
+// body (it can echo request data such as the login JWT).
+//
+// Every OpenBao failure is DependencyUnavailable (or a Failure the store
+// built itself, such as Conflict) and not Transient: the handlers turn
+// every failure into a Failed outcome and the projector decides whether to
+// append a new attempt (the transient rule of the database domain, see
+// docs/architecture.md and executors/postgresql/classify.go).
+
+// notFound: the KV path does not exist (the client's ErrSecretNotFound or
+// HTTP 404).
+func notFound(err error) bool {
+	var re *bao.ResponseError
+	return errors.Is(err, bao.ErrSecretNotFound) || (errors.As(err, &re) && re.StatusCode == http.StatusNotFound)
+}
+
+// isForbidden: HTTP 403, which the client answers with one new login
+// (the token may have expired).
+func isForbidden(err error) bool {
+	var re *bao.ResponseError
+	return errors.As(err, &re) && re.StatusCode == http.StatusForbidden
+}
+
+// classify maps client errors to reasons without any response body.
+func classify(err error, what string) *dbcontract.Failure {
+	var f *dbcontract.Failure
+	if errors.As(err, &f) {
+		return f
+	}
+	var re *bao.ResponseError
+	if errors.As(err, &re) {
+		switch re.StatusCode {
+		case http.StatusForbidden, http.StatusUnauthorized:
+			return &dbcontract.Failure{Reason: dbcontract.ReasonDependencyUnavailable, Message: fmt.Sprintf("OpenBao denied %s (HTTP %d): check the controller policy", what, re.StatusCode)}
+		default:
+			return &dbcontract.Failure{Reason: dbcontract.ReasonDependencyUnavailable, Message: fmt.Sprintf("OpenBao %s failed (HTTP %d)", what, re.StatusCode)}
+		}
+	}
+	var ne net.Error
+	if errors.As(err, &ne) {
+		return &dbcontract.Failure{Reason: dbcontract.ReasonDependencyUnavailable, Message: "OpenBao is unreachable (" + what + ")"}
+	}
+	return &dbcontract.Failure{Reason: dbcontract.ReasonDependencyUnavailable, Message: "OpenBao " + what + " failed"}
+}
+
+// loginFailure says that the Kubernetes auth login failed, for which role,
+// with the HTTP status (never the response body, which can echo the JWT).
+func loginFailure(err error, mount, role string) *dbcontract.Failure {
+	var re *bao.ResponseError
+	switch {
+	case errors.As(err, &re) && (re.StatusCode == http.StatusForbidden || re.StatusCode == http.StatusUnauthorized || re.StatusCode == http.StatusBadRequest):
+		return &dbcontract.Failure{Reason: dbcontract.ReasonDependencyUnavailable, Message: fmt.Sprintf("the OpenBao Kubernetes auth login was refused (auth/%s, role %s, HTTP %d): "+
+			"check that the role binds the controller's ServiceAccount name and namespace and accepts the token's audience", mount, role, re.StatusCode)}
+	case errors.As(err, &re):
+		return &dbcontract.Failure{Reason: dbcontract.ReasonDependencyUnavailable, Message: fmt.Sprintf("the OpenBao Kubernetes auth login failed (auth/%s, role %s, HTTP %d)", mount, role, re.StatusCode)}
+	}
+	var ne net.Error
+	if errors.As(err, &ne) {
+		return &dbcontract.Failure{Reason: dbcontract.ReasonDependencyUnavailable, Message: fmt.Sprintf("the OpenBao Kubernetes auth login failed (auth/%s, role %s): OpenBao is unreachable", mount, role)}
+	}
+	return &dbcontract.Failure{Reason: dbcontract.ReasonDependencyUnavailable, Message: fmt.Sprintf("the OpenBao Kubernetes auth login failed (auth/%s, role %s)", mount, role)}
+}
