@@ -2,14 +2,12 @@ package main
 
 import (
 	"context"
-	"errors"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	dbcontract "git.ddupan.top/panxiao81/ayatori/contracts/database"
 	baoexec "git.ddupan.top/panxiao81/ayatori/executors/openbao"
 	pgexec "git.ddupan.top/panxiao81/ayatori/executors/postgresql"
 )
@@ -31,17 +29,14 @@ func (s secretReader) ReadSecret(ctx context.Context, name string) (map[string][
 	return sec.Data, sec.ResourceVersion, nil
 }
 
-// passwordSource adapts the OpenBao store to the PostgreSQL executor.
+// passwordSource adapts the OpenBao store to the PostgreSQL executor. The
+// store's errors are already the domain's Failure (reason, safe message,
+// no response body: executors/openbao/classify.go), and the PostgreSQL
+// executor's Classify keeps a Failure as it is, so nothing is translated
+// here.
 type passwordSource struct{ s *baoexec.Store }
 
 func (p passwordSource) TenantPassword(ctx context.Context, mount, path, instanceUID, tenantUID, namespace, name string) (string, error) {
 	pw, _, err := p.s.Read(ctx, mount, path, baoexec.Owner{InstanceUID: instanceUID, TenantUID: tenantUID, Namespace: namespace, Name: name})
-	if err != nil {
-		var f *dbcontract.Failure
-		if errors.As(err, &f) {
-			return "", &dbcontract.Failure{Reason: f.Reason, Message: f.Message}
-		}
-		return "", err
-	}
-	return pw, nil
+	return pw, err
 }
