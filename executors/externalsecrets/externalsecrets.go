@@ -14,7 +14,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
@@ -101,10 +100,7 @@ func (e *Executor) opOut(fn func(ctx context.Context, rec journal.Record, in dbc
 			if errors.As(err, &sk) {
 				return journal.Outcome{Result: journal.Result{Class: journal.Succeeded, Message: sk.msg}, Payload: dbcontract.ProjectionOutcome{Skipped: sk.msg}}, nil
 			}
-			var f *dbcontract.Failure
-			if !errors.As(err, &f) {
-				f = &dbcontract.Failure{Reason: dbcontract.ReasonDependencyUnavailable, Message: "the Kubernetes API request failed: " + string(apierrors.ReasonForError(err))}
-			}
+			f := classify(err)
 			return journal.Outcome{Result: journal.Result{Class: journal.Failed, Reason: string(f.Reason), Message: f.Message}}, nil
 		}
 		if out != nil {
@@ -140,7 +136,7 @@ func (e *Executor) ensure(ctx context.Context, rec journal.Record, in dbcontract
 	err := e.reader().Get(ctx, types.NamespacedName{Namespace: ns, Name: in.ExternalSecret}, cur)
 	var existing metav1.Object
 	switch {
-	case apierrors.IsNotFound(err):
+	case isNotFound(err):
 	case err != nil:
 		return nil, err
 	default:
@@ -152,7 +148,7 @@ func (e *Executor) ensure(ctx context.Context, rec journal.Record, in dbcontract
 	var secret metav1.Object
 	err = e.reader().Get(ctx, types.NamespacedName{Namespace: ns, Name: in.TargetSecretName}, meta)
 	switch {
-	case apierrors.IsNotFound(err):
+	case isNotFound(err):
 	case err != nil:
 		return nil, err
 	default:
@@ -215,7 +211,7 @@ func (e *Executor) observe(ctx context.Context, rec journal.Record, in dbcontrac
 	es := &unstructured.Unstructured{}
 	es.SetGroupVersionKind(dbcontract.ExternalSecretGVK)
 	if err := e.reader().Get(ctx, types.NamespacedName{Namespace: rec.Object.Namespace, Name: in.ExternalSecret}, es); err != nil {
-		if apierrors.IsNotFound(err) {
+		if isNotFound(err) {
 			return &dbcontract.Failure{Reason: dbcontract.ReasonCredentialProjectionFailed, Message: "the ExternalSecret does not exist"}
 		}
 		return err
@@ -238,7 +234,7 @@ func (e *Executor) observe(ctx context.Context, rec journal.Record, in dbcontrac
 	meta := &metav1.PartialObjectMetadata{}
 	meta.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Secret"))
 	if err := e.reader().Get(ctx, types.NamespacedName{Namespace: rec.Object.Namespace, Name: in.TargetSecretName}, meta); err != nil {
-		if apierrors.IsNotFound(err) {
+		if isNotFound(err) {
 			return &dbcontract.Failure{Reason: dbcontract.ReasonCredentialProjectionFailed, Message: "the target Secret " + in.TargetSecretName + " does not exist yet"}
 		}
 		return err
@@ -276,7 +272,7 @@ func (e *Executor) delete(ctx context.Context, rec journal.Record, in dbcontract
 	err := e.reader().Get(ctx, types.NamespacedName{Namespace: ns, Name: in.ExternalSecret}, es)
 	ours := append([]dbcontract.ESRef(nil), in.OwnedES...)
 	switch {
-	case apierrors.IsNotFound(err):
+	case isNotFound(err):
 	case err != nil:
 		return err
 	case !dbcontract.OwnedBy(es, rec.Object.UID):
@@ -284,14 +280,14 @@ func (e *Executor) delete(ctx context.Context, rec journal.Record, in dbcontract
 	default:
 		ours = append(ours, dbcontract.RefOf(es))
 		esUID := es.GetUID()
-		if err := e.Client.Delete(ctx, es, client.Preconditions{UID: &esUID}); client.IgnoreNotFound(err) != nil {
+		if err := e.Client.Delete(ctx, es, client.Preconditions{UID: &esUID}); ignoreNotFound(err) != nil {
 			return err
 		}
 	}
 	meta := &metav1.PartialObjectMetadata{}
 	meta.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Secret"))
 	err = e.reader().Get(ctx, types.NamespacedName{Namespace: ns, Name: in.TargetSecretName}, meta)
-	if apierrors.IsNotFound(err) {
+	if isNotFound(err) {
 		return nil
 	}
 	if err != nil {
@@ -301,10 +297,10 @@ func (e *Executor) delete(ctx context.Context, rec journal.Record, in dbcontract
 		return &skipped{msg: fmt.Sprintf("Secret %s/%s was not produced by this Tenant's ExternalSecret (%s); left in place", ns, in.TargetSecretName, dbcontract.DescribeOwner(meta))}
 	}
 	uid := meta.GetUID()
-	if err := e.Client.Delete(ctx, meta, client.Preconditions{UID: &uid}); client.IgnoreNotFound(err) != nil {
+	if err := e.Client.Delete(ctx, meta, client.Preconditions{UID: &uid}); ignoreNotFound(err) != nil {
 		return err
 	}
-	if err := e.reader().Get(ctx, types.NamespacedName{Namespace: ns, Name: in.TargetSecretName}, meta); !apierrors.IsNotFound(err) {
+	if err := e.reader().Get(ctx, types.NamespacedName{Namespace: ns, Name: in.TargetSecretName}, meta); !isNotFound(err) {
 		return &dbcontract.Failure{Reason: dbcontract.ReasonCredentialProjectionFailed, Message: "the target Secret still exists after deletion"}
 	}
 	return nil
@@ -320,7 +316,7 @@ func (e *Executor) retain(ctx context.Context, rec journal.Record, in dbcontract
 	es.SetGroupVersionKind(dbcontract.ExternalSecretGVK)
 	err := e.reader().Get(ctx, types.NamespacedName{Namespace: ns, Name: in.ExternalSecret}, es)
 	switch {
-	case apierrors.IsNotFound(err):
+	case isNotFound(err):
 		return nil
 	case err != nil:
 		return err
