@@ -73,6 +73,14 @@ func channelSource(ch <-chan reconcile.Request) source.Source {
 	})
 }
 
+// isIndexConflict: the field index is already registered (a second
+// controller of this manager registered it first). This is a text match
+// because nothing typed exists: client-go's threadSafeMap.AddIndexers
+// returns fmt.Errorf("indexer conflict: %v", ...) (tools/cache/
+// thread_safe_store.go, client-go v0.37), controller-runtime's informer
+// cache passes it through unwrapped, and neither exports a sentinel or an
+// error type for it. The error never reaches a Condition: it only decides
+// whether manager setup fails.
 func isIndexConflict(err error) bool {
 	return err != nil && strings.Contains(err.Error(), "indexer conflict")
 }
