@@ -706,19 +706,28 @@ func skipped(why string) (dbcontract.TenantOutcome, error) {
 	return dbcontract.TenantOutcome{Skipped: why}, nil
 }
 
-// disableLogin: ALTER ROLE ... NOLOGIN when the role is the one Ayatori
-// created (by OID). A foreign or absent role is skipped and reported.
-func (e *Executor) disableLogin(ctx context.Context, c tenantCall) (dbcontract.TenantOutcome, error) {
+// roleToDelete is the prelude of the role's delete steps: the role when
+// this Tenant's managed registry row records it and the name still denotes
+// that OID; otherwise nil and why it is skipped ("not owned", or ourRole's
+// reason).
+func roleToDelete(ctx context.Context, c tenantCall) (*catalogRole, string, error) {
 	row, err := ownRow(ctx, c.pool, sqlOwnRow, c)
 	if err != nil || row == nil || !row.Managed {
-		return dbcontract.TenantOutcome{Skipped: "not owned"}, err
+		return nil, "not owned", err
 	}
 	role, why, err := ourRole(ctx, c.pool, c, row)
 	if err != nil {
-		return dbcontract.TenantOutcome{}, err
+		return nil, "", err
 	}
-	if role == nil {
-		return skipped(why)
+	return role, why, nil
+}
+
+// disableLogin: ALTER ROLE ... NOLOGIN when the role is the one Ayatori
+// created (by OID). A foreign or absent role is skipped and reported.
+func (e *Executor) disableLogin(ctx context.Context, c tenantCall) (dbcontract.TenantOutcome, error) {
+	role, why, err := roleToDelete(ctx, c)
+	if err != nil || role == nil {
+		return dbcontract.TenantOutcome{Skipped: why}, err
 	}
 	return dbcontract.TenantOutcome{}, execVerifyingRole(ctx, c, role.OID, sqlDisableLogin(c.in.Role))
 }
@@ -835,16 +844,9 @@ func deletionBlocked(database string, sessions []session) *dbcontract.Failure {
 // re-checked in the same transaction. It is blocked (2BP01) while the role
 // still owns objects or holds privileges elsewhere: never CASCADE.
 func (e *Executor) dropRole(ctx context.Context, c tenantCall) (dbcontract.TenantOutcome, error) {
-	row, err := ownRow(ctx, c.pool, sqlOwnRow, c)
-	if err != nil || row == nil || !row.Managed {
-		return dbcontract.TenantOutcome{Skipped: "not owned"}, err
-	}
-	role, why, err := ourRole(ctx, c.pool, c, row)
-	if err != nil {
-		return dbcontract.TenantOutcome{}, err
-	}
-	if role == nil {
-		return skipped(why)
+	role, why, err := roleToDelete(ctx, c)
+	if err != nil || role == nil {
+		return dbcontract.TenantOutcome{Skipped: why}, err
 	}
 	tx, err := c.pool.Begin(ctx)
 	if err != nil {
