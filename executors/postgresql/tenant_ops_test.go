@@ -170,6 +170,9 @@ func TestTenantOperationsIdempotent(t *testing.T) {
 	if n := superQuery[int64](t, f.pg, name, "SELECT count(*) FROM pg_extension WHERE extname IN ('pg_trgm', 'citext')"); n != 2 {
 		t.Fatalf("%d extensions", n)
 	}
+	// The superuser session of the check above ends asynchronously on the
+	// server; a superuser session still there would (rightly) block the drop.
+	waitNoSessions(t, f.pg, name)
 	for _, op := range []string{dbcontract.OpDisableLogin, dbcontract.OpDropDatabase, dbcontract.OpDropRole, dbcontract.OpReleaseOwnership} {
 		for run := 1; run <= 2; run++ {
 			out, _ := f.tenant(t, uid, name, op)
@@ -283,6 +286,18 @@ func TestTenantOperationFailures(t *testing.T) {
 			t.Fatal("extensions were not installed over the Tenant's own login, or the admin role had a session in the Tenant database")
 		}
 	})
+}
+
+// waitNoSessions waits until no backend is connected to the database.
+func waitNoSessions(t *testing.T, pg *integration.Postgres, db string) {
+	t.Helper()
+	for i := 0; i < 100; i++ {
+		if superQuery[int64](t, pg, "postgres", "SELECT count(*) FROM pg_stat_activity WHERE datname = '"+db+"'") == 0 {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("sessions in database %s did not end", db)
 }
 
 func first(out journal.Outcome, _ dbcontract.TenantOutcome) journal.Outcome { return out }
