@@ -2,9 +2,6 @@ package database
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -13,13 +10,13 @@ import (
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1alpha1 "git.ddupan.top/panxiao81/ayatori/api/database/v1alpha1"
 	dbcontract "git.ddupan.top/panxiao81/ayatori/contracts/database"
 	"git.ddupan.top/panxiao81/ayatori/journal"
+	"git.ddupan.top/panxiao81/ayatori/projectors/journaled"
 )
 
 // RBAC of the Instance projector (least privilege: admin Secrets are read
@@ -46,7 +43,7 @@ const (
 const (
 	EventReady          = "Ready"
 	EventNotReady       = "NotReady"
-	EventIntentAppended = "IntentAppended"
+	EventIntentAppended = journaled.EventIntentAppended
 	EventDeletionWait   = "WaitingForTenants"
 )
 
@@ -77,6 +74,9 @@ func (r *InstanceReconciler) SetupWithManager(mgr ctrl.Manager, outcomes <-chan 
 	if r.Policy == (InstancePolicy{}) {
 		r.Policy = DefaultInstancePolicy
 	}
+	if r.Policy.DeletionRecheck == 0 {
+		r.Policy.DeletionRecheck = DefaultInstancePolicy.DeletionRecheck
+	}
 	ctx := context.Background()
 	if err := mgr.GetFieldIndexer().IndexField(ctx, &v1alpha1.PostgreSQLInstance{}, indexInstanceSecret, func(o client.Object) []string {
 		return []string{o.(*v1alpha1.PostgreSQLInstance).Spec.AdminCredentialRef.Name}
@@ -96,7 +96,7 @@ func (r *InstanceReconciler) SetupWithManager(mgr ctrl.Manager, outcomes <-chan 
 			return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: o.(*v1alpha1.PostgreSQLTenant).Spec.InstanceRef}}}
 		}))
 	if outcomes != nil {
-		b = b.WatchesRawSource(channelSource(outcomes))
+		b = b.WatchesRawSource(journaled.Source(outcomes))
 	}
 	return b.Complete(r)
 }
@@ -126,48 +126,54 @@ func (r *InstanceReconciler) instancesForSecret(ctx context.Context, o client.Ob
 	return out
 }
 
-// Reconcile runs one pass: finalizer first, then decide, append, project.
+// Reconcile runs one pass (the journaled skeleton with instanceKind).
 func (r *InstanceReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
-	log := ctrl.LoggerFrom(ctx)
-	inst := &v1alpha1.PostgreSQLInstance{}
-	if err := r.Client.Get(ctx, req.NamespacedName, inst); err != nil {
-		return reconcile.Result{}, client.IgnoreNotFound(err)
-	}
-	if !inst.DeletionTimestamp.IsZero() {
-		return r.reconcileDelete(ctx, inst)
-	}
-	if !controllerutil.ContainsFinalizer(inst, InstanceFinalizer) {
-		patch := client.MergeFrom(inst.DeepCopy())
-		controllerutil.AddFinalizer(inst, InstanceFinalizer)
-		if err := r.Client.Patch(ctx, inst, patch); err != nil {
-			return reconcile.Result{}, err
-		}
-	}
+	return journaled.Reconcile(ctx, req, journaled.Deps{Client: r.Client, APIReader: r.APIReader, Journal: r.Journal, Recorder: r.Recorder},
+		instanceKind{r})
+}
+
+// instanceKind is the Instance's part of the skeleton.
+type instanceKind struct{ r *InstanceReconciler }
+
+func (instanceKind) New() *v1alpha1.PostgreSQLInstance { return &v1alpha1.PostgreSQLInstance{} }
+func (instanceKind) Finalizer() string                 { return InstanceFinalizer }
+func (instanceKind) StatusPhase(i *v1alpha1.PostgreSQLInstance) string {
+	return string(i.Status.Phase)
+}
+
+// JournalUnavailable keeps the phase and reports the journal outage.
+func (instanceKind) JournalUnavailable(i *v1alpha1.PostgreSQLInstance) InstanceDecision {
+	return InstanceDecision{Phase: orPending(i.Status.Phase),
+		Ready: notReady(v1alpha1.ReasonDependencyUnavailable, "the operation journal is unavailable")}
+}
+
+// Plan reads the admin Secret (controller namespace only) and, while
+// deleting, the Tenants referencing the Instance; DecideInstance decides.
+func (k instanceKind) Plan(ctx context.Context, inst *v1alpha1.PostgreSQLInstance, h journaled.History) (journaled.Plan[InstanceDecision], error) {
+	r := k.r
 	spec := instanceSpecWithDefaults(inst.Spec)
 	facts := InstanceFacts{Generation: inst.Generation, SpecErrors: ValidateInstanceSpec(spec), Status: inst.Status,
-		Now: r.Clock.Now(), SecretName: spec.AdminCredentialRef.Name}
-	secret := &corev1.Secret{}
-	switch err := r.Client.Get(ctx, types.NamespacedName{Namespace: r.Namespace, Name: spec.AdminCredentialRef.Name}, secret); {
-	case err == nil:
-		facts.Secret = SecretFact{Found: true, ResourceVersion: secret.ResourceVersion}
-	case apierrors.IsNotFound(err):
-	default:
-		return reconcile.Result{}, err
-	}
-	recs, err := r.Journal.Read(ctx, string(inst.UID))
-	if err != nil {
-		r.project(ctx, inst, InstanceDecision{Phase: orPending(inst.Status.Phase),
-			Ready: notReady(v1alpha1.ReasonDependencyUnavailable, "the operation journal is unavailable")})
-		return reconcile.Result{}, fmt.Errorf("read journal: %w", err)
-	}
-	facts.Journal = journal.Fold(recs)
-	d := DecideInstance(facts, r.Policy)
-	if d.StatusLost {
-		live := &v1alpha1.PostgreSQLInstance{}
-		if behind, err := statusBehind(ctx, r.APIReader, req.NamespacedName, live, func() string { return string(live.Status.Phase) }); err != nil || behind {
-			return reconcile.Result{Requeue: behind}, client.IgnoreNotFound(err)
+		Now: r.Clock.Now(), SecretName: spec.AdminCredentialRef.Name, Journal: h.State, Deleting: !inst.DeletionTimestamp.IsZero()}
+	if facts.Deleting {
+		var tenants v1alpha1.PostgreSQLTenantList
+		if err := r.Client.List(ctx, &tenants, client.MatchingFields{indexTenantInstance: inst.Name}); err != nil {
+			facts.ReferencesUnknown = true
+		}
+		for _, t := range tenants.Items {
+			facts.ReferencedBy = append(facts.ReferencedBy, t.Namespace+"/"+t.Name)
+		}
+	} else {
+		secret := &corev1.Secret{}
+		switch err := r.Client.Get(ctx, types.NamespacedName{Namespace: r.Namespace, Name: spec.AdminCredentialRef.Name}, secret); {
+		case err == nil:
+			facts.Secret = SecretFact{Found: true, ResourceVersion: secret.ResourceVersion}
+		case apierrors.IsNotFound(err):
+		default:
+			return journaled.Plan[InstanceDecision]{}, err
 		}
 	}
+	d := DecideInstance(facts, r.Policy)
+	p := journaled.Plan[InstanceDecision]{Status: d, RequeueAfter: d.RequeueAfter, StatusLost: d.StatusLost, RemoveFinalizer: d.RemoveFinalizer}
 	if d.Intent != nil {
 		payload := dbcontract.InstanceIntent{
 			Endpoint: dbcontract.Endpoint{Host: spec.Endpoint.Host, HostAddr: spec.Endpoint.HostAddr, Port: spec.Endpoint.Port,
@@ -177,25 +183,11 @@ func (r *InstanceReconciler) Reconcile(ctx context.Context, req reconcile.Reques
 		}
 		rec, err := journal.NewIntent(objectRef(inst), d.Intent.Operation, "", d.Intent.Attempt, payload)
 		if err != nil {
-			return reconcile.Result{}, err
+			return p, err
 		}
-		res, err := r.Journal.Append(ctx, &rec, journal.ExpectLastSequence(facts.Journal.LastSequence))
-		if errors.Is(err, journal.ErrConflict) {
-			// Another replica decided first: re-read and decide again.
-			return reconcile.Result{Requeue: true}, nil
-		}
-		if err != nil {
-			return reconcile.Result{}, fmt.Errorf("append %s intent: %w", d.Intent.Operation, err)
-		}
-		if !res.Duplicate {
-			log.V(1).Info("intent appended", "operation", d.Intent.Operation, "attempt", d.Intent.Attempt, "seq", res.Sequence)
-		}
-		announceIntent(r.Recorder, inst, d.Intent.Operation, d.Intent.Attempt, res)
+		p.Record = &rec
 	}
-	if err := r.project(ctx, inst, d); err != nil {
-		return reconcile.Result{}, err
-	}
-	return reconcile.Result{RequeueAfter: d.RequeueAfter}, nil
+	return p, nil
 }
 
 func orPending(p v1alpha1.InstancePhase) v1alpha1.InstancePhase {
@@ -205,10 +197,15 @@ func orPending(p v1alpha1.InstancePhase) v1alpha1.InstancePhase {
 	return p
 }
 
-// project writes the decision into status (only when it changed) and emits
-// Events on Ready transitions.
-func (r *InstanceReconciler) project(ctx context.Context, inst *v1alpha1.PostgreSQLInstance, d InstanceDecision) error {
+// Project writes the decision into status (only when it changed) and emits
+// Events on Ready transitions, and WaitingForTenants when deletion starts
+// waiting.
+func (k instanceKind) Project(ctx context.Context, inst *v1alpha1.PostgreSQLInstance, d InstanceDecision) error {
+	r := k.r
 	before := inst.DeepCopy()
+	if d.WaitingForTenants && before.Status.Phase != v1alpha1.InstancePhaseDeleting && r.Recorder != nil {
+		r.Recorder.Eventf(inst, nil, corev1.EventTypeNormal, EventDeletionWait, "Delete", "%s", d.Ready.Message)
+	}
 	inst.Status.Phase = d.Phase
 	if d.PostgreSQLVersion != "" {
 		inst.Status.PostgreSQLVersion = d.PostgreSQLVersion
@@ -219,40 +216,10 @@ func (r *InstanceReconciler) project(ctx context.Context, inst *v1alpha1.Postgre
 	old := setReady(&inst.Status.Conditions, inst.Generation, d.Ready)
 	a, b := before.Status, inst.Status
 	if a.Phase == b.Phase && a.ObservedGeneration == b.ObservedGeneration && a.PostgreSQLVersion == b.PostgreSQLVersion &&
-		equalConditions(a.Conditions, b.Conditions) {
+		journaled.EqualConditions(a.Conditions, b.Conditions) {
 		return nil
 	}
-	return patchStatus(ctx, r.Client, r.Recorder, inst, before, old, d.Ready)
-}
-
-// reconcileDelete stops provisioning (phase Deleting) and keeps the
-// finalizer while any Tenant, deleting ones included, references the
-// Instance; a failed reference check counts as "still referenced". Nothing
-// external is deleted.
-func (r *InstanceReconciler) reconcileDelete(ctx context.Context, inst *v1alpha1.PostgreSQLInstance) (reconcile.Result, error) {
-	if !controllerutil.ContainsFinalizer(inst, InstanceFinalizer) {
-		return reconcile.Result{}, nil
-	}
-	var tenants v1alpha1.PostgreSQLTenantList
-	err := r.Client.List(ctx, &tenants, client.MatchingFields{indexTenantInstance: inst.Name})
-	if err != nil {
-		_ = r.project(ctx, inst, InstanceDecision{Phase: v1alpha1.InstancePhaseDeleting,
-			Ready: reconciling("deleting: could not check for Tenants referencing this Instance; keeping the finalizer")})
-		return reconcile.Result{RequeueAfter: 10 * time.Second}, nil
-	}
-	if n := len(tenants.Items); n > 0 {
-		msg := fmt.Sprintf("deleting: waiting for %d PostgreSQLTenant(s) referencing this Instance (e.g. %s/%s)", n, tenants.Items[0].Namespace, tenants.Items[0].Name)
-		if inst.Status.Phase != v1alpha1.InstancePhaseDeleting && r.Recorder != nil {
-			r.Recorder.Eventf(inst, nil, corev1.EventTypeNormal, EventDeletionWait, "Delete", "%s", msg)
-		}
-		if err := r.project(ctx, inst, InstanceDecision{Phase: v1alpha1.InstancePhaseDeleting, Ready: reconciling(msg)}); err != nil {
-			return reconcile.Result{}, err
-		}
-		return reconcile.Result{RequeueAfter: time.Minute}, nil
-	}
-	patch := client.MergeFrom(inst.DeepCopy())
-	controllerutil.RemoveFinalizer(inst, InstanceFinalizer)
-	return reconcile.Result{}, client.IgnoreNotFound(r.Client.Patch(ctx, inst, patch))
+	return client.IgnoreNotFound(patchStatus(ctx, r.Client, r.Recorder, inst, before, old, d.Ready))
 }
 
 // objectRef is the journal reference of an object.
@@ -262,9 +229,9 @@ func objectRef(o client.Object) journal.ObjectRef {
 	if kind == "" {
 		switch o.(type) {
 		case *v1alpha1.PostgreSQLInstance:
-			kind = "PostgreSQLInstance"
+			kind = KindInstance
 		case *v1alpha1.PostgreSQLTenant:
-			kind = "PostgreSQLTenant"
+			kind = KindTenant
 		}
 	}
 	return journal.ObjectRef{Group: v1alpha1.GroupVersion.Group, Kind: kind, Namespace: o.GetNamespace(), Name: o.GetName(),

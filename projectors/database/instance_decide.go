@@ -11,6 +11,7 @@ import (
 	v1alpha1 "git.ddupan.top/panxiao81/ayatori/api/database/v1alpha1"
 	dbcontract "git.ddupan.top/panxiao81/ayatori/contracts/database"
 	"git.ddupan.top/panxiao81/ayatori/journal"
+	"git.ddupan.top/panxiao81/ayatori/projectors/journaled"
 )
 
 // InstancePolicy tunes the Instance decisions.
@@ -24,10 +25,15 @@ type InstancePolicy struct {
 	// PendingRecheck is how long to wait on a pending intent before
 	// reconciling again (the outcome watch normally wakes the projector earlier).
 	PendingRecheck time.Duration
+	// DeletionRecheck is how often a deleting Instance re-lists the Tenants
+	// that still reference it (Tenant changes wake it earlier; zero: only
+	// those wake-ups).
+	DeletionRecheck time.Duration
 }
 
 // DefaultInstancePolicy is used by the manager unless flags say otherwise.
-var DefaultInstancePolicy = InstancePolicy{ResyncInterval: 5 * time.Minute, RetryBase: 5 * time.Second, RetryMax: 5 * time.Minute, PendingRecheck: 30 * time.Second}
+var DefaultInstancePolicy = InstancePolicy{ResyncInterval: 5 * time.Minute, RetryBase: 5 * time.Second, RetryMax: 5 * time.Minute,
+	PendingRecheck: 30 * time.Second, DeletionRecheck: time.Minute}
 
 // SecretFact is what the projector saw of the admin Secret.
 type SecretFact struct {
@@ -48,6 +54,13 @@ type InstanceFacts struct {
 	// Status is the current status (phase may be missing or forged).
 	Status v1alpha1.PostgreSQLInstanceStatus
 	Now    time.Time
+	// Deleting: the Instance has a deletionTimestamp.
+	Deleting bool
+	// ReferencedBy names (namespace/name) the Tenants, deleting ones
+	// included, whose spec.instanceRef is this Instance; read only while
+	// Deleting. ReferencesUnknown: that list could not be read.
+	ReferencedBy      []string
+	ReferencesUnknown bool
 }
 
 // PlannedIntent is an intent the projector must append before anything else.
@@ -57,11 +70,7 @@ type PlannedIntent struct {
 }
 
 // ReadyCondition is the desired Ready condition.
-type ReadyCondition struct {
-	Status  metav1.ConditionStatus
-	Reason  string
-	Message string
-}
+type ReadyCondition = journaled.Condition
 
 // InstanceDecision is what the projector does next.
 type InstanceDecision struct {
@@ -78,6 +87,11 @@ type InstanceDecision struct {
 	// confirms it against the API server before acting (its cache may not
 	// have seen its own last status write yet).
 	StatusLost bool
+	// RemoveFinalizer: deleting and no Tenant references the Instance.
+	RemoveFinalizer bool
+	// WaitingForTenants: deleting, and Tenants still reference it (a
+	// WaitingForTenants Event is emitted when the phase becomes Deleting).
+	WaitingForTenants bool
 }
 
 func reconciling(msg string) ReadyCondition {
@@ -98,24 +112,6 @@ func instanceReason(r *journal.Result) string {
 	}
 }
 
-// intentsOf returns the intents of one operation for one generation, in order.
-func intentsOf(st *journal.State, op string, gen int64) []journal.Record {
-	var out []journal.Record
-	for _, r := range st.Intents {
-		if r.Operation == op && r.Object.Generation == gen {
-			out = append(out, r)
-		}
-	}
-	sortBySeq(out)
-	return out
-}
-
-// nextAttempt is one more than the number of intents of op in gen: the same
-// journal state always yields the same intent ID (de-duplicated by Append).
-func nextAttempt(st *journal.State, op string, gen int64) int {
-	return len(intentsOf(st, op, gen)) + 1
-}
-
 // DecideInstance is the Instance state machine (specification §8.2, §9;
 // domain-instance.md §5): Pending -> Validating -> InitializingRegistry ->
 // Ready. The phase is derived from the journal and the facts, never trusted
@@ -126,6 +122,9 @@ func DecideInstance(f InstanceFacts, p InstancePolicy) InstanceDecision {
 	st := f.Journal
 	if st == nil {
 		st = journal.NewState()
+	}
+	if f.Deleting {
+		return decideInstanceDelete(f, p)
 	}
 	if len(f.SpecErrors) > 0 {
 		return InstanceDecision{Phase: v1alpha1.InstancePhasePending, Conclusive: true,
@@ -141,9 +140,9 @@ func DecideInstance(f InstanceFacts, p InstancePolicy) InstanceDecision {
 	}
 	observe := func(phase v1alpha1.InstancePhase, ready ReadyCondition) InstanceDecision {
 		return InstanceDecision{Phase: phase, Ready: ready, RequeueAfter: p.PendingRecheck,
-			Intent: &PlannedIntent{Operation: dbcontract.OpObserveInstance, Attempt: nextAttempt(st, dbcontract.OpObserveInstance, gen)}}
+			Intent: &PlannedIntent{Operation: dbcontract.OpObserveInstance, Attempt: journaled.NextAttempt(st, dbcontract.OpObserveInstance, gen)}}
 	}
-	obs := intentsOf(st, dbcontract.OpObserveInstance, gen)
+	obs := journaled.IntentsOf(st, dbcontract.OpObserveInstance, gen)
 	if len(obs) == 0 {
 		return observe(v1alpha1.InstancePhaseValidating, reconciling("validating the connection and the admin role"))
 	}
@@ -176,7 +175,7 @@ func DecideInstance(f InstanceFacts, p InstancePolicy) InstanceDecision {
 	// The registry must be created or migrated: a BootstrapRegistry decided
 	// after this observation.
 	var boot *journal.Record
-	for _, b := range intentsOf(st, dbcontract.OpBootstrapRegistry, gen) {
+	for _, b := range journaled.IntentsOf(st, dbcontract.OpBootstrapRegistry, gen) {
 		if b.Sequence > out.Sequence {
 			b := b
 			boot = &b
@@ -186,7 +185,7 @@ func DecideInstance(f InstanceFacts, p InstancePolicy) InstanceDecision {
 	if boot == nil {
 		return InstanceDecision{Phase: v1alpha1.InstancePhaseInitializingRegistry, Ready: reconciling("initializing the ownership registry"),
 			RequeueAfter: p.PendingRecheck,
-			Intent:       &PlannedIntent{Operation: dbcontract.OpBootstrapRegistry, Attempt: nextAttempt(st, dbcontract.OpBootstrapRegistry, gen)}}
+			Intent:       &PlannedIntent{Operation: dbcontract.OpBootstrapRegistry, Attempt: journaled.NextAttempt(st, dbcontract.OpBootstrapRegistry, gen)}}
 	}
 	bout, done := st.OutcomeOf(boot.ID)
 	if !done {
@@ -255,10 +254,7 @@ func retryAfterFailure(f InstanceFacts, p InstancePolicy, st *journal.State, out
 		return InstanceDecision{Phase: phase, Ready: ready, Conclusive: true}
 	}
 	failures := consecutiveFailures(st, f.Generation)
-	delay := p.RetryBase << min(failures-1, 16)
-	if delay <= 0 || delay > p.RetryMax {
-		delay = p.RetryMax
-	}
+	delay := journaled.Backoff(p.RetryBase, p.RetryMax, failures)
 	due := out.Time.Add(delay)
 	if !f.Now.Before(due) {
 		d := observe(phase, ready)
@@ -277,7 +273,7 @@ func consecutiveFailures(st *journal.State, gen int64) int {
 			outs = append(outs, o)
 		}
 	}
-	sortBySeq(outs)
+	journaled.SortBySequence(outs)
 	n := 0
 	for i := len(outs) - 1; i >= 0; i-- {
 		if outs[i].Result.Class == journal.Succeeded {
@@ -291,10 +287,18 @@ func consecutiveFailures(st *journal.State, gen int64) int {
 	return n
 }
 
-func sortBySeq(rs []journal.Record) {
-	for i := 1; i < len(rs); i++ {
-		for j := i; j > 0 && rs[j].Sequence < rs[j-1].Sequence; j-- {
-			rs[j], rs[j-1] = rs[j-1], rs[j]
-		}
+// decideInstanceDelete stops provisioning (phase Deleting) and keeps the
+// finalizer while any Tenant, deleting ones included, references the
+// Instance; a failed reference check counts as "still referenced". Nothing
+// external is deleted: the server and the registry outlive the Instance.
+func decideInstanceDelete(f InstanceFacts, p InstancePolicy) InstanceDecision {
+	switch {
+	case f.ReferencesUnknown:
+		return InstanceDecision{Phase: v1alpha1.InstancePhaseDeleting, RequeueAfter: p.RetryBase,
+			Ready: reconciling("deleting: could not check for Tenants referencing this Instance; keeping the finalizer")}
+	case len(f.ReferencedBy) > 0:
+		return InstanceDecision{Phase: v1alpha1.InstancePhaseDeleting, RequeueAfter: p.DeletionRecheck, WaitingForTenants: true,
+			Ready: reconciling(fmt.Sprintf("deleting: waiting for %d PostgreSQLTenant(s) referencing this Instance (e.g. %s)", len(f.ReferencedBy), f.ReferencedBy[0]))}
 	}
+	return InstanceDecision{Phase: v1alpha1.InstancePhaseDeleting, RemoveFinalizer: true, Ready: reconciling("deleting: no Tenant references this Instance")}
 }

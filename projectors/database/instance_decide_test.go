@@ -139,3 +139,36 @@ func TestDecideInstance(t *testing.T) {
 		})
 	}
 }
+
+// A deleting Instance keeps its finalizer while any Tenant references it
+// (or the references cannot be read) and never plans an intent: nothing
+// external is deleted.
+func TestDecideInstanceDelete(t *testing.T) {
+	p := testPolicy
+	p.DeletionRecheck = time.Minute
+	ready := history(step{op: dbcontract.OpObserveInstance, class: journal.Succeeded})
+	for _, c := range []struct {
+		name    string
+		facts   InstanceFacts
+		release bool
+		waiting bool
+		requeue time.Duration
+	}{
+		{name: "no Tenant", facts: InstanceFacts{Deleting: true}, release: true},
+		{name: "references unreadable", facts: InstanceFacts{Deleting: true, ReferencesUnknown: true}, requeue: p.RetryBase},
+		{name: "a Tenant references it", facts: InstanceFacts{Deleting: true, ReferencedBy: []string{"team-a/app"}}, waiting: true, requeue: time.Minute},
+		{name: "invalid spec does not block deletion", facts: InstanceFacts{Deleting: true, SpecErrors: []string{"bad"}}, release: true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			c.facts.Journal, c.facts.Generation, c.facts.Now = ready, 1, t0
+			d := DecideInstance(c.facts, p)
+			if d.Phase != v1alpha1.InstancePhaseDeleting || d.Intent != nil || d.RemoveFinalizer != c.release ||
+				d.WaitingForTenants != c.waiting || d.RequeueAfter != c.requeue {
+				t.Fatalf("decision %+v", d)
+			}
+			if c.waiting && d.Ready.Message == "" {
+				t.Fatal("no message naming the Tenants")
+			}
+		})
+	}
+}

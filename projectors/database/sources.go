@@ -1,76 +1,32 @@
 package database
 
 import (
-	"context"
 	"strings"
 
-	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
-	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"git.ddupan.top/panxiao81/ayatori/journal"
+	"git.ddupan.top/panxiao81/ayatori/projectors/journaled"
 )
 
-// OutcomeRouter turns the journal's outcome watch into reconcile requests
-// per kind: the record's object reference gives namespace/name.
+// Kinds of the database domain, as journal object references name them.
+const (
+	KindInstance = "PostgreSQLInstance"
+	KindTenant   = "PostgreSQLTenant"
+)
+
+// OutcomeRouter routes the database domain's outcomes to its projectors
+// (a journaled.OutcomeRouter; a manager Runnable).
 type OutcomeRouter struct {
-	Journal *journal.Store
+	*journaled.OutcomeRouter
 	// Instances and Tenants receive requests for their kind.
-	Instances chan reconcile.Request
-	Tenants   chan reconcile.Request
+	Instances, Tenants <-chan reconcile.Request
 }
 
-// NewOutcomeRouter creates the channels.
+// NewOutcomeRouter creates the router and its channels.
 func NewOutcomeRouter(j *journal.Store) *OutcomeRouter {
-	return &OutcomeRouter{Journal: j, Instances: make(chan reconcile.Request, 1024), Tenants: make(chan reconcile.Request, 1024)}
-}
-
-// Start watches database outcomes until ctx is done (a manager Runnable).
-func (o *OutcomeRouter) Start(ctx context.Context) error {
-	ch, err := o.Journal.WatchOutcomes(ctx, "database")
-	if err != nil {
-		return err
-	}
-	for rec := range ch {
-		req := reconcile.Request{NamespacedName: types.NamespacedName{Namespace: rec.Object.Namespace, Name: rec.Object.Name}}
-		var target chan reconcile.Request
-		switch rec.Object.Kind {
-		case "PostgreSQLInstance":
-			target = o.Instances
-		case "PostgreSQLTenant":
-			target = o.Tenants
-		default:
-			continue
-		}
-		select {
-		case target <- req:
-		default:
-			// The projector requeues pending work on its own; dropping a
-			// wake-up under back-pressure loses nothing.
-		}
-	}
-	return nil
-}
-
-// NeedLeaderElection: only the leader runs projectors.
-func (o *OutcomeRouter) NeedLeaderElection() bool { return true }
-
-// channelSource adapts a request channel to a controller-runtime source.
-func channelSource(ch <-chan reconcile.Request) source.Source {
-	return source.Func(func(ctx context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
-		go func() {
-			for {
-				select {
-				case <-ctx.Done():
-					return
-				case req := <-ch:
-					q.Add(req)
-				}
-			}
-		}()
-		return nil
-	})
+	o := journaled.NewOutcomeRouter(j, "database", KindInstance, KindTenant)
+	return &OutcomeRouter{OutcomeRouter: o, Instances: o.For(KindInstance), Tenants: o.For(KindTenant)}
 }
 
 // isIndexConflict: the field index is already registered (a second

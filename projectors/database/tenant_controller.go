@@ -2,7 +2,6 @@ package database
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"regexp"
 	"slices"
@@ -16,13 +15,13 @@ import (
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1alpha1 "git.ddupan.top/panxiao81/ayatori/api/database/v1alpha1"
 	dbcontract "git.ddupan.top/panxiao81/ayatori/contracts/database"
 	"git.ddupan.top/panxiao81/ayatori/journal"
+	"git.ddupan.top/panxiao81/ayatori/projectors/journaled"
 )
 
 // RBAC of the Tenant projector.
@@ -87,7 +86,7 @@ func (r *TenantReconciler) SetupWithManager(mgr ctrl.Manager, outcomes <-chan re
 		// repaired or reported at once; see projectionDrift).
 		Watches(newExternalSecret(), handler.EnqueueRequestForOwner(mgr.GetScheme(), mgr.GetRESTMapper(), &v1alpha1.PostgreSQLTenant{}))
 	if outcomes != nil {
-		b = b.WatchesRawSource(channelSource(outcomes))
+		b = b.WatchesRawSource(journaled.Source(outcomes))
 	}
 	return b.Complete(r)
 }
@@ -189,30 +188,43 @@ func immutable(t *v1alpha1.PostgreSQLTenant, n tenantNames, st *journal.State) [
 	return errs
 }
 
-// Reconcile runs one pass over a Tenant.
+// Reconcile runs one pass (the journaled skeleton with tenantKind).
 func (r *TenantReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
-	t := &v1alpha1.PostgreSQLTenant{}
-	if err := r.Client.Get(ctx, req.NamespacedName, t); err != nil {
-		return reconcile.Result{}, client.IgnoreNotFound(err)
-	}
+	return journaled.Reconcile(ctx, req, journaled.Deps{Client: r.Client, APIReader: r.APIReader, Journal: r.Journal, Recorder: r.Recorder},
+		tenantKind{r})
+}
+
+// tenantKind is the Tenant's part of the skeleton.
+type tenantKind struct{ r *TenantReconciler }
+
+func (tenantKind) New() *v1alpha1.PostgreSQLTenant { return &v1alpha1.PostgreSQLTenant{} }
+func (tenantKind) Finalizer() string               { return TenantFinalizer }
+func (tenantKind) StatusPhase(t *v1alpha1.PostgreSQLTenant) string {
+	return string(t.Status.Phase)
+}
+
+// tenantProjection is what Project writes: the decision and the names it
+// is written under.
+type tenantProjection struct {
+	names    tenantNames
+	decision TenantDecision
+}
+
+// Project writes the decision into status and emits Events.
+func (k tenantKind) Project(ctx context.Context, t *v1alpha1.PostgreSQLTenant, p tenantProjection) error {
+	return k.r.projectTenant(ctx, t, p.names, p.decision)
+}
+
+// Plan gathers the Tenant's facts (the Instance, the journal claim, the
+// projection target and drift of what it owns in Kubernetes), decides with
+// DecideTenant and builds the record to append.
+func (k tenantKind) Plan(ctx context.Context, t *v1alpha1.PostgreSQLTenant, h journaled.History) (journaled.Plan[tenantProjection], error) {
+	r := k.r
+	type plan = journaled.Plan[tenantProjection]
 	deleting := !t.DeletionTimestamp.IsZero()
-	if deleting && !controllerutil.ContainsFinalizer(t, TenantFinalizer) {
-		return reconcile.Result{}, nil
-	}
-	if !deleting && !controllerutil.ContainsFinalizer(t, TenantFinalizer) {
-		patch := client.MergeFrom(t.DeepCopy())
-		controllerutil.AddFinalizer(t, TenantFinalizer)
-		if err := r.Client.Patch(ctx, t, patch); err != nil {
-			return reconcile.Result{}, err
-		}
-	}
 	n := r.names(t)
-	recs, err := r.Journal.Read(ctx, string(t.UID))
-	if err != nil {
-		return reconcile.Result{}, fmt.Errorf("read journal: %w", err)
-	}
-	st := journal.Fold(recs)
-	facts := TenantFacts{Generation: t.Generation, Deleting: deleting, SpecPolicy: t.Spec.DeletionPolicy, Journal: st, Records: recs,
+	st := h.State
+	facts := TenantFacts{Generation: t.Generation, Deleting: deleting, SpecPolicy: t.Spec.DeletionPolicy, Journal: st, Records: h.Records,
 		Status: t.Status, Now: r.Clock.Now(), InputErrors: validateTenant(t, n), ImmutableErrors: immutable(t, n, st)}
 	inst := &v1alpha1.PostgreSQLInstance{}
 	ierr := r.Client.Get(ctx, types.NamespacedName{Name: t.Spec.InstanceRef}, inst)
@@ -220,7 +232,7 @@ func (r *TenantReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 	case apierrors.IsNotFound(ierr):
 		facts.InstanceProblem = fmt.Sprintf("PostgreSQLInstance %s does not exist", t.Spec.InstanceRef)
 	case ierr != nil:
-		return reconcile.Result{}, ierr
+		return plan{}, ierr
 	case !inst.DeletionTimestamp.IsZero():
 		facts.InstanceProblem = fmt.Sprintf("PostgreSQLInstance %s is being deleted", t.Spec.InstanceRef)
 	case !instanceReady(inst):
@@ -238,7 +250,7 @@ func (r *TenantReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 			// provisioned on, whatever spec.instanceRef says now.
 			orig, err := r.instanceByUID(ctx, claimed.InstanceUID)
 			if err != nil {
-				return reconcile.Result{}, err
+				return plan{}, err
 			}
 			if orig != nil {
 				inst, ierr, facts.InstanceProblem = orig, nil, ""
@@ -254,25 +266,19 @@ func (r *TenantReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 		// created: is the projection target someone else's?
 		taken, err := r.targetTaken(ctx, t, n, st)
 		if err != nil {
-			return reconcile.Result{}, err
+			return plan{}, err
 		}
 		if taken != "" {
 			facts.TargetTaken = taken
 			d = DecideTenant(facts, r.Policy)
 		}
 	}
-	if d.StatusLost {
-		live := &v1alpha1.PostgreSQLTenant{}
-		if behind, err := statusBehind(ctx, r.APIReader, req.NamespacedName, live, func() string { return string(live.Status.Phase) }); err != nil || behind {
-			return reconcile.Result{Requeue: behind}, client.IgnoreNotFound(err)
-		}
-	}
-	if !deleting && d.Note == "" && d.Intent == nil && d.Ready.Status == metav1.ConditionTrue {
+	if !deleting && !d.StatusLost && d.Note == "" && d.Intent == nil && d.Ready.Status == metav1.ConditionTrue {
 		// What the Tenant owns in Kubernetes changed (watched): repair or
 		// report now, not at the next periodic re-check.
 		problem, err := r.projectionDrift(ctx, t, n)
 		if err != nil {
-			return reconcile.Result{}, err
+			return plan{}, err
 		}
 		if changed := credentialDrift(st, r.credentialIntent(inst, n)); problem == "" && len(changed) > 0 {
 			problem = "the Instance endpoint changed (" + strings.Join(changed, ", ") + "); the credential record and the Secret follow it"
@@ -281,49 +287,35 @@ func (r *TenantReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 			d = TenantDecision{Phase: d.Phase, Note: dbcontract.NoteRevalidate, DatabaseOID: d.DatabaseOID, Ready: reconciling(problem + "; re-checking every step")}
 		}
 	}
-	ref := objectRef(t)
-	if d.Note != "" {
+	p := plan{Status: tenantProjection{names: n, decision: d}, StatusLost: d.StatusLost, RequeueAfter: d.RequeueAfter}
+	switch {
+	case d.Note != "":
 		note := journal.Record{ID: fmt.Sprintf("%s/g%d/note/%s/%d", t.UID, t.Generation, d.Note, st.LastSequence), Type: journal.TypeNote,
-			Operation: d.Note, Object: ref, Attempt: 1}
+			Operation: d.Note, Object: objectRef(t), Attempt: 1}
 		if d.Note == dbcontract.NoteDeletionStarted {
 			if err := note.SetPayload(dbcontract.DeletionNote{Policy: d.NotePolicy}); err != nil {
-				return reconcile.Result{}, err
+				return plan{}, err
 			}
 		}
-		if _, err := r.Journal.Append(ctx, &note, journal.ExpectLastSequence(st.LastSequence)); err != nil {
-			if errors.Is(err, journal.ErrConflict) {
-				return reconcile.Result{Requeue: true}, nil
-			}
-			return reconcile.Result{}, err
-		}
-		return result(reconcile.Result{Requeue: true}, r.projectTenant(ctx, t, n, d))
-	}
-	if d.Intent != nil {
-		if ierr != nil && d.Intent.Operation != dbcontract.OpRetainOwnership && d.Intent.Operation != dbcontract.OpRetainExternalSecret {
-			// The Instance is gone: Delete-path steps can not run; keep waiting.
-			return result(reconcile.Result{RequeueAfter: r.Policy.PendingRecheck}, r.projectTenant(ctx, t, n,
-				TenantDecision{Phase: d.Phase, Ready: notReady(v1alpha1.ReasonInstanceNotReady, facts.InstanceProblem)}))
-		}
+		p.Record, p.Requeue, p.RequeueAfter = &note, true, 0
+		return p, nil
+	case d.Intent != nil && ierr != nil && d.Intent.Operation != dbcontract.OpRetainOwnership && d.Intent.Operation != dbcontract.OpRetainExternalSecret:
+		// The Instance is gone: Delete-path steps can not run; keep waiting.
+		p.Status.decision = TenantDecision{Phase: d.Phase, Ready: notReady(v1alpha1.ReasonInstanceNotReady, facts.InstanceProblem)}
+		p.RequeueAfter = r.Policy.PendingRecheck
+		return p, nil
+	case d.Intent != nil:
 		rec, err := r.intent(t, inst, n, d.Intent, st)
 		if err != nil {
-			return reconcile.Result{}, err
+			return plan{}, err
 		}
-		res, err := r.Journal.Append(ctx, &rec, journal.ExpectLastSequence(st.LastSequence))
-		if err != nil {
-			if errors.Is(err, journal.ErrConflict) {
-				return reconcile.Result{Requeue: true}, nil
-			}
-			return reconcile.Result{}, fmt.Errorf("append %s intent: %w", d.Intent.Operation, err)
-		}
-		announceIntent(r.Recorder, t, d.Intent.Operation, d.Intent.Attempt, res)
+		p.Record = &rec
 	}
 	if d.RemoveFinalizer {
-		reportLeftInPlace(r.Recorder, t, d.LeftInPlace)
-		patch := client.MergeFrom(t.DeepCopy())
-		controllerutil.RemoveFinalizer(t, TenantFinalizer)
-		return reconcile.Result{}, client.IgnoreNotFound(r.Client.Patch(ctx, t, patch))
+		p.RemoveFinalizer = true
+		p.OnRelease = func() { reportLeftInPlace(r.Recorder, t, d.LeftInPlace) }
 	}
-	return result(reconcile.Result{RequeueAfter: d.RequeueAfter}, r.projectTenant(ctx, t, n, d))
+	return p, nil
 }
 
 // provisionedAs returns the intent of the last successful ClaimOwnership
@@ -442,7 +434,7 @@ func (r *TenantReconciler) projectTenant(ctx context.Context, t *v1alpha1.Postgr
 	old := setReady(&t.Status.Conditions, t.Generation, d.Ready)
 	a, b := before.Status, t.Status
 	if a.Phase == b.Phase && a.ObservedGeneration == b.ObservedGeneration && a.Database == b.Database && a.LoginRole == b.LoginRole &&
-		a.DatabaseOID == b.DatabaseOID && a.Credential == b.Credential && equalConditions(a.Conditions, b.Conditions) {
+		a.DatabaseOID == b.DatabaseOID && a.Credential == b.Credential && journaled.EqualConditions(a.Conditions, b.Conditions) {
 		return nil
 	}
 	return client.IgnoreNotFound(patchStatus(ctx, r.Client, r.Recorder, t, before, old, d.Ready))

@@ -11,6 +11,7 @@ import (
 	v1alpha1 "git.ddupan.top/panxiao81/ayatori/api/database/v1alpha1"
 	dbcontract "git.ddupan.top/panxiao81/ayatori/contracts/database"
 	"git.ddupan.top/panxiao81/ayatori/journal"
+	"git.ddupan.top/panxiao81/ayatori/projectors/journaled"
 )
 
 // tenantStep is one provisioning step and the phase reached when it succeeds.
@@ -207,7 +208,7 @@ func runChain(f TenantFacts, p TenantPolicy, st *journal.State, steps []tenantSt
 	var oid uint32
 	for _, step := range steps {
 		var last *journal.Record
-		for _, r := range intentsOf(st, step.op, f.Generation) {
+		for _, r := range journaled.IntentsOf(st, step.op, f.Generation) {
 			if r.Sequence > epoch {
 				r := r
 				last = &r
@@ -216,7 +217,7 @@ func runChain(f TenantFacts, p TenantPolicy, st *journal.State, steps []tenantSt
 		if last == nil {
 			return chainResult{TenantDecision: TenantDecision{Phase: phase, RequeueAfter: p.PendingRecheck, DatabaseOID: oid,
 				Ready:  reconciling(stepMessage(step.op)),
-				Intent: &PlannedIntent{Operation: step.op, Attempt: nextAttempt(st, step.op, f.Generation)}}}
+				Intent: &PlannedIntent{Operation: step.op, Attempt: journaled.NextAttempt(st, step.op, f.Generation)}}}
 		}
 		out, ok := st.OutcomeOf(last.ID)
 		if !ok {
@@ -286,17 +287,14 @@ func tenantFailure(f TenantFacts, p TenantPolicy, st *journal.State, step tenant
 	delay := p.RetryMax
 	if reason != v1alpha1.ReasonConflict {
 		n := attemptsSince(st, step.op, f.Generation, epoch)
-		delay = p.RetryBase << min(max(n-1, 0), 16)
-		if delay <= 0 || delay > p.RetryMax {
-			delay = p.RetryMax
-		}
+		delay = journaled.Backoff(p.RetryBase, p.RetryMax, n)
 	}
 	due := out.Time.Add(delay)
 	if f.Now.Before(due) {
 		d.RequeueAfter = due.Sub(f.Now)
 		return d
 	}
-	d.Intent = &PlannedIntent{Operation: step.op, Attempt: nextAttempt(st, step.op, f.Generation)}
+	d.Intent = &PlannedIntent{Operation: step.op, Attempt: journaled.NextAttempt(st, step.op, f.Generation)}
 	d.RequeueAfter = p.PendingRecheck
 	return d
 }
@@ -310,7 +308,7 @@ const projectionGrace = 4
 // attemptsSince counts the intents of op for gen after epoch.
 func attemptsSince(st *journal.State, op string, gen int64, epoch uint64) int {
 	n := 0
-	for _, r := range intentsOf(st, op, gen) {
+	for _, r := range journaled.IntentsOf(st, op, gen) {
 		if r.Sequence > epoch {
 			n++
 		}

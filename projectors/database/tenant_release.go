@@ -12,6 +12,7 @@ import (
 	v1alpha1 "git.ddupan.top/panxiao81/ayatori/api/database/v1alpha1"
 	dbcontract "git.ddupan.top/panxiao81/ayatori/contracts/database"
 	"git.ddupan.top/panxiao81/ayatori/journal"
+	"git.ddupan.top/panxiao81/ayatori/projectors/journaled"
 )
 
 // EventLeftInPlace reports the objects a deletion skipped because they are
@@ -27,7 +28,7 @@ const EventLeftInPlace = "LeftInPlace"
 func decideTenantRetain(f TenantFacts, p TenantPolicy, st *journal.State, after uint64) TenantDecision {
 	if len(intentsAfter(st, dbcontract.OpRetainOwnership, f.Generation, after)) == 0 {
 		return TenantDecision{Phase: v1alpha1.TenantPhaseDeleting, Ready: reconciling("retaining external resources"), RequeueAfter: 200 * time.Millisecond,
-			Intent: &PlannedIntent{Operation: dbcontract.OpRetainOwnership, Attempt: nextAttempt(st, dbcontract.OpRetainOwnership, f.Generation)}}
+			Intent: &PlannedIntent{Operation: dbcontract.OpRetainOwnership, Attempt: journaled.NextAttempt(st, dbcontract.OpRetainOwnership, f.Generation)}}
 	}
 	step := tenantStep{dbcontract.OpRetainExternalSecret, v1alpha1.TenantPhaseDeleting}
 	d := runChain(f, p, st, []tenantStep{step}, after, v1alpha1.TenantPhaseDeleting)
@@ -44,7 +45,7 @@ func decideTenantRetain(f TenantFacts, p TenantPolicy, st *journal.State, after 
 
 func intentsAfter(st *journal.State, op string, gen int64, after uint64) []journal.Record {
 	var out []journal.Record
-	for _, r := range intentsOf(st, op, gen) {
+	for _, r := range journaled.IntentsOf(st, op, gen) {
 		if r.Sequence > after {
 			out = append(out, r)
 		}

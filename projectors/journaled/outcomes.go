@@ -1,0 +1,76 @@
+package journaled
+
+import (
+	"context"
+
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/workqueue"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	"git.ddupan.top/panxiao81/ayatori/journal"
+)
+
+// OutcomeRouter turns one domain's outcome watch into reconcile requests
+// per kind: the record's object reference gives namespace/name, its kind
+// the projector. It is a manager Runnable (leader only).
+type OutcomeRouter struct {
+	journal *journal.Store
+	domain  string
+	routes  map[string]chan reconcile.Request
+}
+
+// NewOutcomeRouter routes the outcomes of domain (journal subject token,
+// e.g. "database") to one buffered channel per kind.
+func NewOutcomeRouter(j *journal.Store, domain string, kinds ...string) *OutcomeRouter {
+	o := &OutcomeRouter{journal: j, domain: domain, routes: map[string]chan reconcile.Request{}}
+	for _, k := range kinds {
+		o.routes[k] = make(chan reconcile.Request, 1024)
+	}
+	return o
+}
+
+// For returns the requests of one kind (nil for a kind not routed).
+func (o *OutcomeRouter) For(kind string) <-chan reconcile.Request { return o.routes[kind] }
+
+// Start watches the domain's outcomes until ctx is done.
+func (o *OutcomeRouter) Start(ctx context.Context) error {
+	ch, err := o.journal.WatchOutcomes(ctx, o.domain)
+	if err != nil {
+		return err
+	}
+	for rec := range ch {
+		target, ok := o.routes[rec.Object.Kind]
+		if !ok {
+			continue
+		}
+		select {
+		case target <- reconcile.Request{NamespacedName: types.NamespacedName{Namespace: rec.Object.Namespace, Name: rec.Object.Name}}:
+		default:
+			// The projector requeues pending work on its own; dropping a
+			// wake-up under back-pressure loses nothing.
+		}
+	}
+	return nil
+}
+
+// NeedLeaderElection: only the leader runs projectors.
+func (o *OutcomeRouter) NeedLeaderElection() bool { return true }
+
+// Source adapts a request channel to a controller-runtime source
+// (Builder.WatchesRawSource).
+func Source(ch <-chan reconcile.Request) source.Source {
+	return source.Func(func(ctx context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
+		go func() {
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case req := <-ch:
+					q.Add(req)
+				}
+			}
+		}()
+		return nil
+	})
+}

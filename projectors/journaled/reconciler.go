@@ -1,0 +1,155 @@
+package journaled
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"git.ddupan.top/panxiao81/ayatori/journal"
+)
+
+// History is the journal of one object UID as a pass sees it: the records
+// in stream order and their fold.
+type History struct {
+	Records []journal.Record
+	State   *journal.State
+}
+
+// Plan is what one pass does, decided by Kind.Plan without any write.
+type Plan[D any] struct {
+	// Status is the decision Kind.Project writes into status at the end of
+	// the pass (not written when RemoveFinalizer is set).
+	Status D
+	// Record, when set, is appended before anything else happens (an
+	// intent, or a note), with journal.ExpectLastSequence of the folded
+	// history: a concurrent append makes the pass start over.
+	Record *journal.Record
+	// Requeue asks for another pass at once (after a note, whose effect
+	// the next decision reads from the journal).
+	Requeue bool
+	// RequeueAfter > 0 asks for another pass after that delay.
+	RequeueAfter time.Duration
+	// RemoveFinalizer: the object's external resources are settled; the
+	// finalizer goes and no status is written.
+	RemoveFinalizer bool
+	// OnRelease runs just before the finalizer is removed (an Event naming
+	// what was left in place, for example).
+	OnRelease func()
+	// StatusLost: the decision rests on an empty status. The skeleton
+	// re-reads the object from the API server (Deps.APIReader) and repeats
+	// the pass when the status is only missing from the cache.
+	StatusLost bool
+}
+
+// Kind is what one kind of object contributes to the skeleton.
+type Kind[O client.Object, D any] interface {
+	// New returns an empty object of the kind (a pointer).
+	New() O
+	// Finalizer is the finalizer the skeleton adds to every live object
+	// and removes when a Plan says RemoveFinalizer.
+	Finalizer() string
+	// Plan gathers the facts of one pass (reads only) and decides with the
+	// kind's pure decision function. An error aborts the pass (controller
+	// back-off) with nothing written.
+	Plan(ctx context.Context, obj O, h History) (Plan[D], error)
+	// Project writes d into obj's status: at most one write, none when
+	// nothing changed. A NotFound is not an error.
+	Project(ctx context.Context, obj O, d D) error
+	// StatusPhase reads obj's status phase ("" when it has none).
+	StatusPhase(obj O) string
+}
+
+// JournalUnavailable is optionally implemented by a Kind that reports an
+// unreadable journal in its status (the pass still fails and is retried).
+type JournalUnavailable[O client.Object, D any] interface {
+	JournalUnavailable(obj O) D
+}
+
+// Deps are the clients a pass uses.
+type Deps struct {
+	Client client.Client
+	// APIReader reads from the API server, bypassing the cache, to confirm
+	// a lost status (nil: trust the cache).
+	APIReader client.Reader
+	Journal   *journal.Store
+	// Recorder emits IntentAppended Events (nil: none).
+	Recorder events.EventRecorder
+}
+
+// Reconcile runs one pass over the object req names.
+func Reconcile[O client.Object, D any](ctx context.Context, req reconcile.Request, deps Deps, k Kind[O, D]) (reconcile.Result, error) {
+	obj := k.New()
+	if err := deps.Client.Get(ctx, req.NamespacedName, obj); err != nil {
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	fin := k.Finalizer()
+	if !controllerutil.ContainsFinalizer(obj, fin) {
+		if !obj.GetDeletionTimestamp().IsZero() {
+			return reconcile.Result{}, nil
+		}
+		patch := client.MergeFrom(obj.DeepCopyObject().(client.Object))
+		controllerutil.AddFinalizer(obj, fin)
+		if err := deps.Client.Patch(ctx, obj, patch); err != nil {
+			return reconcile.Result{}, err
+		}
+	}
+	recs, err := deps.Journal.Read(ctx, string(obj.GetUID()))
+	if err != nil {
+		if u, ok := any(k).(JournalUnavailable[O, D]); ok {
+			_ = k.Project(ctx, obj, u.JournalUnavailable(obj))
+		}
+		return reconcile.Result{}, fmt.Errorf("read journal: %w", err)
+	}
+	h := History{Records: recs, State: journal.Fold(recs)}
+	p, err := k.Plan(ctx, obj, h)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	if p.StatusLost && deps.APIReader != nil {
+		// The cache may not have seen this projector's own last status
+		// write yet: an empty status there is not proof of a lost one.
+		live := k.New()
+		if err := deps.APIReader.Get(ctx, req.NamespacedName, live); err != nil {
+			return reconcile.Result{}, client.IgnoreNotFound(err)
+		}
+		if k.StatusPhase(live) != "" {
+			return reconcile.Result{Requeue: true}, nil
+		}
+	}
+	if rec := p.Record; rec != nil {
+		res, err := deps.Journal.Append(ctx, rec, journal.ExpectLastSequence(h.State.LastSequence))
+		if errors.Is(err, journal.ErrConflict) {
+			// Another replica (or pass) appended first: decide again on
+			// the fresh journal.
+			return reconcile.Result{Requeue: true}, nil
+		}
+		if err != nil {
+			return reconcile.Result{}, fmt.Errorf("append %s %s: %w", rec.Operation, rec.Type, err)
+		}
+		if rec.Type == journal.TypeIntent {
+			if !res.Duplicate {
+				ctrl.LoggerFrom(ctx).V(1).Info("intent appended", "operation", rec.Operation, "attempt", rec.Attempt, "seq", res.Sequence)
+			}
+			AnnounceIntent(deps.Recorder, obj, rec.Operation, rec.Attempt, res)
+		}
+	}
+	if p.RemoveFinalizer {
+		if p.OnRelease != nil {
+			p.OnRelease()
+		}
+		patch := client.MergeFrom(obj.DeepCopyObject().(client.Object))
+		controllerutil.RemoveFinalizer(obj, fin)
+		return reconcile.Result{}, client.IgnoreNotFound(deps.Client.Patch(ctx, obj, patch))
+	}
+	if err := k.Project(ctx, obj, p.Status); err != nil {
+		return reconcile.Result{}, err
+	}
+	return reconcile.Result{Requeue: p.Requeue, RequeueAfter: p.RequeueAfter}, nil
+}
