@@ -80,6 +80,13 @@ func TestJournalKnowsNoDomain(t *testing.T) {
 	}
 }
 
+func TestReconcileSkeletonKnowsNoDomain(t *testing.T) {
+	pkgs := deps(t, "./projectors/journaled")
+	if bad := forbidden(pkgs, append([]string{module + "/api", module + "/contracts", module + "/executors", module + "/projectors/database"}, backendSDKs...)...); len(bad) > 0 {
+		t.Errorf("projectors/journaled is shared by every domain's projectors and must not depend on one:\n%s", strings.Join(bad, "\n"))
+	}
+}
+
 func TestForensicsCLILinksNoExecutorOrProjector(t *testing.T) {
 	pkgs := deps(t, "./cmd/ayatori-journal")
 	if bad := forbidden(pkgs, append([]string{module + "/executors", module + "/projectors"}, backendSDKs...)...); len(bad) > 0 {
