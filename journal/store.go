@@ -83,6 +83,9 @@ type Store struct {
 	nc     *nats.Conn
 	js     jetstream.JetStream
 	stream jetstream.Stream
+	// checkpoints: the checkpoint stream exists (Open creates it;
+	// OpenExisting finds it or reads without checkpoints).
+	checkpoints bool
 
 	mu   sync.Mutex
 	uids map[string]*uidState
@@ -144,7 +147,10 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("journal: create or update stream %s: %w", cfg.StreamName, err)
 	}
-	return &Store{cfg: cfg, nc: nc, js: js, stream: stream, uids: map[string]*uidState{}, uidLocks: map[string]*sync.Mutex{}}, nil
+	if _, err := js.CreateOrUpdateStream(ctx, CheckpointStreamConfig(cfg)); err != nil {
+		return nil, fmt.Errorf("journal: create or update stream %s: %w", CheckpointStreamName(cfg.StreamName), err)
+	}
+	return &Store{cfg: cfg, nc: nc, js: js, stream: stream, checkpoints: true, uids: map[string]*uidState{}, uidLocks: map[string]*sync.Mutex{}}, nil
 }
 
 // OpenExisting binds to an existing journal stream without changing it (for
@@ -162,7 +168,13 @@ func OpenExisting(ctx context.Context, nc *nats.Conn, cfg Config) (*Store, error
 	if err != nil {
 		return nil, fmt.Errorf("journal: stream %s: %w", cfg.StreamName, err)
 	}
-	return &Store{cfg: cfg, nc: nc, js: js, stream: stream, uids: map[string]*uidState{}, uidLocks: map[string]*sync.Mutex{}}, nil
+	checkpoints := true
+	if _, err := js.Stream(ctx, CheckpointStreamName(cfg.StreamName)); errors.Is(err, jetstream.ErrStreamNotFound) {
+		checkpoints = false
+	} else if err != nil {
+		return nil, fmt.Errorf("journal: stream %s: %w", CheckpointStreamName(cfg.StreamName), err)
+	}
+	return &Store{cfg: cfg, nc: nc, js: js, stream: stream, checkpoints: checkpoints, uids: map[string]*uidState{}, uidLocks: map[string]*sync.Mutex{}}, nil
 }
 
 // Config returns the effective configuration.
@@ -343,6 +355,12 @@ func (s *Store) refresh(ctx context.Context, uid string) (*uidState, error) {
 		s.uids[uid] = st
 	}
 	s.mu.Unlock()
+	if last < st.lastSeq {
+		// Retention removed the UID's newest records (all of them, when
+		// last is 0): the server checks the expected sequence against what
+		// it holds now. The IDs seen stay known.
+		st.lastSeq = last
+	}
 	if last == st.lastSeq {
 		return st, nil
 	}
@@ -381,15 +399,21 @@ func (s *Store) directLast(ctx context.Context, uid string) (*nats.Msg, error) {
 	if err := ValidateUID(uid); err != nil {
 		return nil, fmt.Errorf("journal: uid %w", err)
 	}
-	body, _ := json.Marshal(directGetRequest{LastBySubject: s.uidFilter(uid)})
+	return s.directLastOf(ctx, s.cfg.StreamName, s.uidFilter(uid))
+}
+
+// directLastOf returns the last message of stream on subject (a filter;
+// nil: none).
+func (s *Store) directLastOf(ctx context.Context, stream, subject string) (*nats.Msg, error) {
+	body, _ := json.Marshal(directGetRequest{LastBySubject: subject})
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
 	}
-	m, err := s.nc.RequestWithContext(ctx, "$JS.API.DIRECT.GET."+s.cfg.StreamName, body)
+	m, err := s.nc.RequestWithContext(ctx, "$JS.API.DIRECT.GET."+stream, body)
 	if err != nil {
-		return nil, fmt.Errorf("journal: read last record of %s: %w", uid, err)
+		return nil, fmt.Errorf("journal: read last record of %s: %w", subject, err)
 	}
 	switch m.Header.Get("Status") {
 	case "":
@@ -397,7 +421,7 @@ func (s *Store) directLast(ctx context.Context, uid string) (*nats.Msg, error) {
 	case "404":
 		return nil, nil
 	default:
-		return nil, fmt.Errorf("journal: read last record of %s: status %s %s", uid, m.Header.Get("Status"), m.Header.Get("Description"))
+		return nil, fmt.Errorf("journal: read last record of %s: status %s %s", subject, m.Header.Get("Status"), m.Header.Get("Description"))
 	}
 }
 

@@ -63,6 +63,10 @@ type InstanceReconciler struct {
 	// APIReader reads from the API server, bypassing the cache, to confirm
 	// a lost status (nil: trust the cache).
 	APIReader client.Reader
+
+	// observed stamps journal records with the time this process first
+	// saw them (set up by SetupWithManager; see journaled.Observations).
+	observed *journaled.Observations
 }
 
 // SetupWithManager registers the projector, its indexes and watches.
@@ -71,6 +75,7 @@ func (r *InstanceReconciler) SetupWithManager(mgr ctrl.Manager, outcomes <-chan 
 	if r.Clock == nil {
 		r.Clock = clock.RealClock{}
 	}
+	r.observed = journaled.NewObservations(r.Clock)
 	if r.Policy == (InstancePolicy{}) {
 		r.Policy = DefaultInstancePolicy
 	}
@@ -128,7 +133,8 @@ func (r *InstanceReconciler) instancesForSecret(ctx context.Context, o client.Ob
 
 // Reconcile runs one pass (the journaled skeleton with instanceKind).
 func (r *InstanceReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
-	return journaled.Reconcile(ctx, req, journaled.Deps{Client: r.Client, APIReader: r.APIReader, Journal: r.Journal, Recorder: r.Recorder},
+	return journaled.Reconcile(ctx, req, journaled.Deps{Client: r.Client, APIReader: r.APIReader, Journal: r.Journal, Recorder: r.Recorder,
+		Observed: r.observed},
 		instanceKind{r})
 }
 

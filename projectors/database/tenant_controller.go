@@ -55,6 +55,10 @@ type TenantReconciler struct {
 	Clock    clock.PassiveClock
 	// APIReader: see InstanceReconciler.APIReader.
 	APIReader client.Reader
+
+	// observed stamps journal records with the time this process first
+	// saw them (set up by SetupWithManager; see journaled.Observations).
+	observed *journaled.Observations
 }
 
 // SetupWithManager registers the projector and its watches.
@@ -62,6 +66,7 @@ func (r *TenantReconciler) SetupWithManager(mgr ctrl.Manager, outcomes <-chan re
 	if r.Clock == nil {
 		r.Clock = clock.RealClock{}
 	}
+	r.observed = journaled.NewObservations(r.Clock)
 	if r.Policy == (TenantPolicy{}) {
 		r.Policy = DefaultTenantPolicy
 	}
@@ -190,7 +195,8 @@ func immutable(t *v1alpha1.PostgreSQLTenant, n tenantNames, st *journal.State) [
 
 // Reconcile runs one pass (the journaled skeleton with tenantKind).
 func (r *TenantReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
-	return journaled.Reconcile(ctx, req, journaled.Deps{Client: r.Client, APIReader: r.APIReader, Journal: r.Journal, Recorder: r.Recorder},
+	return journaled.Reconcile(ctx, req, journaled.Deps{Client: r.Client, APIReader: r.APIReader, Journal: r.Journal, Recorder: r.Recorder,
+		Observed: r.observed},
 		tenantKind{r})
 }
 

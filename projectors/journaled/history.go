@@ -20,11 +20,18 @@ func IntentsOf(st *journal.State, op string, gen int64) []journal.Record {
 	return out
 }
 
-// NextAttempt is one more than the number of intents of op in gen: the
-// same journal state always yields the same intent ID (de-duplicated by
-// Append).
+// NextAttempt is one more than the highest attempt of op's intents in gen
+// (1: none). The same journal state always yields the same intent ID
+// (de-duplicated by Append), and an ID is never reused: the intent with
+// the highest attempt is the step's latest, which every checkpoint keeps
+// (journal.Compact), so counting what retention left can not produce an
+// attempt that exists already.
 func NextAttempt(st *journal.State, op string, gen int64) int {
-	return len(IntentsOf(st, op, gen)) + 1
+	n := 0
+	for _, r := range IntentsOf(st, op, gen) {
+		n = max(n, r.Attempt)
+	}
+	return n + 1
 }
 
 // SortBySequence orders records by stream sequence (stable).

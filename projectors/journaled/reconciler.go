@@ -16,11 +16,18 @@ import (
 )
 
 // History is the journal of one object UID as a pass sees it: the records
-// in stream order and their fold.
+// of its checkpoint and every record after it, in stream order, and their
+// fold. With Deps.Observed set, a record's Time is the local time this
+// process first observed it (Observations), not the appender's clock.
 type History struct {
 	Records []journal.Record
 	State   *journal.State
 }
+
+// CheckpointEvery is how many journal records after the UID's checkpoint
+// make a pass write a new one (an idle pass writes one whenever there is
+// any): the records a pass reads stay bounded whatever the object's age.
+var CheckpointEvery = 32
 
 // Plan is what one pass does, decided by Kind.Plan without any write.
 type Plan[D any] struct {
@@ -28,8 +35,9 @@ type Plan[D any] struct {
 	// the pass (not written when RemoveFinalizer is set).
 	Status D
 	// Record, when set, is appended before anything else happens (an
-	// intent, or a note), with journal.ExpectLastSequence of the folded
-	// history: a concurrent append makes the pass start over.
+	// intent, or a note), with journal.ExpectLastSequence of the journal as
+	// read (journal.View.Last): a concurrent append makes the pass start
+	// over.
 	Record *journal.Record
 	// Requeue asks for another pass at once (after a note, whose effect
 	// the next decision reads from the journal).
@@ -81,6 +89,9 @@ type Deps struct {
 	Journal   *journal.Store
 	// Recorder emits IntentAppended Events (nil: none).
 	Recorder events.EventRecorder
+	// Observed stamps records with their local observation time (nil:
+	// records keep the appender's time; tests only).
+	Observed *Observations
 }
 
 // Reconcile runs one pass over the object req names.
@@ -100,13 +111,15 @@ func Reconcile[O client.Object, D any](ctx context.Context, req reconcile.Reques
 			return reconcile.Result{}, err
 		}
 	}
-	recs, err := deps.Journal.Read(ctx, string(obj.GetUID()))
+	uid := string(obj.GetUID())
+	view, err := deps.Journal.ReadView(ctx, uid)
 	if err != nil {
 		if u, ok := any(k).(JournalUnavailable[O, D]); ok {
 			_ = k.Project(ctx, obj, u.JournalUnavailable(obj))
 		}
 		return reconcile.Result{}, fmt.Errorf("read journal: %w", err)
 	}
+	recs := deps.Observed.Stamp(uid, view.Records)
 	h := History{Records: recs, State: journal.Fold(recs)}
 	p, err := k.Plan(ctx, obj, h)
 	if err != nil {
@@ -123,8 +136,16 @@ func Reconcile[O client.Object, D any](ctx context.Context, req reconcile.Reques
 			return reconcile.Result{Requeue: true}, nil
 		}
 	}
+	if (p.Record == nil && view.Tail > 0) || view.Tail >= CheckpointEvery {
+		// Fold what was read into the checkpoint: before an idle period
+		// (nothing to append), or when the tail grew long. A failed write
+		// only costs a longer read next time.
+		if err := deps.Journal.WriteCheckpoint(ctx, view); err != nil {
+			ctrl.LoggerFrom(ctx).Error(err, "journal checkpoint not written")
+		}
+	}
 	if rec := p.Record; rec != nil {
-		res, err := deps.Journal.Append(ctx, rec, journal.ExpectLastSequence(h.State.LastSequence))
+		res, err := deps.Journal.Append(ctx, rec, journal.ExpectLastSequence(view.Last))
 		if errors.Is(err, journal.ErrConflict) {
 			// Another replica (or pass) appended first: decide again on
 			// the fresh journal.
@@ -146,7 +167,16 @@ func Reconcile[O client.Object, D any](ctx context.Context, req reconcile.Reques
 		}
 		patch := client.MergeFrom(obj.DeepCopyObject().(client.Object))
 		controllerutil.RemoveFinalizer(obj, fin)
-		return reconcile.Result{}, client.IgnoreNotFound(deps.Client.Patch(ctx, obj, patch))
+		if err := deps.Client.Patch(ctx, obj, patch); client.IgnoreNotFound(err) != nil {
+			return reconcile.Result{}, err
+		}
+		// The object is gone for good: its checkpoint goes (the journal
+		// records stay for forensics until retention removes them).
+		deps.Observed.Forget(uid)
+		if err := deps.Journal.DropCheckpoint(ctx, uid); err != nil {
+			ctrl.LoggerFrom(ctx).Error(err, "journal checkpoint not dropped")
+		}
+		return reconcile.Result{}, nil
 	}
 	if err := k.Project(ctx, obj, p.Status); err != nil {
 		return reconcile.Result{}, err

@@ -211,8 +211,10 @@ func TestNextAttempt(t *testing.T) {
 		in.Sequence = uint64(10 - i)
 		st.Apply(in)
 	}
-	if got := journaled.NextAttempt(st, "A", 2); got != 3 {
-		t.Errorf("NextAttempt(A, gen 2) = %d, want 3", got)
+	// The highest attempt (3), not the count (2): what retention or a
+	// checkpoint left can never yield an attempt that exists.
+	if got := journaled.NextAttempt(st, "A", 2); got != 4 {
+		t.Errorf("NextAttempt(A, gen 2) = %d, want 4", got)
 	}
 	if got := journaled.NextAttempt(st, "A", 1); got != 1 {
 		t.Errorf("NextAttempt(A, gen 1) = %d, want 1", got)

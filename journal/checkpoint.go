@@ -1,0 +1,266 @@
+package journal
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// CheckpointKeep is how many of the latest intents (with their outcomes)
+// of each step key a checkpoint keeps, besides the latest intent whose
+// outcome succeeded. It bounds what a decision may count in its history
+// (retry back-off, grace periods) after compaction: counts up to
+// CheckpointKeep survive.
+const CheckpointKeep = 8
+
+// Checkpoint is the compacted history of one object UID through a journal
+// sequence (docs/journal.md "Checkpoints"). It is kept in a stream of its
+// own without age limit (one message per UID), so a decision never
+// depends on journal records that retention may remove, and a pass reads
+// the checkpoint plus the records after it: its cost does not grow with
+// the object's age.
+type Checkpoint struct {
+	SchemaVersion int    `json:"schemaVersion"`
+	UID           string `json:"uid"`
+	// Through is the journal stream sequence of the last record folded in.
+	Through uint64 `json:"through"`
+	// Records are the kept records in stream order, each with its
+	// journal sequence (Record.Sequence is stored here, unlike in the
+	// journal itself).
+	Records []Record `json:"records"`
+}
+
+// Compact returns the records of one UID a checkpoint keeps, in stream
+// order: for every step key the CheckpointKeep latest intents, the latest
+// intent with a Succeeded outcome, and every intent without an outcome
+// (each with its outcome), plus the latest note of every operation.
+// Orphan outcomes are dropped. Domain-free: what a decision needs from a
+// step's history is its latest attempts and its latest success.
+func Compact(records []Record) []Record {
+	st := Fold(records)
+	keep := map[string]bool{}
+	byKey := map[string][]Record{}
+	for _, id := range st.intentOrder {
+		in := st.Intents[id]
+		byKey[StepKey(in)] = append(byKey[StepKey(in)], in)
+	}
+	for _, ins := range byKey {
+		slices.SortFunc(ins, func(a, b Record) int { return cmpSeq(a.Sequence, b.Sequence) })
+		for i, in := range ins {
+			_, done := st.Outcomes[in.ID]
+			if i >= len(ins)-CheckpointKeep || !done {
+				keep[in.ID] = true
+			}
+		}
+		for i := len(ins) - 1; i >= 0; i-- {
+			if out, ok := st.Outcomes[ins[i].ID]; ok && out.Result != nil && out.Result.Class == Succeeded {
+				keep[ins[i].ID] = true
+				break
+			}
+		}
+	}
+	lastNote := map[string]uint64{}
+	for _, r := range records {
+		if r.Type == TypeNote && r.Sequence >= lastNote[r.Operation] {
+			lastNote[r.Operation] = r.Sequence
+		}
+	}
+	var out []Record
+	for _, r := range records {
+		switch r.Type {
+		case TypeIntent:
+			if keep[r.ID] {
+				out = append(out, r)
+			}
+		case TypeOutcome:
+			if keep[r.CausationID] && st.Outcomes[r.CausationID].Sequence == r.Sequence {
+				out = append(out, r)
+			}
+		case TypeNote:
+			if lastNote[r.Operation] == r.Sequence {
+				out = append(out, r)
+			}
+		}
+	}
+	slices.SortStableFunc(out, func(a, b Record) int { return cmpSeq(a.Sequence, b.Sequence) })
+	return out
+}
+
+func cmpSeq(a, b uint64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// CheckpointStreamName is the stream holding the checkpoints of journal
+// stream name.
+func CheckpointStreamName(name string) string { return name + "_CHECKPOINTS" }
+
+// checkpointPrefix is the subject prefix of checkpoints; it does not
+// overlap the journal's "<prefix>.>".
+func checkpointPrefix(subjectPrefix string) string { return subjectPrefix + "_checkpoint" }
+
+// CheckpointStreamConfig is the checkpoint stream of cfg: one message per
+// UID subject (the latest checkpoint), no age limit, the journal's replicas.
+func CheckpointStreamConfig(cfg Config) jetstream.StreamConfig {
+	cfg.defaults()
+	return jetstream.StreamConfig{
+		Name:              CheckpointStreamName(cfg.StreamName),
+		Description:       "Ayatori journal checkpoints: the compacted history of each live object UID",
+		Subjects:          []string{checkpointPrefix(cfg.SubjectPrefix) + ".>"},
+		Storage:           jetstream.FileStorage,
+		Retention:         jetstream.LimitsPolicy,
+		Discard:           jetstream.DiscardOld,
+		MaxMsgsPerSubject: 1,
+		Replicas:          cfg.Replicas,
+		AllowDirect:       true,
+		Metadata:          map[string]string{metadataConfigKey: StreamConfigVersion},
+	}
+}
+
+func (s *Store) checkpointSubject(uid string) string {
+	return checkpointPrefix(s.cfg.SubjectPrefix) + "." + uid
+}
+
+// View is what a projector reads of one UID: the latest checkpoint's
+// records followed by every journal record after it, in stream order.
+type View struct {
+	UID     string
+	Records []Record
+	// Tail counts the records read after the checkpoint.
+	Tail int
+	// Through is the checkpoint's journal sequence (0: no checkpoint).
+	Through uint64
+	// Last is the sequence of the UID's last record in the journal stream
+	// when it was read (0: none left, e.g. all aged out): pass it to
+	// ExpectLastSequence. It can be lower than the records' sequences when
+	// retention removed records the checkpoint still holds.
+	Last uint64
+	// checkpointSeq is the checkpoint's sequence in its own stream (0:
+	// none), for the optimistic write of the next one.
+	checkpointSeq uint64
+}
+
+// ReadView reads one UID from its checkpoint: the checkpoint (one direct
+// get) and the journal records after it. Without a checkpoint (or without
+// the checkpoint stream, for read-only tools) it is Read. Errors as Read.
+func (s *Store) ReadView(ctx context.Context, uid string) (View, error) {
+	if err := ValidateUID(uid); err != nil {
+		return View{}, fmt.Errorf("journal: uid %w", err)
+	}
+	v := View{UID: uid}
+	cp, seq, err := s.readCheckpoint(ctx, uid)
+	if err != nil {
+		return View{}, err
+	}
+	// The last sequence first: a record appended meanwhile is in the tail
+	// and raises Last below.
+	if v.Last, err = s.lastSeq(ctx, uid); err != nil {
+		return View{}, err
+	}
+	start := uint64(1)
+	if cp != nil {
+		v.Through, v.checkpointSeq, start = cp.Through, seq, cp.Through+1
+		v.Records = append(v.Records, cp.Records...)
+	}
+	tail, err := s.readFrom(ctx, uid, start, true)
+	if err != nil {
+		return View{}, err
+	}
+	v.Tail = len(tail)
+	for _, r := range tail {
+		v.Last = max(v.Last, r.Sequence)
+	}
+	v.Records = append(v.Records, tail...)
+	return v, nil
+}
+
+func (s *Store) readCheckpoint(ctx context.Context, uid string) (*Checkpoint, uint64, error) {
+	if !s.checkpoints {
+		return nil, 0, nil
+	}
+	m, err := s.directLastOf(ctx, CheckpointStreamName(s.cfg.StreamName), s.checkpointSubject(uid))
+	if err != nil || m == nil {
+		return nil, 0, err
+	}
+	seq, _ := strconv.ParseUint(m.Header.Get(jetstream.SequenceHeader), 10, 64)
+	var cp Checkpoint
+	if err := json.Unmarshal(m.Data, &cp); err != nil {
+		return nil, 0, fmt.Errorf("%w: checkpoint of %s: %v", ErrInvalidRecord, uid, err)
+	}
+	if cp.SchemaVersion > SchemaVersion {
+		return nil, 0, fmt.Errorf("%w: checkpoint of %s has schema version %d", ErrNewerSchema, uid, cp.SchemaVersion)
+	}
+	if cp.UID != uid {
+		return nil, 0, fmt.Errorf("%w: checkpoint under %s names uid %q", ErrInvalidRecord, uid, cp.UID)
+	}
+	return &cp, seq, nil
+}
+
+// WriteCheckpoint stores the compaction of v (through its last record) as
+// the UID's checkpoint, unless it would not advance the current one. The
+// write is optimistic on the checkpoint subject: when another writer got
+// there first, nothing is written and no error returned (both checkpoints
+// are valid). Payloads are copied as they were journaled (they passed the
+// secret-field guard when appended).
+func (s *Store) WriteCheckpoint(ctx context.Context, v View) error {
+	if !s.checkpoints {
+		return errors.New("journal: the checkpoint stream was not opened (journal.Open creates it)")
+	}
+	if err := ValidateUID(v.UID); err != nil {
+		return fmt.Errorf("journal: uid %w", err)
+	}
+	kept := Compact(v.Records)
+	cp := Checkpoint{SchemaVersion: SchemaVersion, UID: v.UID, Through: v.Through}
+	for _, r := range v.Records {
+		cp.Through = max(cp.Through, r.Sequence)
+	}
+	if cp.Through == v.Through {
+		return nil
+	}
+	cp.Records = kept
+	data, err := json.Marshal(cp)
+	if err != nil {
+		return fmt.Errorf("journal: encode checkpoint: %w", err)
+	}
+	msg := nats.NewMsg(s.checkpointSubject(v.UID))
+	msg.Data = data
+	msg.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(v.checkpointSeq, 10))
+	if _, err := s.js.PublishMsg(ctx, msg); err != nil {
+		var apiErr *jetstream.APIError
+		if errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence {
+			return nil
+		}
+		return fmt.Errorf("journal: write checkpoint of %s: %w", v.UID, err)
+	}
+	return nil
+}
+
+// DropCheckpoint removes the UID's checkpoint (the object is gone; its
+// journal records stay for forensics until retention removes them).
+func (s *Store) DropCheckpoint(ctx context.Context, uid string) error {
+	if err := ValidateUID(uid); err != nil {
+		return fmt.Errorf("journal: uid %w", err)
+	}
+	st, err := s.js.Stream(ctx, CheckpointStreamName(s.cfg.StreamName))
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("journal: drop checkpoint of %s: %w", uid, err)
+	}
+	if err := st.Purge(ctx, jetstream.WithPurgeSubject(s.checkpointSubject(uid))); err != nil {
+		return fmt.Errorf("journal: drop checkpoint of %s: %w", uid, err)
+	}
+	return nil
+}
