@@ -464,7 +464,8 @@ func TestEnsureCreatesTheContractExternalSecret(t *testing.T) {
 	if got := es.GetLabels(); len(got) != 2 || got[externalsecrets.LabelManagedBy] != "ayatori" || got[externalsecrets.LabelTenant] != "shop" {
 		t.Errorf("labels %v", got)
 	}
-	if got := es.GetAnnotations(); len(got) != 2 || got[externalsecrets.AnnotationTenant] != ns+"/shop" || got[externalsecrets.AnnotationCredentialVersion] != "1" {
+	if got := es.GetAnnotations(); len(got) != 3 || got[externalsecrets.AnnotationTenant] != ns+"/shop" || got[externalsecrets.AnnotationCredentialVersion] != "1" ||
+		got[externalsecrets.AnnotationResync] != rec.ID {
 		t.Errorf("annotations %v", got)
 	}
 	owners := es.GetOwnerReferences()
@@ -547,7 +548,21 @@ func TestOperationsIdempotent(t *testing.T) {
 	ex := e.executor()
 	ns := e.newNamespace(t)
 
-	tn := e.synced(t, ex, ns, "twice")
+	tn := newTenant(ns, "twice")
+	e.putCredential(t, tn, "db.example")
+	rec := tn.intent(t, dbcontract.OpEnsureExternalSecret)
+	first := deliver(t, ex, rec)
+	tn.remember(first)
+	p1 := done(t, "EnsureExternalSecret", first)
+	es1 := esState(e.getES(t, ns, tn.in.ExternalSecret))
+	p2 := done(t, "EnsureExternalSecret (redelivered)", deliver(t, ex, rec))
+	if *p1.ES != *p2.ES {
+		t.Fatalf("EnsureExternalSecret: ES %v, then %v", *p1.ES, *p2.ES)
+	}
+	if es2 := esState(e.getES(t, ns, tn.in.ExternalSecret)); es2 != es1 {
+		t.Fatalf("the redelivered EnsureExternalSecret changed the ExternalSecret:\n%s\n%s", es1, es2)
+	}
+	e.waitSynced(t, ex, tn)
 
 	// Settled: every operation twice, nothing written by the second run.
 	for _, op := range []string{dbcontract.OpEnsureExternalSecret, dbcontract.OpObserveProjection} {
@@ -566,7 +581,7 @@ func TestOperationsIdempotent(t *testing.T) {
 			t.Fatalf("%s on a projected Secret wrote something:\n%s\n%s\n%s", op, before, mid, after)
 		}
 	}
-	rec := tn.intent(t, dbcontract.OpDeleteExternalSecret)
+	rec = tn.intent(t, dbcontract.OpDeleteExternalSecret)
 	done(t, "DeleteExternalSecret", deliver(t, ex, rec))
 	if st := e.state(t, tn); st != "es=absent secret=absent" {
 		t.Fatalf("after DeleteExternalSecret: %s", st)
