@@ -36,8 +36,9 @@ const (
 	// AnnotationRetained marks an ExternalSecret released by
 	// RetainExternalSecret: "<namespace>/<name> uid <uid>" of the Tenant.
 	AnnotationRetained = dbcontract.AnnotationRetained
-	// AnnotationResync is changed (to the intent ID) when the target
-	// Secret is missing, so ESO writes it again at once.
+	// AnnotationResync is the ID of the EnsureExternalSecret intent that
+	// last found the target Secret missing (the create writes it too): a
+	// new value makes ESO write the Secret again at once.
 	AnnotationResync = "database.ayatori.ddupan.top/resync"
 	// AnnotationCredentialVersion is the KV version the ExternalSecret
 	// should project.
@@ -163,7 +164,11 @@ func (e *Executor) ensure(ctx context.Context, rec journal.Record, in dbcontract
 		es.SetNamespace(ns)
 		es.SetName(in.ExternalSecret)
 		es.SetLabels(map[string]string{LabelManagedBy: "ayatori", LabelTenant: dbcontract.LabelValue(rec.Object.Name)})
-		ann := map[string]string{AnnotationTenant: ns + "/" + rec.Object.Name}
+		// AnnotationResync as the update below writes it for a missing
+		// Secret (a new ExternalSecret has none yet): a redelivery of this
+		// intent that finds ESO has not written the Secret yet then
+		// changes nothing.
+		ann := map[string]string{AnnotationTenant: ns + "/" + rec.Object.Name, AnnotationResync: rec.ID}
 		if in.CredentialVersion > 0 {
 			ann[AnnotationCredentialVersion] = strconv.Itoa(in.CredentialVersion)
 		}
@@ -191,8 +196,11 @@ func (e *Executor) ensure(ctx context.Context, rec journal.Record, in dbcontract
 		ann[AnnotationCredentialVersion] = strconv.Itoa(in.CredentialVersion)
 	}
 	if secret == nil {
-		// A target Secret deleted by hand: an annotation change makes ESO
-		// read OpenBao and write the Secret now, not at the next refresh.
+		// A target Secret deleted by hand, or never written (ESO failed
+		// and backs off): an annotation change makes ESO read OpenBao and
+		// write the Secret now, not at the next refresh. The value is the
+		// intent's ID, the one the create above writes too, so the same
+		// intent delivered again writes nothing.
 		ann[AnnotationResync] = rec.ID
 	}
 	cur.SetLabels(lbl)
