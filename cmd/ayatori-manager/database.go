@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -27,7 +28,23 @@ import (
 // The database domain: the PostgreSQLInstance and PostgreSQLTenant
 // projectors, and the PostgreSQL, OpenBao and External Secrets executors
 // of their operations (docs/database/deployment.md).
-
+//
+// What each component needs besides the shared flags:
+//
+//   - instance projector: nothing.
+//   - tenant projector: --external-secret-store-name (the ClusterSecretStore
+//     its ExternalSecrets reference) and an OpenBao address for consumers
+//     (--openbao-consumer-address, by default --openbao-address), written
+//     into Tenant status. It never calls OpenBao itself.
+//   - postgresql executor: an OpenBao client (--openbao-address, and
+//     --openbao-auth-role or --openbao-token-file) for the Tenant operations
+//     that read the password (CreateRole, VerifyLogin). Required when the
+//     tenant projector runs in this process; otherwise it is used when
+//     --openbao-address is given, and without it those operations fail
+//     with DependencyUnavailable. Instance operations need none.
+//   - openbao executor: an OpenBao client.
+//   - externalsecrets executor: nothing (the store name comes with each
+//     intent).
 const (
 	instanceProjector       = "instance"
 	tenantProjector         = "tenant"
@@ -86,21 +103,45 @@ func (o *databaseOptions) bind(fs *flag.FlagSet) {
 	fs.IntVar(&o.postgresMaxConns, "postgresql-max-conns", 4, "connections per Instance pool (> 0)")
 }
 
+// needsOpenBao names the enabled components that cannot run without an
+// OpenBao client.
+func needsOpenBao(on selection) []string {
+	var by []string
+	if on.executor(openBaoExecutor) {
+		by = append(by, "the openbao executor")
+	}
+	if on.executor(postgresqlExecutor) && on.projector(tenantProjector) {
+		by = append(by, "the postgresql executor next to the tenant projector (it reads Tenant passwords from OpenBao)")
+	}
+	return by
+}
+
+// usesOpenBao: an OpenBao client is built when a component needs one, or
+// when the postgresql executor can use the given address.
+func (o *databaseOptions) usesOpenBao(on selection) bool {
+	return len(needsOpenBao(on)) > 0 || on.executor(postgresqlExecutor) && o.openBaoAddress != ""
+}
+
 func (o *databaseOptions) validate(on selection) []error {
 	var errs []error
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
-	tenant := on.projector(tenantProjector)
-	needsBao := on.executor(openBaoExecutor) || on.executor(postgresqlExecutor) && tenant
-	if tenant || needsBao {
-		if o.openBaoAddress == "" {
-			bad("--openbao-address is required by the tenant projector and the openbao executor")
-		}
-		if o.openBaoAuthRole == "" && o.openBaoTokenFile == "" {
-			bad("--openbao-auth-role (Kubernetes auth) or --openbao-token-file (development) is required by the tenant components")
-		}
+	if by := needsOpenBao(on); len(by) > 0 && o.openBaoAddress == "" {
+		bad("--openbao-address is required by %s", strings.Join(by, " and "))
 	}
-	if tenant && o.externalSecretStoreName == "" {
-		bad("--external-secret-store-name is required by the tenant projector")
+	if o.usesOpenBao(on) && o.openBaoAuthRole == "" && o.openBaoTokenFile == "" {
+		by := needsOpenBao(on)
+		if len(by) == 0 {
+			by = []string{"the postgresql executor (--openbao-address is given)"}
+		}
+		bad("--openbao-auth-role (Kubernetes auth) or --openbao-token-file (development) is required by %s", strings.Join(by, " and "))
+	}
+	if on.projector(tenantProjector) {
+		if o.externalSecretStoreName == "" {
+			bad("--external-secret-store-name is required by the tenant projector")
+		}
+		if o.openBaoConsumerAddress == "" && o.openBaoAddress == "" {
+			bad("--openbao-consumer-address or --openbao-address is required by the tenant projector (the OpenBao address written to Tenant status)")
+		}
 	}
 	if o.openBaoConsumerAddress == "" {
 		o.openBaoConsumerAddress = o.openBaoAddress
@@ -180,7 +221,7 @@ func (o *databaseOptions) setup(_ context.Context, mgr manager.Manager, store *j
 		return nil, err
 	}
 	var baoStore *baoexec.Store
-	if o.openBaoAddress != "" {
+	if o.usesOpenBao(on) {
 		var auth baoexec.Auth = baoexec.KubernetesAuth{Mount: o.openBaoAuthMount, Role: o.openBaoAuthRole, TokenPath: o.openBaoTokenPath}
 		if o.openBaoTokenFile != "" {
 			auth = baoexec.TokenFileAuth{Path: o.openBaoTokenFile}
@@ -211,6 +252,8 @@ func (o *databaseOptions) setup(_ context.Context, mgr manager.Manager, store *j
 		ex := &pgexec.Executor{Pools: pools, Secrets: secretReader{c: mgr.GetClient(), namespace: sh.namespace}, Timeout: sh.reconcileTimeout}
 		if baoStore != nil {
 			ex.Passwords = passwordSource{s: baoStore}
+		} else {
+			log.Info("the postgresql executor has no OpenBao client (--openbao-address): Tenant operations that read the password fail")
 		}
 		if err := dispatch.HandleAll(postgresqlExecutor, ex.Handlers()); err != nil {
 			return cleanup, err

@@ -64,6 +64,29 @@ func TestFlagValidation(t *testing.T) {
 		{"lease not longer than renew", []string{"--leader-elect", "--leader-elect-lease-duration=5s", "--leader-elect-renew-deadline=5s"}, "--leader-elect-lease-duration"},
 		{"renew too close to retry", []string{"--leader-elect", "--leader-elect-renew-deadline=2s", "--leader-elect-retry-period=2s"}, "--leader-elect-retry-period"},
 		{"instance only needs no openbao", []string{"--projectors=instance", "--executors=postgresql", "--openbao-address=", "--openbao-auth-role=", "--external-secret-store-name="}, ""},
+
+		// What each database component needs (database.go). The instance
+		// projector needs nothing, so it stands in where a case is about
+		// executors alone (--projectors cannot be empty).
+		{"postgresql executor with openbao needs auth", []string{"--projectors=instance", "--executors=postgresql", "--openbao-auth-role="},
+			"--openbao-auth-role (Kubernetes auth) or --openbao-token-file (development) is required by the postgresql executor"},
+		{"postgresql executor next to tenant needs openbao", []string{"--projectors=tenant", "--executors=postgresql", "--openbao-address="},
+			"--openbao-address is required by the postgresql executor next to the tenant projector"},
+		{"postgresql executor next to tenant needs auth", []string{"--projectors=tenant", "--executors=postgresql", "--openbao-auth-role="}, "--openbao-auth-role"},
+		{"openbao executor needs openbao", []string{"--projectors=instance", "--executors=openbao", "--openbao-address="}, "--openbao-address is required by the openbao executor"},
+		{"openbao executor needs auth", []string{"--projectors=instance", "--executors=openbao", "--openbao-auth-role="}, "--openbao-auth-role"},
+		{"openbao executor with a token file", []string{"--projectors=instance", "--executors=openbao", "--openbao-auth-role=", "--openbao-token-file=" + ca}, ""},
+		{"openbao executor needs no store", []string{"--projectors=instance", "--executors=openbao", "--external-secret-store-name="}, ""},
+		{"externalsecrets executor needs neither openbao nor a store", []string{"--projectors=instance", "--executors=externalsecrets",
+			"--openbao-address=", "--openbao-auth-role=", "--external-secret-store-name="}, ""},
+		{"tenant projector needs no openbao client", []string{"--projectors=tenant", "--executors=externalsecrets",
+			"--openbao-address=", "--openbao-auth-role=", "--openbao-consumer-address=https://bao.example"}, ""},
+		{"tenant projector needs a consumer address", []string{"--projectors=tenant", "--executors=externalsecrets", "--openbao-address="},
+			"--openbao-consumer-address or --openbao-address is required by the tenant projector"},
+		{"tenant projector needs a store", []string{"--projectors=tenant", "--executors=externalsecrets", "--external-secret-store-name="},
+			"--external-secret-store-name is required by the tenant projector"},
+		{"zero pool size", []string{"--postgresql-max-conns=0"}, "--postgresql-max-conns must be positive"},
+		{"zero concurrency", []string{"--executor-concurrency=0"}, "--executor-concurrency must be positive"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
