@@ -29,14 +29,8 @@ import (
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
-	v1alpha1 "git.ddupan.top/panxiao81/ayatori/api/database/v1alpha1"
-	dbcontract "git.ddupan.top/panxiao81/ayatori/contracts/database"
-	esexec "git.ddupan.top/panxiao81/ayatori/executors/externalsecrets"
-	baoexec "git.ddupan.top/panxiao81/ayatori/executors/openbao"
-	pgexec "git.ddupan.top/panxiao81/ayatori/executors/postgresql"
 	"git.ddupan.top/panxiao81/ayatori/internal/redact"
 	"git.ddupan.top/panxiao81/ayatori/journal"
-	dbprojector "git.ddupan.top/panxiao81/ayatori/projectors/database"
 )
 
 func main() {
@@ -74,18 +68,18 @@ func run(args []string) error {
 	}
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zopts)))
 	log := ctrl.Log.WithName("setup")
-	if names := pgexec.ClearLibpqEnvironment(); len(names) > 0 {
-		// Connections are built from the Instances alone; a PGOPTIONS or
-		// PGTARGETSESSIONATTRS meant for psql must not change them.
-		log.Info("ignoring libpq environment variables", "names", names)
-	}
 	if o.actor == "" {
 		host, _ := os.Hostname()
 		o.actor = fmt.Sprintf("%s/%d", host, os.Getpid())
 	}
-	roots, err := pgexec.LoadCABundle(o.postgresqlCABundlePath)
-	if err != nil {
-		return err
+	// Only the domains with an enabled component are wired: a manager
+	// that runs one domain needs none of another's flags or dependencies.
+	on := o.selection()
+	var domains []*domain
+	for _, d := range o.domains {
+		if on.enables(d) {
+			domains = append(domains, d)
+		}
 	}
 
 	if o.kubeconfig != "" {
@@ -102,8 +96,10 @@ func run(args []string) error {
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
 		return err
 	}
-	if err := v1alpha1.AddToScheme(scheme); err != nil {
-		return err
+	for _, d := range domains {
+		if err := d.addToScheme(scheme); err != nil {
+			return fmt.Errorf("register the %s domain's types: %w", d.name, err)
+		}
 	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                  scheme,
@@ -120,7 +116,8 @@ func run(args []string) error {
 		RenewDeadline:                 &o.renewDeadline,
 		RetryPeriod:                   &o.retryPeriod,
 		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
-			// Admin Secrets are read only in the controller namespace.
+			// Secrets are cached (listed and watched) only in the controller
+			// namespace: the RBAC grants list/watch there alone.
 			&corev1.Secret{}: {Namespaces: map[string]cache.Config{o.namespace: {}}},
 		}},
 	})
@@ -146,89 +143,17 @@ func run(args []string) error {
 		return err
 	}
 
-	has := func(list []string, s string) bool {
-		for _, x := range list {
-			if x == s {
-				return true
-			}
+	sh := shared{on: on, namespace: o.namespace, reconcileTimeout: o.reconcileTimeout, retryBase: o.retryBase, retryMax: o.retryMax,
+		consumer: journal.ConsumerConfig{AckWait: o.ackWait, Concurrency: o.executorConns,
+			BeforeOutcome: failpoint("executor-before-outcome"), AfterOutcome: failpoint("executor-after-outcome")}}
+	for _, d := range domains {
+		cleanup, err := d.setup(ctx, mgr, store, sh)
+		if cleanup != nil {
+			// After the manager stopped (or setup failed): nothing runs then.
+			defer cleanup()
 		}
-		return false
-	}
-	var router *dbprojector.OutcomeRouter
-	if len(o.projectors) > 0 {
-		router = dbprojector.NewOutcomeRouter(store)
-		if err := mgr.Add(router); err != nil {
-			return err
-		}
-	}
-	if has(o.projectors, "tenant") {
-		r := &dbprojector.TenantReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Journal: store, Recorder: mgr.GetEventRecorder("ayatori-manager"),
-			Config: dbprojector.TenantConfig{KVMount: o.openBaoKVMount, BasePath: o.openBaoTenantBasePath,
-				ConsumerAddress: o.openBaoConsumerAddress, StoreName: o.externalSecretStoreName},
-			Policy: dbprojector.TenantPolicy{ResyncInterval: o.tenantResync, RetryBase: o.retryBase, RetryMax: o.retryMax, PendingRecheck: 30 * time.Second}}
-		if err := r.SetupWithManager(mgr, router.Tenants); err != nil {
-			return fmt.Errorf("set up the PostgreSQLTenant projector: %w", err)
-		}
-	}
-	if has(o.projectors, "instance") {
-		r := &dbprojector.InstanceReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Journal: store, Namespace: o.namespace,
-			Recorder: mgr.GetEventRecorder("ayatori-manager"),
-			Policy: dbprojector.InstancePolicy{ResyncInterval: o.instanceResync, RetryBase: o.retryBase, RetryMax: o.retryMax,
-				PendingRecheck: 30 * time.Second}}
-		if err := r.SetupWithManager(mgr, router.Instances); err != nil {
-			return fmt.Errorf("set up the PostgreSQLInstance projector: %w", err)
-		}
-	}
-	// The database domain's intents: one durable consumer, its dispatcher
-	// routes each operation to the backend that executes it.
-	dispatch, err := journal.NewDispatcher(dbcontract.Domain)
-	if err != nil {
-		return err
-	}
-	var pools *pgexec.Pools
-	var baoStore *baoexec.Store
-	if o.openBaoAddress != "" {
-		var auth baoexec.Auth = baoexec.KubernetesAuth{Mount: o.openBaoAuthMount, Role: o.openBaoAuthRole, TokenPath: o.openBaoTokenPath}
-		if o.openBaoTokenFile != "" {
-			auth = baoexec.TokenFileAuth{Path: o.openBaoTokenFile}
-		}
-		bc, err := baoexec.NewClient(o.openBaoAddress, auth, o.reconcileTimeout)
 		if err != nil {
-			return redact.Error(err, o.openBaoAddress)
-		}
-		baoStore = &baoexec.Store{Client: bc}
-	}
-	if has(o.executors, "postgresql") {
-		pools = pgexec.NewPools(roots, int32(o.postgresMaxConns), o.reconcileTimeout)
-		ex := &pgexec.Executor{Pools: pools, Secrets: secretReader{c: mgr.GetClient(), namespace: o.namespace}, Timeout: o.reconcileTimeout}
-		if baoStore != nil {
-			ex.Passwords = passwordSource{s: baoStore}
-		}
-		if err := dispatch.HandleAll("postgresql", ex.Handlers()); err != nil {
-			return err
-		}
-		if err := dispatch.HandleAll("postgresql", ex.TenantHandlers()); err != nil {
-			return err
-		}
-	}
-	if has(o.executors, "openbao") && baoStore != nil {
-		if err := dispatch.HandleAll("openbao", (&baoexec.Executor{Store: baoStore, Timeout: o.reconcileTimeout}).Handlers()); err != nil {
-			return err
-		}
-	}
-	if has(o.executors, "externalsecrets") {
-		if err := dispatch.HandleAll("externalsecrets", (&esexec.Executor{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Timeout: o.reconcileTimeout}).Handlers()); err != nil {
-			return err
-		}
-	}
-	if len(dispatch.Operations()) > 0 {
-		cc := journal.ConsumerConfig{Durable: "ayatori-executor-database-v1",
-			AckWait: o.ackWait, Concurrency: o.executorConns, BeforeOutcome: failpoint("executor-before-outcome"),
-			AfterOutcome: failpoint("executor-after-outcome")}
-		if err := mgr.Add(everyReplica(func(ctx context.Context) error {
-			return store.Consume(ctx, cc, dispatch)
-		})); err != nil {
-			return err
+			return fmt.Errorf("set up the %s domain: %w", d.name, err)
 		}
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
@@ -244,11 +169,7 @@ func run(args []string) error {
 	}
 	log.Info("starting manager", "projectors", strings.Join(o.projectors, ","), "executors", strings.Join(o.executors, ","),
 		"namespace", o.namespace, "actor", o.actor, "stream", o.journalStream)
-	err = mgr.Start(ctx)
-	if pools != nil {
-		pools.CloseAll()
-	}
-	return err
+	return mgr.Start(ctx)
 }
 
 // everyReplica is a runnable that does not wait for leadership: executors

@@ -14,22 +14,12 @@ import (
 	"git.ddupan.top/panxiao81/ayatori/journal"
 )
 
-// options are the manager's flags (docs/database/deployment.md, "Controller
-// configuration"). validate() checks them all before the manager starts.
+// options are the manager's shared flags (docs/database/deployment.md,
+// "Controller configuration"); each domain binds and validates its own
+// (domain.go). validate() checks them all before the manager starts.
 type options struct {
-	namespace string
-
-	openBaoAddress          string
-	openBaoConsumerAddress  string
-	openBaoAuthMount        string
-	openBaoAuthRole         string
-	openBaoKVMount          string
-	openBaoTokenPath        string
-	openBaoTokenFile        string
-	openBaoTenantBasePath   string
-	externalSecretStoreName string
-	postgresqlCABundlePath  string
-	reconcileTimeout        time.Duration
+	namespace        string
+	reconcileTimeout time.Duration
 
 	natsURL         string
 	natsCreds       string
@@ -41,11 +31,8 @@ type options struct {
 	projectors []string
 	executors  []string
 
-	instanceResync   time.Duration
-	tenantResync     time.Duration
-	retryBase        time.Duration
-	retryMax         time.Duration
-	postgresMaxConns int
+	retryBase time.Duration
+	retryMax  time.Duration
 
 	leaderElect   bool
 	leaseDuration time.Duration
@@ -57,25 +44,32 @@ type options struct {
 	actor         string
 	executorConns int
 	ackWait       time.Duration
+
+	// domains are the domains this manager can run, with their flags
+	// (bind creates them).
+	domains []*domain
 }
 
-var (
-	allProjectors = []string{"instance", "tenant"}
-	allExecutors  = []string{"postgresql", "openbao", "externalsecrets"}
-)
+// components lists every domain's projectors and executors, in order.
+func (o *options) components() (projectors, executors []string) {
+	for _, d := range o.domains {
+		projectors = append(projectors, d.projectors...)
+		executors = append(executors, d.executors...)
+	}
+	return projectors, executors
+}
+
+// selection is the --projectors / --executors choice (after validate).
+func (o *options) selection() selection {
+	return selection{projectors: o.projectors, executors: o.executors}
+}
 
 func (o *options) bind(fs *flag.FlagSet) {
+	if o.domains == nil {
+		o.domains = newDomains()
+	}
+	allProjectors, allExecutors := o.components()
 	fs.StringVar(&o.namespace, "namespace", os.Getenv("POD_NAMESPACE"), "controller namespace: admin Secrets are read only here (env POD_NAMESPACE)")
-	fs.StringVar(&o.openBaoAddress, "openbao-address", "", "OpenBao API address the controller uses (absolute http(s) URL); required by the Tenant components")
-	fs.StringVar(&o.openBaoConsumerAddress, "openbao-consumer-address", "", "OpenBao API address written to Tenant status for consumers (default: --openbao-address)")
-	fs.StringVar(&o.openBaoAuthMount, "openbao-auth-mount", "kubernetes", "Kubernetes auth mount (mount-relative path)")
-	fs.StringVar(&o.openBaoAuthRole, "openbao-auth-role", "", "Kubernetes auth role of the controller's ServiceAccount")
-	fs.StringVar(&o.openBaoKVMount, "openbao-kv-mount", "kv", "KV v2 mount (mount-relative path)")
-	fs.StringVar(&o.openBaoTokenPath, "openbao-service-account-token-path", "/var/run/secrets/kubernetes.io/serviceaccount/token", "projected ServiceAccount token used for Kubernetes auth")
-	fs.StringVar(&o.openBaoTokenFile, "openbao-token-file", "", "development only: read an OpenBao token from this file instead of Kubernetes auth")
-	fs.StringVar(&o.openBaoTenantBasePath, "openbao-tenant-base-path", "postgresql-tenants", "controller-owned KV path prefix (mount-relative)")
-	fs.StringVar(&o.externalSecretStoreName, "external-secret-store-name", "", "ClusterSecretStore the controller's ExternalSecrets reference; required by the Tenant components")
-	fs.StringVar(&o.postgresqlCABundlePath, "postgresql-ca-bundle-path", "", "PEM CA bundle verifying PostgreSQL servers (required for verify-ca/verify-full)")
 	fs.DurationVar(&o.reconcileTimeout, "reconcile-timeout", 30*time.Second, "deadline for the external operations of one step (> 0)")
 
 	fs.StringVar(&o.natsURL, "nats-url", envOr("NATS_URL", "nats://127.0.0.1:4222"), "NATS server with JetStream holding the journal (env NATS_URL)")
@@ -87,19 +81,16 @@ func (o *options) bind(fs *flag.FlagSet) {
 	fs.DurationVar(&o.journalMaxAge, "journal-max-age", journal.DefaultMaxAge, "how long journal records are kept (> 0)")
 	fs.IntVar(&o.journalReplicas, "journal-replicas", 1, "journal stream replicas (1, 3 or 5)")
 
-	fs.Func("projectors", "comma-separated projectors to run: instance, tenant (default: all)", func(v string) error {
+	fs.Func("projectors", "comma-separated projectors to run: "+strings.Join(allProjectors, ", ")+" (default: all)", func(v string) error {
 		o.projectors = splitList(v)
 		return nil
 	})
-	fs.Func("executors", "comma-separated executors to run: postgresql, openbao, externalsecrets (default: all)", func(v string) error {
+	fs.Func("executors", "comma-separated executors to run: "+strings.Join(allExecutors, ", ")+" (default: all)", func(v string) error {
 		o.executors = splitList(v)
 		return nil
 	})
-	fs.DurationVar(&o.tenantResync, "tenant-resync-interval", 10*time.Minute, "re-check every step of a Ready Tenant this long after it became Ready (> 0)")
-	fs.DurationVar(&o.instanceResync, "instance-resync-interval", 5*time.Minute, "re-observe a Ready Instance this long after its last successful observation (> 0)")
 	fs.DurationVar(&o.retryBase, "retry-base", 5*time.Second, "first back-off after a dependency failure (> 0)")
 	fs.DurationVar(&o.retryMax, "retry-max", 5*time.Minute, "longest back-off after repeated failures (>= --retry-base)")
-	fs.IntVar(&o.postgresMaxConns, "postgresql-max-conns", 4, "connections per Instance pool (> 0)")
 	fs.IntVar(&o.executorConns, "executor-concurrency", 4, "intents executed at once per process (> 0)")
 	fs.DurationVar(&o.ackWait, "executor-ack-wait", 0, "how long an intent taken by an executor that died stays invisible before redelivery (default: --reconcile-timeout + 30s; in-progress heartbeats keep long operations alive)")
 
@@ -110,6 +101,9 @@ func (o *options) bind(fs *flag.FlagSet) {
 	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":8080", "metrics endpoint address (0 disables)")
 	fs.StringVar(&o.probeAddr, "health-probe-bind-address", ":8081", "health and readiness probe address")
 	fs.StringVar(&o.actor, "actor", "", "name written into journal records (default: <hostname>/<pid>)")
+	for _, d := range o.domains {
+		d.bind(fs)
+	}
 }
 
 func envOr(k, def string) string {
@@ -129,10 +123,12 @@ func splitList(v string) []string {
 	return out
 }
 
-// validate checks every flag and returns all problems at once.
+// validate checks every flag and returns all problems at once: the shared
+// ones, then those of each domain with an enabled component.
 func (o *options) validate() error {
 	var errs []error
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	allProjectors, allExecutors := o.components()
 	if o.projectors == nil {
 		o.projectors = allProjectors
 	}
@@ -149,26 +145,11 @@ func (o *options) validate() error {
 			bad("--executors: unknown executor %q (known: %s)", e, strings.Join(allExecutors, ", "))
 		}
 	}
-	needsBao := slices.Contains(o.executors, "openbao") || slices.Contains(o.executors, "postgresql") && slices.Contains(o.projectors, "tenant")
-	if slices.Contains(o.projectors, "tenant") || needsBao {
-		if o.openBaoAddress == "" {
-			bad("--openbao-address is required by the tenant projector and the openbao executor")
-		}
-		if o.openBaoAuthRole == "" && o.openBaoTokenFile == "" {
-			bad("--openbao-auth-role (Kubernetes auth) or --openbao-token-file (development) is required by the tenant components")
-		}
-	}
-	if slices.Contains(o.projectors, "tenant") && o.externalSecretStoreName == "" {
-		bad("--external-secret-store-name is required by the tenant projector")
-	}
-	if o.openBaoConsumerAddress == "" {
-		o.openBaoConsumerAddress = o.openBaoAddress
-	}
 	if o.namespace == "" {
 		bad("--namespace (or POD_NAMESPACE) is required: admin Secrets are read only from the controller namespace")
 	}
 	for name, d := range map[string]time.Duration{"--reconcile-timeout": o.reconcileTimeout, "--journal-max-age": o.journalMaxAge,
-		"--instance-resync-interval": o.instanceResync, "--tenant-resync-interval": o.tenantResync, "--retry-base": o.retryBase, "--retry-max": o.retryMax} {
+		"--retry-base": o.retryBase, "--retry-max": o.retryMax} {
 		if d <= 0 {
 			bad("%s must be a positive duration, got %s", name, d)
 		}
@@ -190,8 +171,8 @@ func (o *options) validate() error {
 	if o.retryMax < o.retryBase {
 		bad("--retry-max (%s) must not be shorter than --retry-base (%s)", o.retryMax, o.retryBase)
 	}
-	if o.postgresMaxConns <= 0 || o.executorConns <= 0 {
-		bad("--postgresql-max-conns and --executor-concurrency must be positive")
+	if o.executorConns <= 0 {
+		bad("--executor-concurrency must be positive")
 	}
 	switch o.journalReplicas {
 	case 1, 3, 5:
@@ -208,30 +189,10 @@ func (o *options) validate() error {
 	if err := validateNATSURLs(o.natsURL); err != nil {
 		bad("--nats-url: %v", err)
 	}
-	for name, v := range map[string]string{"--openbao-address": o.openBaoAddress, "--openbao-consumer-address": o.openBaoConsumerAddress} {
-		if v == "" {
-			continue
-		}
-		if err := validateHTTPURL(v); err != nil {
-			bad("%s: %v", name, err)
-		}
-	}
-	for name, v := range map[string]string{"--openbao-auth-mount": o.openBaoAuthMount, "--openbao-kv-mount": o.openBaoKVMount} {
-		if err := validateMountPath(v, false); err != nil {
-			bad("%s: %v", name, err)
-		}
-	}
-	if err := validateMountPath(o.openBaoTenantBasePath, true); err != nil {
-		bad("--openbao-tenant-base-path: %v", err)
-	}
-	if o.postgresqlCABundlePath != "" {
-		if st, err := os.Stat(o.postgresqlCABundlePath); err != nil || st.IsDir() {
-			bad("--postgresql-ca-bundle-path %q is not a readable file", o.postgresqlCABundlePath)
-		}
-	}
-	if o.openBaoTokenFile != "" {
-		if st, err := os.Stat(o.openBaoTokenFile); err != nil || st.IsDir() {
-			bad("--openbao-token-file %q is not a readable file", o.openBaoTokenFile)
+	on := o.selection()
+	for _, d := range o.domains {
+		if on.enables(d) {
+			errs = append(errs, d.validate(on)...)
 		}
 	}
 	// Some checks iterate maps: sort, so the same flags give the same message.

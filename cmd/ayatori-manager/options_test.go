@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"os"
 	"path/filepath"
@@ -63,6 +64,29 @@ func TestFlagValidation(t *testing.T) {
 		{"lease not longer than renew", []string{"--leader-elect", "--leader-elect-lease-duration=5s", "--leader-elect-renew-deadline=5s"}, "--leader-elect-lease-duration"},
 		{"renew too close to retry", []string{"--leader-elect", "--leader-elect-renew-deadline=2s", "--leader-elect-retry-period=2s"}, "--leader-elect-retry-period"},
 		{"instance only needs no openbao", []string{"--projectors=instance", "--executors=postgresql", "--openbao-address=", "--openbao-auth-role=", "--external-secret-store-name="}, ""},
+
+		// What each database component needs (database.go). The instance
+		// projector needs nothing, so it stands in where a case is about
+		// executors alone (--projectors cannot be empty).
+		{"postgresql executor with openbao needs auth", []string{"--projectors=instance", "--executors=postgresql", "--openbao-auth-role="},
+			"--openbao-auth-role (Kubernetes auth) or --openbao-token-file (development) is required by the postgresql executor"},
+		{"postgresql executor next to tenant needs openbao", []string{"--projectors=tenant", "--executors=postgresql", "--openbao-address="},
+			"--openbao-address is required by the postgresql executor next to the tenant projector"},
+		{"postgresql executor next to tenant needs auth", []string{"--projectors=tenant", "--executors=postgresql", "--openbao-auth-role="}, "--openbao-auth-role"},
+		{"openbao executor needs openbao", []string{"--projectors=instance", "--executors=openbao", "--openbao-address="}, "--openbao-address is required by the openbao executor"},
+		{"openbao executor needs auth", []string{"--projectors=instance", "--executors=openbao", "--openbao-auth-role="}, "--openbao-auth-role"},
+		{"openbao executor with a token file", []string{"--projectors=instance", "--executors=openbao", "--openbao-auth-role=", "--openbao-token-file=" + ca}, ""},
+		{"openbao executor needs no store", []string{"--projectors=instance", "--executors=openbao", "--external-secret-store-name="}, ""},
+		{"externalsecrets executor needs neither openbao nor a store", []string{"--projectors=instance", "--executors=externalsecrets",
+			"--openbao-address=", "--openbao-auth-role=", "--external-secret-store-name="}, ""},
+		{"tenant projector needs no openbao client", []string{"--projectors=tenant", "--executors=externalsecrets",
+			"--openbao-address=", "--openbao-auth-role=", "--openbao-consumer-address=https://bao.example"}, ""},
+		{"tenant projector needs a consumer address", []string{"--projectors=tenant", "--executors=externalsecrets", "--openbao-address="},
+			"--openbao-consumer-address or --openbao-address is required by the tenant projector"},
+		{"tenant projector needs a store", []string{"--projectors=tenant", "--executors=externalsecrets", "--external-secret-store-name="},
+			"--external-secret-store-name is required by the tenant projector"},
+		{"zero pool size", []string{"--postgresql-max-conns=0"}, "--postgresql-max-conns must be positive"},
+		{"zero concurrency", []string{"--executor-concurrency=0"}, "--executor-concurrency must be positive"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -74,6 +98,78 @@ func TestFlagValidation(t *testing.T) {
 				t.Fatalf("want error containing %q, got %v", tc.want, err)
 			}
 		})
+	}
+}
+
+// A domain's flags are validated only when one of its components is
+// enabled: with another domain's components alone, no database flag is
+// required or even checked, and the other way round.
+func TestDomainFlagsOnlyWhenEnabled(t *testing.T) {
+	other := func() *domain {
+		var required string
+		return &domain{name: "other", projectors: []string{"otherprojector"}, executors: []string{"otherexecutor"},
+			bind: func(fs *flag.FlagSet) { fs.StringVar(&required, "other-required", "", "") },
+			validate: func(selection) []error {
+				if required == "" {
+					return []error{errors.New("--other-required is required")}
+				}
+				return nil
+			}}
+	}
+	shared := []string{"--namespace=ayatori-system", "--nats-url=nats://127.0.0.1:4222"}
+	cases := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"no database component, no database flag", []string{"--projectors=otherprojector", "--executors=otherexecutor", "--other-required=x"}, ""},
+		{"no database component, database flags not checked", []string{"--projectors=otherprojector", "--executors=otherexecutor", "--other-required=x",
+			"--openbao-kv-mount=/kv", "--openbao-address=bao:8200", "--postgresql-max-conns=0", "--postgresql-ca-bundle-path=/nonexistent/ca.pem",
+			"--instance-resync-interval=0s"}, ""},
+		{"the other domain's flags checked when it is enabled", []string{"--projectors=otherprojector", "--executors=otherexecutor"}, "--other-required"},
+		{"one database executor enables the database checks", []string{"--projectors=otherprojector", "--executors=otherexecutor,openbao", "--other-required=x"},
+			"--openbao-address is required"},
+		{"database components alone need no other flag", []string{"--projectors=instance", "--executors=postgresql"}, ""},
+		{"by default every domain runs", nil, "--other-required"},
+		{"unknown names list every domain's", []string{"--projectors=bogus"}, "(known: instance, tenant, otherprojector)"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			o := options{domains: []*domain{newDatabaseDomain(), other()}}
+			fs := flag.NewFlagSet("test", flag.ContinueOnError)
+			o.bind(fs)
+			if err := fs.Parse(append(append([]string{}, shared...), tc.args...)); err != nil {
+				t.Fatal(err)
+			}
+			err := o.validate()
+			if tc.want == "" && err != nil {
+				t.Fatalf("unexpected error: %v", err)
+			}
+			if tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
+				t.Fatalf("want error containing %q, got %v", tc.want, err)
+			}
+		})
+	}
+}
+
+// Every domain has its own journal domain and component names: a name
+// selects exactly one component.
+func TestDomainsOwnDistinctNames(t *testing.T) {
+	domains, components := map[string]bool{}, map[string]string{}
+	for _, d := range newDomains() {
+		if d.name == "" || domains[d.name] {
+			t.Errorf("domain name %q empty or used twice", d.name)
+		}
+		domains[d.name] = true
+		if d.bind == nil || d.validate == nil || d.addToScheme == nil || d.setup == nil {
+			t.Errorf("domain %s: bind, validate, addToScheme and setup are required", d.name)
+		}
+		for _, c := range append(append([]string{}, d.projectors...), d.executors...) {
+			if owner, ok := components[c]; ok {
+				t.Errorf("component %q of domain %s is also one of domain %s", c, d.name, owner)
+			}
+			components[c] = d.name
+		}
 	}
 }
 

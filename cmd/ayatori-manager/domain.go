@@ -1,0 +1,83 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"slices"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+
+	"git.ddupan.top/panxiao81/ayatori/journal"
+)
+
+// domain is how one domain wires itself into the manager: the components
+// it owns, its own flags, and the setup of whatever of it is enabled. The
+// shared wiring (main.go, options.go) knows domains only through this, so
+// a manager that runs one domain needs none of another's flags or
+// dependencies. Each domain lives in its own file (database.go).
+type domain struct {
+	// name is the journal domain: the subject token of its records and the
+	// domain of its Dispatcher.
+	name string
+	// projectors and executors are the component names it owns, as
+	// --projectors and --executors spell them; no two domains share one.
+	projectors, executors []string
+	// bind registers the domain's own flags.
+	bind func(fs *flag.FlagSet)
+	// validate checks the domain's flags for the enabled components and
+	// fills in defaults derived from other flags. It runs only when at
+	// least one of the domain's components is enabled.
+	validate func(on selection) []error
+	// addToScheme registers the domain's API types (only when enabled).
+	addToScheme func(*runtime.Scheme) error
+	// setup registers the enabled components with mgr: the projectors, and
+	// the handlers of the enabled executors behind the domain's durable
+	// consumer (shared.consume). cleanup, when not nil, runs after the
+	// manager stopped.
+	setup func(ctx context.Context, mgr manager.Manager, store *journal.Store, sh shared) (cleanup func(), err error)
+}
+
+// newDomains returns every domain the manager can run, each with its own
+// flag values.
+func newDomains() []*domain {
+	return []*domain{newDatabaseDomain()}
+}
+
+// selection is the validated choice of --projectors and --executors.
+type selection struct{ projectors, executors []string }
+
+func (s selection) projector(name string) bool { return slices.Contains(s.projectors, name) }
+func (s selection) executor(name string) bool  { return slices.Contains(s.executors, name) }
+
+// enables reports whether at least one of d's components is selected.
+func (s selection) enables(d *domain) bool {
+	return slices.ContainsFunc(d.projectors, s.projector) || slices.ContainsFunc(d.executors, s.executor)
+}
+
+// shared is what every domain's setup gets from the shared flags.
+type shared struct {
+	on        selection
+	namespace string
+	// reconcileTimeout bounds the external operations of one step.
+	reconcileTimeout    time.Duration
+	retryBase, retryMax time.Duration
+	// consumer is the executor consumer configuration (ack wait,
+	// concurrency, failpoints) without the durable name.
+	consumer journal.ConsumerConfig
+}
+
+// consume runs the operations d has handlers for from the domain's durable
+// consumer, on every replica; it adds nothing when d has none (no executor
+// of the domain is enabled).
+func (sh shared) consume(mgr manager.Manager, store *journal.Store, durable string, d *journal.Dispatcher) error {
+	if len(d.Operations()) == 0 {
+		return nil
+	}
+	cc := sh.consumer
+	cc.Durable = durable
+	return mgr.Add(everyReplica(func(ctx context.Context) error {
+		return store.Consume(ctx, cc, d)
+	}))
+}
