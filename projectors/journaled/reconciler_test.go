@@ -158,7 +158,9 @@ func TestSkeleton(t *testing.T) {
 
 	// A Plan error aborts the pass with nothing written.
 	boom := errors.New("boom")
-	k.plan = func(journaled.History) (journaled.Plan[corev1.PodPhase], error) { return journaled.Plan[corev1.PodPhase]{}, boom }
+	k.plan = func(journaled.History) (journaled.Plan[corev1.PodPhase], error) {
+		return journaled.Plan[corev1.PodPhase]{}, boom
+	}
 	if _, err := journaled.Reconcile(ctx, req, deps, k); !errors.Is(err, boom) {
 		t.Fatalf("plan error: %v", err)
 	}
