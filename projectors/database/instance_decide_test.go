@@ -5,10 +5,12 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	v1alpha1 "git.ddupan.top/panxiao81/ayatori/api/database/v1alpha1"
 	dbcontract "git.ddupan.top/panxiao81/ayatori/contracts/database"
 	"git.ddupan.top/panxiao81/ayatori/journal"
+	"git.ddupan.top/panxiao81/ayatori/projectors/journaled"
 )
 
 var t0 = time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)
@@ -170,5 +172,42 @@ func TestDecideInstanceDelete(t *testing.T) {
 				t.Fatal("no message naming the Tenants")
 			}
 		})
+	}
+}
+
+// Issue 12, fault 7: the executor's clock is never compared with the
+// projector's. An outcome stamped by an executor 15 minutes behind looked
+// 15 minutes old, so a Ready Instance was re-observed on every pass; with
+// the times the projector observed (journaled.Observations) it waits for
+// its resync interval.
+func TestDecideInstanceIgnoresExecutorClock(t *testing.T) {
+	st := history(step{op: dbcontract.OpObserveInstance, class: journal.Succeeded, payload: usable("1"), at: -15 * time.Minute})
+	var recs []journal.Record
+	for _, in := range st.Intents {
+		recs = append(recs, in)
+		if out, ok := st.OutcomeOf(in.ID); ok {
+			recs = append(recs, out)
+		}
+	}
+	journaled.SortBySequence(recs)
+	facts := func(recs []journal.Record) InstanceFacts {
+		return InstanceFacts{Generation: 1, Secret: SecretFact{Found: true, ResourceVersion: "1"}, Journal: journal.Fold(recs), Now: t0,
+			Status: v1alpha1.PostgreSQLInstanceStatus{Phase: v1alpha1.InstancePhaseReady, ObservedGeneration: 1, PostgreSQLVersion: "15.18",
+				Conditions: []metav1.Condition{{Type: "Ready", Status: metav1.ConditionTrue}}}}
+	}
+	if d := DecideInstance(facts(recs), testPolicy); d.Intent == nil {
+		t.Fatalf("precondition: with the executor's times the Instance is re-observed at once, got %+v", d)
+	}
+	clk := clocktesting.NewFakePassiveClock(t0)
+	obs := journaled.NewObservations(clk)
+	d := DecideInstance(facts(obs.Stamp("uid-1", recs)), testPolicy)
+	if d.Intent != nil || d.Phase != v1alpha1.InstancePhaseReady || d.RequeueAfter != testPolicy.ResyncInterval {
+		t.Fatalf("with observed times: %+v", d)
+	}
+	// Later passes keep the first observation: due after the interval.
+	clk.SetTime(t0.Add(testPolicy.ResyncInterval))
+	if d := DecideInstance(InstanceFacts{Generation: 1, Secret: SecretFact{Found: true, ResourceVersion: "1"}, Journal: journal.Fold(obs.Stamp("uid-1", recs)),
+		Now: clk.Now(), Status: facts(nil).Status}, testPolicy); d.Intent == nil || d.Intent.Operation != dbcontract.OpObserveInstance {
+		t.Fatalf("after the interval: %+v", d)
 	}
 }
