@@ -349,6 +349,15 @@ func decideTenantDelete(f TenantFacts, p TenantPolicy, st *journal.State) Tenant
 		// Nothing was ever claimed: there is nothing of ours outside.
 		return TenantDecision{Phase: v1alpha1.TenantPhaseDeleting, RemoveFinalizer: true, Ready: reconciling("nothing to clean up")}
 	}
+	if pending := pendingBefore(st, note.Sequence); len(pending) > 0 {
+		// An intent decided before deletion began may still run (a
+		// redelivered CreateRole or CreateDatabase): deleting or releasing
+		// now could leave what it creates behind (issue 12, fault 5).
+		// Every intent gets an outcome (the consumer records
+		// RetriesExhausted at the latest), so this wait ends.
+		return TenantDecision{Phase: v1alpha1.TenantPhaseDeleting, RequeueAfter: p.PendingRecheck,
+			Ready: reconciling(fmt.Sprintf("deletion waits for %d operation(s) decided before it to finish (%s)", len(pending), pending[0].Operation))}
+	}
 	if dn.Policy != v1alpha1.DeletionPolicyDelete {
 		return decideTenantRetain(f, p, st, note.Sequence)
 	}
@@ -359,6 +368,18 @@ func decideTenantDelete(f TenantFacts, p TenantPolicy, st *journal.State) Tenant
 	}
 	d.Phase = v1alpha1.TenantPhaseDeleting
 	return d.TenantDecision
+}
+
+// pendingBefore lists the intents appended before seq that have no
+// outcome yet, in stream order.
+func pendingBefore(st *journal.State, seq uint64) []journal.Record {
+	var out []journal.Record
+	for _, r := range st.Pending() {
+		if r.Sequence < seq {
+			out = append(out, r)
+		}
+	}
+	return out
 }
 
 // claimedEver reports whether a ClaimOwnership was ever decided for the

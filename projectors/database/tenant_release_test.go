@@ -81,3 +81,22 @@ func TestDecideTenantDeleteReportsLeftInPlace(t *testing.T) {
 		}
 	}
 }
+
+// Issue 12, fault 5: deletion waits for every intent decided before it
+// (a pending CreateRole could otherwise run between DropDatabase and
+// DropRole, or after RetainOwnership and leave an orphan LOGIN role).
+func TestDecideTenantDeleteWaitsForPendingIntents(t *testing.T) {
+	claimed := []step{ok(dbcontract.OpCheckExtensions), ok(dbcontract.OpClaimOwnership), ok(dbcontract.OpWriteCredential), {op: dbcontract.OpCreateRole}}
+	for _, policy := range []v1alpha1.DeletionPolicy{v1alpha1.DeletionPolicyDelete, v1alpha1.DeletionPolicyRetain} {
+		f := deletionHistory(policy, claimed, nil)
+		d := DecideTenant(f, tenantPolicy)
+		if d.Intent != nil || d.RemoveFinalizer || d.Phase != v1alpha1.TenantPhaseDeleting || !strings.Contains(d.Ready.Message, dbcontract.OpCreateRole) {
+			t.Errorf("%s with CreateRole pending: %+v", policy, d)
+		}
+		done := append(claimed[:3:3], ok(dbcontract.OpCreateRole))
+		f = deletionHistory(policy, done, nil)
+		if d := DecideTenant(f, tenantPolicy); d.Intent == nil {
+			t.Errorf("%s after CreateRole finished: no deletion step (%+v)", policy, d)
+		}
+	}
+}
