@@ -26,6 +26,14 @@ const (
 	OpCreateDatabase   = "CreateDatabase"
 	OpEnsureExtensions = "EnsureExtensions"
 	OpVerifyLogin      = "VerifyLogin"
+	// OpObserveTenant is the periodic re-check of a Ready Tenant, one
+	// intent for every PostgreSQL fact: the registry row is managed, the
+	// role and database are the ones Ayatori created (by OID), the role
+	// logs in to its database with the password from OpenBao (by host and
+	// by hostaddr) without CREATEDB/CREATEROLE/SUPERUSER, and every
+	// requested extension is installed. Read-only; any fact that does not
+	// hold fails it, and the projector then re-runs every step.
+	OpObserveTenant    = "ObserveTenant"
 	OpRetainOwnership  = "RetainOwnership"
 	OpDisableLogin     = "DisableLogin"
 	OpDropDatabase     = "DropDatabase"
@@ -70,7 +78,7 @@ const (
 
 // PostgreSQLOperations are the operations executors/postgresql owns.
 var PostgreSQLOperations = []string{OpObserveInstance, OpBootstrapRegistry,
-	OpCheckExtensions, OpClaimOwnership, OpCreateRole, OpCreateDatabase, OpEnsureExtensions, OpVerifyLogin,
+	OpCheckExtensions, OpClaimOwnership, OpCreateRole, OpCreateDatabase, OpEnsureExtensions, OpVerifyLogin, OpObserveTenant,
 	OpRetainOwnership, OpDisableLogin, OpDropDatabase, OpDropRole, OpReleaseOwnership}
 
 // OpenBaoOperations are the operations executors/openbao owns.

@@ -30,6 +30,7 @@ func (e *Executor) TenantHandlers() map[string]journal.Handler {
 		dbcontract.OpCreateDatabase:   e.tenantOp(e.createDatabase),
 		dbcontract.OpEnsureExtensions: e.tenantOp(e.ensureExtensions),
 		dbcontract.OpVerifyLogin:      e.tenantOp(e.verifyLogin),
+		dbcontract.OpObserveTenant:    e.tenantOp(e.observeTenant),
 		dbcontract.OpRetainOwnership:  e.tenantOp(e.retain),
 		dbcontract.OpDisableLogin:     e.tenantOp(e.disableLogin),
 		dbcontract.OpDropDatabase:     e.tenantOp(e.dropDatabase),
@@ -692,6 +693,69 @@ func (e *Executor) verifyLogin(ctx context.Context, c tenantCall) (dbcontract.Te
 			return out, err
 		}
 	}
+	return out, nil
+}
+
+// observeTenant re-checks every PostgreSQL fact of a Ready Tenant in one
+// read-only operation (the periodic re-check): the managed registry row,
+// the role and database Ayatori created (by OID, the database owned by the
+// role), the login (verifyLogin) and the requested extensions, read over
+// the Tenant's own login. A fact that does not hold is a Failed outcome
+// naming it (reason ProvisioningFailed or Conflict); nothing is changed.
+func (e *Executor) observeTenant(ctx context.Context, c tenantCall) (dbcontract.TenantOutcome, error) {
+	out := dbcontract.TenantOutcome{Extensions: []string{}}
+	row, err := requireManaged(ctx, c.pool, sqlOwnRow, c)
+	if err != nil {
+		return out, err
+	}
+	role, why, err := ourRole(ctx, c.pool, c, row)
+	if err != nil {
+		return out, err
+	}
+	if role == nil {
+		return out, &dbcontract.Failure{Reason: dbcontract.ReasonProvisioningFailed, Message: why}
+	}
+	db, err := databaseByName(ctx, c.pool, c.in.Database)
+	if err != nil {
+		return out, err
+	}
+	if db == nil {
+		return out, &dbcontract.Failure{Reason: dbcontract.ReasonProvisioningFailed, Message: "database " + c.in.Database + " does not exist"}
+	}
+	if ours, why, err := ourDatabase(ctx, c.pool, c, row, db); err != nil {
+		return out, err
+	} else if !ours || row.DatabaseOID == nil || db.Owner != role.OID {
+		if why == "" {
+			why = "database " + c.in.Database + " is not owned by role " + c.in.Role
+		}
+		return out, &dbcontract.Failure{Reason: dbcontract.ReasonProvisioningFailed, Message: why}
+	}
+	out.DatabaseOID = db.OID
+	if _, err := e.verifyLogin(ctx, c); err != nil {
+		return out, err
+	}
+	if len(c.in.Extensions) == 0 {
+		return out, nil
+	}
+	conn, err := e.tenantLogin(ctx, c, false)
+	if err != nil {
+		return out, err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	rows, err := conn.Query(ctx, sqlInstalledExtensions, c.in.Extensions)
+	if err != nil {
+		return out, err
+	}
+	installed, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return out, err
+	}
+	sort.Strings(installed)
+	if len(installed) != len(c.in.Extensions) {
+		return out, &dbcontract.Failure{Reason: dbcontract.ReasonProvisioningFailed,
+			Message: fmt.Sprintf("%d of %d requested extensions are installed", len(installed), len(c.in.Extensions))}
+	}
+	out.Extensions = installed
 	return out, nil
 }
 

@@ -145,7 +145,7 @@ func TestTenantOperationsIdempotent(t *testing.T) {
 	f.pws[uid] = "CANARY-exec-tenant-4e7a"
 	var roleOID, dbOID uint32
 	for _, op := range []string{dbcontract.OpCheckExtensions, dbcontract.OpClaimOwnership, dbcontract.OpCreateRole, dbcontract.OpCreateDatabase,
-		dbcontract.OpEnsureExtensions, dbcontract.OpVerifyLogin} {
+		dbcontract.OpEnsureExtensions, dbcontract.OpVerifyLogin, dbcontract.OpObserveTenant} {
 		for run := 1; run <= 2; run++ {
 			out, p := f.tenant(t, uid, name, op, "pg_trgm", "citext")
 			must(t, fmt.Sprintf("%s (run %d)", op, run), out)
@@ -301,3 +301,41 @@ func waitNoSessions(t *testing.T, pg *integration.Postgres, db string) {
 }
 
 func first(out journal.Outcome, _ dbcontract.TenantOutcome) journal.Outcome { return out }
+
+// TestObserveTenant: the periodic re-check succeeds on a provisioned
+// Tenant (twice, changing nothing) and fails, naming the fact, when the
+// database, an extension or the role is not what was provisioned.
+func TestObserveTenant(t *testing.T) {
+	f := newFixture(t)
+	const uid, name = "t-obs", "observed"
+	f.pws[uid] = "pw-observed"
+	for _, op := range []string{dbcontract.OpClaimOwnership, dbcontract.OpCreateRole, dbcontract.OpCreateDatabase, dbcontract.OpEnsureExtensions} {
+		must(t, op, first(f.tenant(t, uid, name, op, "citext")))
+	}
+	for run := 1; run <= 2; run++ {
+		out, p := f.tenant(t, uid, name, dbcontract.OpObserveTenant, "citext")
+		must(t, fmt.Sprintf("ObserveTenant (run %d)", run), out)
+		if p.DatabaseOID == 0 || len(p.Extensions) != 1 {
+			t.Fatalf("outcome %+v", p)
+		}
+	}
+	waitNoSessions(t, f.pg, name)
+	superExec(t, f.pg, name, "DROP EXTENSION citext")
+	out, _ := f.tenant(t, uid, name, dbcontract.OpObserveTenant, "citext")
+	if out.Result.Class != journal.Failed || out.Result.Reason != string(dbcontract.ReasonProvisioningFailed) || !strings.Contains(out.Result.Message, "extensions") {
+		t.Fatalf("extension dropped: %+v", out.Result)
+	}
+	must(t, "EnsureExtensions (repair)", first(f.tenant(t, uid, name, dbcontract.OpEnsureExtensions, "citext")))
+	waitNoSessions(t, f.pg, name)
+	superExec(t, f.pg, "postgres", "ALTER DATABASE "+name+" RENAME TO "+name+"_moved")
+	out, _ = f.tenant(t, uid, name, dbcontract.OpObserveTenant, "citext")
+	if out.Result.Class != journal.Failed || !strings.Contains(out.Result.Message, "does not exist") {
+		t.Fatalf("database renamed away: %+v", out.Result)
+	}
+	superExec(t, f.pg, "postgres", "ALTER DATABASE "+name+"_moved RENAME TO "+name)
+	superExec(t, f.pg, "postgres", "ALTER ROLE "+name+" RENAME TO "+name+"_moved")
+	out, _ = f.tenant(t, uid, name, dbcontract.OpObserveTenant, "citext")
+	if out.Result.Class != journal.Failed || !strings.Contains(out.Result.Message, "renamed") {
+		t.Fatalf("role renamed away: %+v", out.Result)
+	}
+}

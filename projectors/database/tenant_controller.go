@@ -246,11 +246,20 @@ func (k tenantKind) Plan(ctx context.Context, t *v1alpha1.PostgreSQLTenant, h jo
 		c := meta.FindStatusCondition(inst.Status.Conditions, v1alpha1.ConditionReady)
 		facts.InstanceProgressing = c == nil || c.Status == metav1.ConditionUnknown || c.ObservedGeneration != inst.Generation
 	}
+	shown := n // the names status shows: what was provisioned, once it was
+	if secret := provisionedSecret(st); secret != "" {
+		if secret != n.secret {
+			facts.ImmutableErrors = append(facts.ImmutableErrors, fmt.Sprintf("spec.credential.secretName is %s but %s was provisioned", n.secret, secret))
+		}
+		shown.secret = secret
+	}
 	if claimed := provisionedAs(st); claimed != nil {
 		// What was provisioned is fixed (specification §6): compared with
-		// the journal, so a changed field is caught even after the status
-		// is lost or the CEL rules' Pending window let the change through.
+		// the journal on every pass whatever the phase, so a changed field
+		// is caught even after the status is lost or the CEL rules' Pending
+		// window let the change through.
 		facts.ImmutableErrors = append(facts.ImmutableErrors, provisionedChanges(claimed, n, inst, ierr)...)
+		shown.database, shown.role = claimed.Database, claimed.Role
 		if deleting && (ierr != nil || string(inst.UID) != claimed.InstanceUID) {
 			// Delete and Retain run on the Instance the Tenant was
 			// provisioned on, whatever spec.instanceRef says now.
@@ -293,7 +302,7 @@ func (k tenantKind) Plan(ctx context.Context, t *v1alpha1.PostgreSQLTenant, h jo
 			d = TenantDecision{Phase: d.Phase, Note: dbcontract.NoteRevalidate, DatabaseOID: d.DatabaseOID, Ready: reconciling(problem + "; re-checking every step")}
 		}
 	}
-	p := plan{Status: tenantProjection{names: n, decision: d}, StatusLost: d.StatusLost, RequeueAfter: d.RequeueAfter}
+	p := plan{Status: tenantProjection{names: shown, decision: d}, StatusLost: d.StatusLost, RequeueAfter: d.RequeueAfter}
 	switch {
 	case d.Note != "":
 		note := journal.Record{ID: fmt.Sprintf("%s/g%d/note/%s/%d", t.UID, t.Generation, d.Note, st.LastSequence), Type: journal.TypeNote,
@@ -346,6 +355,27 @@ func provisionedAs(st *journal.State) *dbcontract.TenantIntent {
 		return nil
 	}
 	return &p
+}
+
+// provisionedSecret is the target Secret name of the last successful
+// EnsureExternalSecret ("": none yet): the projection target is fixed
+// from then on.
+func provisionedSecret(st *journal.State) string {
+	var last *journal.Record
+	for _, in := range st.Intents {
+		if in.Operation != dbcontract.OpEnsureExternalSecret || (last != nil && in.Sequence < last.Sequence) {
+			continue
+		}
+		if o, ok := st.OutcomeOf(in.ID); ok && o.Result != nil && o.Result.Class == journal.Succeeded {
+			in := in
+			last = &in
+		}
+	}
+	var p dbcontract.ProjectionIntent
+	if last == nil || last.DecodePayload(&p) != nil {
+		return ""
+	}
+	return p.TargetSecretName
 }
 
 // provisionedChanges lists the fields that differ from what was claimed.

@@ -132,9 +132,16 @@ func DecideTenant(f TenantFacts, p TenantPolicy) TenantDecision {
 	if n := lastNote(f.Records, dbcontract.NoteRevalidate); n != nil {
 		epoch = n.Sequence
 	}
+	// Once the first external write happened the phase never returns to
+	// Pending, not even while every step is re-checked: the API's
+	// immutability rules hold from then on (issue 12, fault 4).
+	start := v1alpha1.TenantPhasePending
+	if provisionedAs(st) != nil {
+		start = v1alpha1.TenantPhasePlanned
+	}
 	// The checkpoint shown while blocked is derived from the journal, never
 	// taken from status (which may be stale or forged).
-	phase := runChain(f, p, st, provisionSteps, epoch, v1alpha1.TenantPhasePending).Phase
+	phase := runChain(f, p, st, provisionSteps, epoch, start).Phase
 	if len(f.InputErrors) > 0 {
 		return TenantDecision{Phase: phase, Conclusive: true,
 			Ready: notReady(v1alpha1.ReasonInvalidSpec, "invalid spec: "+strings.Join(f.InputErrors, "; "))}
@@ -163,20 +170,91 @@ func DecideTenant(f TenantFacts, p TenantPolicy) TenantDecision {
 	if f.Status.Phase == "" && len(st.Intents) > 0 {
 		// Status was lost: re-run every step against the external facts.
 		if anyAfter(st, f.Generation, epoch) {
-			return TenantDecision{Phase: v1alpha1.TenantPhasePending, Note: dbcontract.NoteRevalidate, StatusLost: true,
+			return TenantDecision{Phase: start, Note: dbcontract.NoteRevalidate, StatusLost: true,
 				Ready: reconciling("status was lost; re-checking every step against the external facts")}
 		}
 	}
-	d := runChain(f, p, st, provisionSteps, epoch, v1alpha1.TenantPhasePending)
+	d := runChain(f, p, st, provisionSteps, epoch, start)
 	if d.done {
-		due := d.lastDone.Add(p.ResyncInterval)
-		if !f.Now.Before(due) {
-			return TenantDecision{Phase: v1alpha1.TenantPhaseReady, Note: dbcontract.NoteRevalidate, Conclusive: true, DatabaseOID: d.oid,
-				Ready: tenantReady()}
-		}
-		return TenantDecision{Phase: v1alpha1.TenantPhaseReady, Ready: tenantReady(), Conclusive: true, DatabaseOID: d.oid, RequeueAfter: due.Sub(f.Now)}
+		return decideRecheck(f, p, st, d, epoch)
 	}
 	return d.TenantDecision
+}
+
+// decideRecheck keeps a provisioned Tenant Ready and re-checks it every
+// ResyncInterval with one ObserveTenant intent (issue 12, fault 2: a quiet
+// re-check appends one intent and its outcome). Ready stays True while the
+// observation runs and after one that finds nothing wrong. An observation
+// that finds a fact broken re-runs every step (a Revalidate note); one
+// that cannot reach PostgreSQL is reported and retried with back-off.
+func decideRecheck(f TenantFacts, p TenantPolicy, st *journal.State, chain chainResult, epoch uint64) TenantDecision {
+	ready := TenantDecision{Phase: v1alpha1.TenantPhaseReady, Ready: tenantReady(), Conclusive: true, DatabaseOID: chain.oid}
+	verified := chain.lastDone
+	var last *journal.Record
+	for _, r := range journaled.IntentsOf(st, dbcontract.OpObserveTenant, f.Generation) {
+		if r.Sequence > epoch {
+			r := r
+			last = &r
+		}
+	}
+	observe := func(d TenantDecision) TenantDecision {
+		d.Intent = &PlannedIntent{Operation: dbcontract.OpObserveTenant, Attempt: journaled.NextAttempt(st, dbcontract.OpObserveTenant, f.Generation)}
+		d.RequeueAfter = p.PendingRecheck
+		return d
+	}
+	if last != nil {
+		out, done := st.OutcomeOf(last.ID)
+		switch {
+		case !done:
+			ready.RequeueAfter = p.PendingRecheck
+			return ready
+		case out.Result.Class == journal.Succeeded:
+			verified = out.Time
+		case out.Result.Reason == v1alpha1.ReasonDependencyUnavailable:
+			msg := out.Result.Message
+			if msg == "" {
+				msg = "the re-check could not reach PostgreSQL"
+			}
+			d := TenantDecision{Phase: v1alpha1.TenantPhaseReady, Conclusive: true, DatabaseOID: chain.oid,
+				Ready: notReady(v1alpha1.ReasonDependencyUnavailable, msg)}
+			due := out.Time.Add(journaled.Backoff(p.RetryBase, p.RetryMax, consecutiveFailed(st, dbcontract.OpObserveTenant, f.Generation, epoch)))
+			if f.Now.Before(due) {
+				d.RequeueAfter = due.Sub(f.Now)
+				return d
+			}
+			return observe(d)
+		default:
+			msg := out.Result.Message
+			if msg == "" {
+				msg = "the re-check failed: " + out.Result.Reason
+			}
+			return TenantDecision{Phase: v1alpha1.TenantPhaseReady, Note: dbcontract.NoteRevalidate, DatabaseOID: chain.oid,
+				Ready: reconciling(msg + "; re-checking every step")}
+		}
+	}
+	due := verified.Add(p.ResyncInterval)
+	if !f.Now.Before(due) {
+		return observe(ready)
+	}
+	ready.RequeueAfter = due.Sub(f.Now)
+	return ready
+}
+
+// consecutiveFailed counts the failed outcomes of op in gen after epoch
+// since its last success (at least 1).
+func consecutiveFailed(st *journal.State, op string, gen int64, epoch uint64) int {
+	ins := journaled.IntentsOf(st, op, gen)
+	n := 0
+	for i := len(ins) - 1; i >= 0 && ins[i].Sequence > epoch; i-- {
+		out, ok := st.OutcomeOf(ins[i].ID)
+		if ok && out.Result.Class == journal.Succeeded {
+			break
+		}
+		if ok {
+			n++
+		}
+	}
+	return max(n, 1)
 }
 
 func tenantReady() ReadyCondition {

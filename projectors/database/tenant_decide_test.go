@@ -74,7 +74,8 @@ func TestDecideTenant(t *testing.T) {
 			step{op: "ObserveProjection", class: journal.Failed, reason: "CredentialProjectionFailed"}),
 			phase: "ExternalSecretCreated", ready: "False", reason: "CredentialProjectionFailed"},
 		{name: "all steps: Ready", steps: all, facts: func(f *TenantFacts) { f.Status.Phase = v1alpha1.TenantPhaseReady }, phase: "Ready", ready: "True", reason: "Ready"},
-		{name: "status wiped: revalidate", steps: all, phase: "Pending", ready: "Unknown"},
+		// Never Pending again once something was written (issue 12, fault 4).
+		{name: "status wiped: revalidate", steps: all, phase: "Planned", ready: "Unknown"},
 		{name: "deletion records the policy", steps: all, facts: func(f *TenantFacts) { f.Deleting = true; f.SpecPolicy = v1alpha1.DeletionPolicyDelete },
 			phase: "Deleting", ready: "Unknown"},
 	}
@@ -170,6 +171,59 @@ func TestDecideTenantTargetTaken(t *testing.T) {
 			}
 			if d.Note != tc.note || d.RemoveFinalizer != tc.finalize {
 				t.Fatalf("note %q finalize %v, want %q %v", d.Note, d.RemoveFinalizer, tc.note, tc.finalize)
+			}
+		})
+	}
+}
+
+// Issue 12, faults 2 and 4: a Ready Tenant is re-checked by one
+// ObserveTenant intent per ResyncInterval and stays Ready while it runs
+// and after it found nothing wrong; a broken fact re-runs every step, an
+// unreachable PostgreSQL is reported and re-observed after back-off.
+func TestDecideTenantRecheck(t *testing.T) {
+	all := []step{ok(dbcontract.OpCheckExtensions), ok(dbcontract.OpClaimOwnership), ok(dbcontract.OpWriteCredential), ok(dbcontract.OpCreateRole),
+		ok(dbcontract.OpCreateDatabase), ok(dbcontract.OpEnsureExtensions), ok("EnsureExternalSecret"), ok("ObserveProjection"), ok(dbcontract.OpVerifyLogin)}
+	with := func(extra ...step) []step { return append(append([]step{}, all...), extra...) }
+	hour := tenantPolicy.ResyncInterval
+	cases := []struct {
+		name    string
+		steps   []step
+		now     time.Duration
+		ready   metav1.ConditionStatus
+		reason  string
+		intent  string
+		attempt int
+		note    string
+		requeue time.Duration
+	}{
+		{name: "not due: Ready, wait", steps: all, now: hour / 2, ready: "True", requeue: hour / 2},
+		{name: "due: one ObserveTenant, still Ready", steps: all, now: hour, ready: "True", intent: dbcontract.OpObserveTenant, attempt: 1},
+		{name: "observation running: still Ready", steps: with(step{op: dbcontract.OpObserveTenant, at: hour}), now: hour + time.Minute, ready: "True"},
+		{name: "nothing wrong: Ready until the next interval", steps: with(ok(dbcontract.OpObserveTenant)), now: 10 * time.Minute, ready: "True", requeue: 50 * time.Minute},
+		{name: "next interval: next attempt", steps: with(ok(dbcontract.OpObserveTenant)), now: hour, ready: "True", intent: dbcontract.OpObserveTenant, attempt: 2},
+		{name: "a fact broke: every step again", steps: with(step{op: dbcontract.OpObserveTenant, class: journal.Failed, reason: "ProvisioningFailed"}),
+			ready: "Unknown", note: dbcontract.NoteRevalidate},
+		{name: "PostgreSQL unreachable: reported, re-observed after back-off", steps: with(step{op: dbcontract.OpObserveTenant, class: journal.Failed, reason: "DependencyUnavailable"}),
+			ready: "False", reason: "DependencyUnavailable", requeue: tenantPolicy.RetryBase},
+		{name: "PostgreSQL unreachable: retried", steps: with(step{op: dbcontract.OpObserveTenant, class: journal.Failed, reason: "DependencyUnavailable"}),
+			now: time.Minute, ready: "False", reason: "DependencyUnavailable", intent: dbcontract.OpObserveTenant, attempt: 2},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			st, recs := tenantHistory(tc.steps...)
+			f := TenantFacts{Generation: 1, Journal: st, Records: recs, Now: t0.Add(tc.now), Status: v1alpha1.PostgreSQLTenantStatus{Phase: v1alpha1.TenantPhaseReady}}
+			d := DecideTenant(f, tenantPolicy)
+			if d.Phase != v1alpha1.TenantPhaseReady || d.Ready.Status != tc.ready || (tc.reason != "" && d.Ready.Reason != tc.reason) || d.Note != tc.note {
+				t.Fatalf("got %s %s/%s note %q (%s)", d.Phase, d.Ready.Status, d.Ready.Reason, d.Note, d.Ready.Message)
+			}
+			switch {
+			case tc.intent == "" && d.Intent != nil:
+				t.Fatalf("unexpected intent %+v", d.Intent)
+			case tc.intent != "" && (d.Intent == nil || d.Intent.Operation != tc.intent || d.Intent.Attempt != tc.attempt):
+				t.Fatalf("intent %+v, want %s a%d", d.Intent, tc.intent, tc.attempt)
+			}
+			if tc.requeue != 0 && d.RequeueAfter != tc.requeue {
+				t.Fatalf("requeue after %v, want %v", d.RequeueAfter, tc.requeue)
 			}
 		})
 	}
