@@ -3,12 +3,14 @@ package database_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "git.ddupan.top/panxiao81/ayatori/api/database/v1alpha1"
@@ -136,4 +138,38 @@ func describe(recs []journal.Record) string {
 		out += fmt.Sprintf("  %d %s %s g%d a%d %s\n", r.Sequence, r.Type, r.Operation, r.Object.Generation, r.Attempt, res)
 	}
 	return out
+}
+
+// Issue 12, fault 4: what was provisioned is pinned once the first
+// external write happened, whatever the phase. With the status wiped (the
+// CEL rules then let spec changes through) a changed secretName is an
+// ImmutableField error, the status keeps the provisioned Secret name, and
+// the phase never returns to Pending.
+func TestTenantIdentityPinnedAfterStatusLoss(t *testing.T) {
+	s := getStack(t)
+	ctx := context.Background()
+	tn := newTenant(t, s, "pin", "app", nil)
+	ready := waitTenant(t, s, "pin", "app", metav1.ConditionTrue, "Ready", 2*time.Minute)
+	provisioned := ready.Status.Credential.SecretRef.Name
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cur := &v1alpha1.PostgreSQLTenant{}
+		if err := s.CP.Client.Get(ctx, client.ObjectKeyFromObject(tn), cur); err != nil {
+			return err
+		}
+		cur.Status = v1alpha1.PostgreSQLTenantStatus{}
+		if err := s.CP.Client.Status().Update(ctx, cur); err != nil {
+			return err
+		}
+		cur.Spec.Credential.SecretName = "somewhere-else"
+		return s.CP.Client.Update(ctx, cur)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	got := waitTenant(t, s, "pin", "app", metav1.ConditionFalse, "ImmutableField", time.Minute)
+	if got.Status.Credential.SecretRef.Name != provisioned || got.Status.Phase == v1alpha1.TenantPhasePending {
+		t.Fatalf("status %+v: want secretRef %s and a phase past Pending", got.Status, provisioned)
+	}
+	if !strings.Contains(readyMsg(got.Status.Conditions), "secretName") {
+		t.Fatalf("message %q does not name secretName", readyMsg(got.Status.Conditions))
+	}
 }
