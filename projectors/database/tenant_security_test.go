@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	eventsv1 "k8s.io/api/events/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/util/retry"
@@ -446,10 +447,11 @@ func TestTenantTwoInstancesOneServerRace(t *testing.T) {
 
 // TestTenantInstanceRefFixedAfterProvisioning (found by a hostile test):
 // the CEL rules let spec changes through while the phase is Pending, and a
-// failing CheckExtensions keeps a provisioned Tenant at Pending. Moving it
-// to another Instance then is ImmutableField (checked against the journal's
-// claim, not the phase), and a Delete still cleans up on the Instance the
-// Tenant was provisioned on.
+// failing CheckExtensions used to put a provisioned Tenant back at
+// Pending. Now the phase stays past Pending (the API refuses the move);
+// with the status wiped, moving it to another Instance is ImmutableField
+// (checked against the journal's claim, not the phase), and a Delete still
+// cleans up on the Instance the Tenant was provisioned on.
 func TestTenantInstanceRefFixedAfterProvisioning(t *testing.T) {
 	s := getStack(t)
 	ctx := context.Background()
@@ -463,11 +465,34 @@ func TestTenantInstanceRefFixedAfterProvisioning(t *testing.T) {
 	tn := newTenant(t, s, namespace, name, func(tn *v1alpha1.PostgreSQLTenant) { tn.Spec.DeletionPolicy = v1alpha1.DeletionPolicyDelete })
 	waitTenant(t, s, namespace, name, metav1.ConditionTrue, "Ready", 2*time.Minute)
 	updateTenant(t, s, namespace, name, func(tn *v1alpha1.PostgreSQLTenant) { tn.Spec.Extensions = []string{"no_such_extension"} })
-	waitTenant(t, s, namespace, name, metav1.ConditionFalse, v1alpha1.ReasonInvalidSpec, time.Minute)
-	updateTenant(t, s, namespace, name, func(tn *v1alpha1.PostgreSQLTenant) {
-		tn.Spec.InstanceRef = "elsewhere"
-		tn.Spec.Extensions = nil
-	})
+	failing := waitTenant(t, s, namespace, name, metav1.ConditionFalse, v1alpha1.ReasonInvalidSpec, time.Minute)
+	// Issue 12, fault 4: the phase no longer falls back to Pending once
+	// something was provisioned, so the API's rules refuse the move.
+	if failing.Status.Phase == v1alpha1.TenantPhasePending {
+		t.Fatalf("a provisioned Tenant is back at phase Pending: %+v", failing.Status)
+	}
+	moved := failing.DeepCopy()
+	moved.Spec.InstanceRef = "elsewhere"
+	if err := s.CP.Client.Update(ctx, moved); !apierrors.IsInvalid(err) {
+		t.Fatalf("moving a provisioned Tenant: %v, want the API's immutability rule", err)
+	}
+	// With the status wiped the rules let it through; the journal's claim
+	// still catches it.
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cur := &v1alpha1.PostgreSQLTenant{}
+		if err := s.CP.Client.Get(ctx, client.ObjectKeyFromObject(tn), cur); err != nil {
+			return err
+		}
+		cur.Status = v1alpha1.PostgreSQLTenantStatus{}
+		if err := s.CP.Client.Status().Update(ctx, cur); err != nil {
+			return err
+		}
+		cur.Spec.InstanceRef = "elsewhere"
+		cur.Spec.Extensions = nil
+		return s.CP.Client.Update(ctx, cur)
+	}); err != nil {
+		t.Fatal(err)
+	}
 	waitTenantMessage(t, s, namespace, name, v1alpha1.ReasonImmutableField, "spec.instanceRef names PostgreSQLInstance elsewhere")
 	if err := s.CP.Client.Delete(ctx, tn); err != nil {
 		t.Fatal(err)
