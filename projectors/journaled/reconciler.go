@@ -25,8 +25,9 @@ type History struct {
 }
 
 // CheckpointEvery is how many journal records after the UID's checkpoint
-// make a pass write a new one (an idle pass writes one whenever there is
-// any): the records a pass reads stay bounded whatever the object's age.
+// make a pass write a new one (a pass at rest — nothing to append, nothing
+// pending — writes one whenever there is any): the records a pass reads
+// stay bounded whatever the object's age.
 var CheckpointEvery = 32
 
 // Plan is what one pass does, decided by Kind.Plan without any write.
@@ -136,10 +137,11 @@ func Reconcile[O client.Object, D any](ctx context.Context, req reconcile.Reques
 			return reconcile.Result{Requeue: true}, nil
 		}
 	}
-	if (p.Record == nil && view.Tail > 0) || view.Tail >= CheckpointEvery {
-		// Fold what was read into the checkpoint: before an idle period
-		// (nothing to append), or when the tail grew long. A failed write
-		// only costs a longer read next time.
+	atRest := p.Record == nil && len(h.State.Pending()) == 0
+	if (atRest && view.Tail > 0) || view.Tail >= CheckpointEvery {
+		// Fold what was read into the checkpoint: when the object comes to
+		// rest (nothing to append, nothing pending), or when the tail grew
+		// long. A failed write only costs a longer read next time.
 		if err := deps.Journal.WriteCheckpoint(ctx, view); err != nil {
 			ctrl.LoggerFrom(ctx).Error(err, "journal checkpoint not written")
 		}
