@@ -309,9 +309,8 @@ func (c ConsumerConfig) backoff(delivered uint64) time.Duration {
 
 // hasRecord reports whether the UID's journal holds a record with this ID.
 func (s *Store) hasRecord(ctx context.Context, uid, id string) (bool, error) {
-	lock := s.uidLock(uid)
-	lock.Lock()
-	defer lock.Unlock()
+	unlock := s.lockUID(uid)
+	defer unlock()
 	st, err := s.refresh(ctx, uid)
 	if err != nil {
 		return false, err
