@@ -45,7 +45,7 @@ type ConsumerConfig struct {
 	// redelivery (default 30s). Consume keeps the intents it holds alive
 	// with in-progress heartbeats every AckWait/3.
 	AckWait time.Duration
-	// MaxDeliver is the retry budget of one intent (default 5): a
+	// MaxDeliver is the retry budget of one intent (≤ 0: 5): a
 	// transient handler error on delivery MaxDeliver or later records
 	// Failed/RetriesExhausted. It is counted by Consume from the delivery
 	// count; the JetStream consumer itself has no MaxDeliver (unlimited).

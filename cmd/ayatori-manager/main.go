@@ -222,6 +222,9 @@ func run(args []string) error {
 		}
 	}
 	if len(dispatch.Operations()) > 0 {
+		// v1 still: the unlimited MaxDeliver of issue 12 is applied to the
+		// existing consumer in place (docs/journal.md "Delivery budget").
+		// Bump the suffix only for settings JetStream can not update.
 		cc := journal.ConsumerConfig{Durable: "ayatori-executor-database-v1",
 			AckWait: o.ackWait, Concurrency: o.executorConns, BeforeOutcome: failpoint("executor-before-outcome"),
 			AfterOutcome: failpoint("executor-after-outcome")}
