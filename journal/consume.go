@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -20,8 +21,8 @@ type Outcome struct {
 // Handler executes one intent idempotently. A nil error means the outcome
 // is recorded (whatever its class). A non-nil error means "transient, try
 // again": no outcome is recorded, the intent is redelivered with back-off,
-// and once MaxDeliver is reached a Failed outcome with reason
-// RetriesExhausted is recorded instead. Errors may implement
+// and an error on delivery MaxDeliver or later records a Failed outcome
+// with reason RetriesExhausted instead. Errors may implement
 // `Reason() string` to give that outcome a more precise reason; their text
 // is never written to the journal.
 type Handler func(ctx context.Context, intent Record) (Outcome, error)
@@ -29,19 +30,36 @@ type Handler func(ctx context.Context, intent Record) (Outcome, error)
 // ConsumerConfig configures the durable pull consumer of one domain's
 // executors. The consumer receives only the intents of its dispatcher's
 // domain.
+//
+// The retry budget is Ayatori's, not JetStream's: the JetStream consumer
+// redelivers an intent without limit until it is acked, and Consume acks
+// an intent only once its outcome is in the journal, so no intent can end
+// without an outcome (docs/journal.md "Delivery budget").
 type ConsumerConfig struct {
 	// Durable is the consumer name, e.g. "ayatori-executor-<domain>-v1",
 	// one per domain. Consumer settings are mostly immutable in JetStream:
-	// change the name (version suffix) when changing filters or limits.
+	// change the name (version suffix) when changing filters or other
+	// settings the server does not update in place.
 	Durable string
 	// AckWait is how long an unacknowledged delivery waits before
-	// redelivery (default 30s). Long operations are kept alive by
-	// in-progress heartbeats every AckWait/3.
+	// redelivery (default 30s). Consume keeps the intents it holds alive
+	// with in-progress heartbeats every AckWait/3.
 	AckWait time.Duration
-	// MaxDeliver bounds deliveries of one intent (default 5).
+	// MaxDeliver is the retry budget of one intent (≤ 0: 5): a
+	// transient handler error on delivery MaxDeliver or later records
+	// Failed/RetriesExhausted. It is counted by Consume from the delivery
+	// count; the JetStream consumer itself has no MaxDeliver (unlimited).
 	MaxDeliver int
+	// DeliveryLimit bounds the deliveries of one intent whatever ended
+	// them without an outcome: a crash of the executor, an AckWait expiry,
+	// a hand-back on shutdown. A delivery past it records
+	// Failed/RetriesExhausted without running the handler again (default
+	// 2 × MaxDeliver, never less than MaxDeliver).
+	DeliveryLimit int
 	// BackOff are the delays before redelivering after a transient failure,
 	// indexed by delivery count (default 1s, 5s, 15s, 30s; the last repeats).
+	// They also space the in-process retries of a failed journal read or
+	// outcome append.
 	BackOff []time.Duration
 	// Concurrency is how many intents run at once (default 4).
 	Concurrency int
@@ -57,8 +75,14 @@ func (c *ConsumerConfig) defaults() {
 	if c.AckWait == 0 {
 		c.AckWait = 30 * time.Second
 	}
-	if c.MaxDeliver == 0 {
+	if c.MaxDeliver <= 0 {
 		c.MaxDeliver = 5
+	}
+	if c.DeliveryLimit == 0 {
+		c.DeliveryLimit = 2 * c.MaxDeliver
+	}
+	if c.DeliveryLimit < c.MaxDeliver {
+		c.DeliveryLimit = c.MaxDeliver
 	}
 	if len(c.BackOff) == 0 {
 		c.BackOff = []time.Duration{time.Second, 5 * time.Second, 15 * time.Second, 30 * time.Second}
@@ -69,7 +93,9 @@ func (c *ConsumerConfig) defaults() {
 }
 
 // DurableConsumer creates or updates the durable consumer of the intents of
-// domain (a subject token, see Domain) (idempotent).
+// domain (a subject token, see Domain) (idempotent). The consumer's
+// MaxDeliver is unlimited (-1); an existing consumer with a limit (created
+// by an earlier version) is updated in place, which JetStream allows.
 func (s *Store) DurableConsumer(ctx context.Context, domain string, cfg ConsumerConfig) (jetstream.Consumer, error) {
 	cfg.defaults()
 	if cfg.Durable == "" {
@@ -85,9 +111,13 @@ func (s *Store) DurableConsumer(ctx context.Context, domain string, cfg Consumer
 		FilterSubjects: filters,
 		AckPolicy:      jetstream.AckExplicitPolicy,
 		AckWait:        cfg.AckWait,
-		MaxDeliver:     cfg.MaxDeliver,
-		DeliverPolicy:  jetstream.DeliverAllPolicy,
-		MaxAckPending:  1000,
+		// Unlimited: the budget is counted by Consume (cfg.MaxDeliver,
+		// cfg.DeliveryLimit), which ends every intent with an outcome. A
+		// server-side limit would drop an intent whose last delivery was
+		// handed back, crashed or expired, leaving it pending forever.
+		MaxDeliver:    -1,
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+		MaxAckPending: 1000,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("journal: create or update consumer %s: %w", cfg.Durable, err)
@@ -100,9 +130,16 @@ func (s *Store) DurableConsumer(ctx context.Context, domain string, cfg Consumer
 //  1. acks it without re-executing when its outcome already exists
 //     (a redelivery after a crash, or a late ack);
 //  2. records a Failed outcome (UndecodableIntent / UnknownOperation) for a
-//     poison intent instead of letting it vanish;
-//  3. runs the handler d routes it to with in-progress heartbeats every AckWait/3;
+//     poison intent instead of letting it vanish, and a
+//     Failed/RetriesExhausted one for an intent delivered more than
+//     DeliveryLimit times;
+//  3. runs the handler d routes it to;
 //  4. appends the outcome, then acks.
+//
+// It sends in-progress heartbeats every AckWait/3 from the moment it takes
+// an intent until it settles it. An intent is acked only once its outcome
+// is in the journal; a failed journal read or outcome append is retried in
+// place (with back-off) rather than handed back, so it spends no delivery.
 //
 // When ctx ends it stops pulling and hands back (naks) every intent it
 // holds but has not finished, the buffered ones and those whose handler
@@ -157,8 +194,24 @@ func (s *Store) Consume(ctx context.Context, cfg ConsumerConfig, d *Dispatcher) 
 
 type reasoner interface{ Reason() string }
 
-// finishTimeout bounds recording an outcome (append + ack).
+// finishTimeout bounds one append or ack, and how long recording an
+// outcome goes on after ctx ended (shutdown).
 const finishTimeout = 10 * time.Second
+
+// settlement is how handle settles a message once it is done with it.
+type settlement int
+
+const (
+	// ack: the intent's outcome is in the journal.
+	ack settlement = iota
+	// retry: the handler failed transiently and the budget is not spent:
+	// nak with back-off.
+	retry
+	// handBack: shutting down; nak at once so another replica takes it.
+	handBack
+	// term: a message that can not be attributed to any object.
+	term
+)
 
 func (s *Store) handle(ctx context.Context, cfg ConsumerConfig, m jetstream.Msg, d *Dispatcher) {
 	md, err := m.Metadata()
@@ -166,34 +219,12 @@ func (s *Store) handle(ctx context.Context, cfg ConsumerConfig, m jetstream.Msg,
 		_ = m.Term()
 		return
 	}
-	rec, derr := DecodeRecord(m.Data(), md.Sequence.Stream)
-	if derr != nil || rec.Type != TypeIntent {
-		s.poison(ctx, m, md.Sequence.Stream)
-		return
-	}
-	if md.NumDelivered == 1 {
-		s.cfg.Metrics.observeDelivery(s.cfg.Clock.Now().Sub(rec.Time))
-	}
-	// 1. Outcome exists: ack without re-executing.
-	if done, err := s.hasRecord(ctx, rec.Object.UID, OutcomeID(rec.ID)); err != nil {
-		if ctx.Err() != nil {
-			_ = m.Nak() // shutting down: hand it to another replica now
-			return
-		}
-		_ = m.NakWithDelay(cfg.backoff(md.NumDelivered))
-		return
-	} else if done {
-		_ = m.DoubleAck(ctx)
-		return
-	}
-	h, why := d.handler(rec)
-	if h == nil {
-		s.finish(ctx, cfg, m, rec, Outcome{Result: Result{Class: Failed, Reason: ReasonUnknownOperation, Message: why}}, md.NumDelivered)
-		return
-	}
-	// 3. Run with heartbeats.
-	hbCtx, stop := context.WithCancel(ctx)
+	// Heartbeats from taking the intent until settling it: the journal
+	// read, the handler and the outcome append may all wait.
+	hbCtx, stopHB := context.WithCancel(context.Background())
+	hbDone := make(chan struct{})
 	go func() {
+		defer close(hbDone)
 		t := time.NewTicker(cfg.AckWait / 3)
 		defer t.Stop()
 		for {
@@ -205,77 +236,173 @@ func (s *Store) handle(ctx context.Context, cfg ConsumerConfig, m jetstream.Msg,
 			}
 		}
 	}()
+	how := s.process(ctx, cfg, m, md, d)
+	stopHB()
+	<-hbDone // no heartbeat after the ack or nak
+	switch how {
+	case ack:
+		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
+		defer cancel()
+		// A lost ack only means a redelivery, which finds the outcome.
+		_ = m.DoubleAck(actx)
+	case retry:
+		_ = m.NakWithDelay(cfg.backoff(md.NumDelivered))
+	case handBack:
+		_ = m.Nak()
+	case term:
+		_ = m.Term()
+	}
+}
+
+// process handles one delivery of an intent and says how to settle it.
+func (s *Store) process(ctx context.Context, cfg ConsumerConfig, m jetstream.Msg, md *jetstream.MsgMetadata, d *Dispatcher) settlement {
+	delivered := int(md.NumDelivered)
+	rec, derr := DecodeRecord(m.Data(), md.Sequence.Stream)
+	if derr != nil || rec.Type != TypeIntent {
+		return s.poison(ctx, cfg, m, md.Sequence.Stream)
+	}
+	if delivered == 1 {
+		s.cfg.Metrics.observeDelivery(s.cfg.Clock.Now().Sub(rec.Time))
+	}
+	// 1. Outcome exists: ack without re-executing.
+	done, ok := s.outcomeExists(ctx, cfg, rec)
+	if !ok {
+		return handBack
+	}
+	if done {
+		return ack
+	}
+	// 2. Delivered too often without an outcome (crashes, AckWait
+	// expiries, hand-backs): record that instead of running it again.
+	if delivered > cfg.DeliveryLimit {
+		return s.finish(ctx, cfg, rec, Outcome{Result: Result{Class: Failed, Reason: ReasonRetriesExhausted,
+			Message: fmt.Sprintf("delivered %d times without an outcome (executor crash, AckWait expiry or hand-back); not run again", delivered)}})
+	}
+	h, why := d.handler(rec)
+	if h == nil {
+		return s.finish(ctx, cfg, rec, Outcome{Result: Result{Class: Failed, Reason: ReasonUnknownOperation, Message: why}})
+	}
+	// 3. Run.
 	out, herr := h(ctx, rec)
-	stop()
 	if herr != nil {
 		if ctx.Err() != nil {
-			_ = m.Nak() // shutting down: hand it to another replica now
-			return
+			return handBack // shutting down: hand it to another replica now
 		}
-		if int(md.NumDelivered) >= cfg.MaxDeliver {
+		if delivered >= cfg.MaxDeliver {
 			reason := ReasonRetriesExhausted
 			var r reasoner
 			if errors.As(herr, &r) && r.Reason() != "" {
 				reason = r.Reason()
 			}
-			s.finish(ctx, cfg, m, rec, Outcome{Result: Result{Class: Failed, Reason: reason,
-				Message: fmt.Sprintf("gave up after %d deliveries (%s)", md.NumDelivered, ReasonRetriesExhausted)}}, md.NumDelivered)
-			return
+			return s.finish(ctx, cfg, rec, Outcome{Result: Result{Class: Failed, Reason: reason,
+				Message: fmt.Sprintf("gave up after %d deliveries (%s)", delivered, ReasonRetriesExhausted)}})
 		}
-		_ = m.NakWithDelay(cfg.backoff(md.NumDelivered))
-		return
+		return retry
 	}
 	if ctx.Err() != nil && out.Result.Class != Succeeded {
 		// Shutting down: a failure may be our own cancellation, not the
 		// backend's answer. Hand the intent to another replica instead of
 		// recording it.
-		_ = m.Nak()
-		return
+		return handBack
 	}
 	if cfg.BeforeOutcome != nil {
 		cfg.BeforeOutcome(rec)
 	}
-	s.finish(ctx, cfg, m, rec, out, md.NumDelivered)
+	// 4. Record.
+	return s.finish(ctx, cfg, rec, out)
 }
 
-// finish appends the outcome of rec and acks the message. It runs even
-// when ctx was cancelled meanwhile (shutdown): an operation that completed
-// is recorded rather than executed again elsewhere, within finishTimeout.
-func (s *Store) finish(ctx context.Context, cfg ConsumerConfig, m jetstream.Msg, rec Record, out Outcome, delivered uint64) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
-	defer cancel()
+// outcomeExists reports whether rec's outcome is in the journal. A failed
+// read is retried in place with back-off (the journal's trouble is not the
+// intent's, and must not spend a delivery); ok is false only when ctx
+// ended first.
+func (s *Store) outcomeExists(ctx context.Context, cfg ConsumerConfig, rec Record) (done, ok bool) {
+	for i := uint64(1); ; i++ {
+		rctx, cancel := context.WithTimeout(ctx, finishTimeout)
+		done, err := s.hasRecord(rctx, rec.Object.UID, OutcomeID(rec.ID))
+		cancel()
+		if err == nil {
+			return done, true
+		}
+		select {
+		case <-ctx.Done():
+			return false, false
+		case <-time.After(cfg.backoff(i)):
+		}
+	}
+}
+
+// finish appends the outcome of rec and says to ack. An outcome the
+// journal refuses as invalid is replaced by a Failed/InvalidOutcome one.
+// A failed append is retried in place with back-off until it succeeds, so
+// an intent is never acked without an outcome and a journal outage spends
+// no delivery; the outcome's ID is deterministic, so a retry never stores
+// it twice. When ctx ends (shutdown) it keeps trying for finishTimeout,
+// since an operation that completed is better recorded than executed
+// again elsewhere, and then hands the intent back.
+func (s *Store) finish(ctx context.Context, cfg ConsumerConfig, rec Record, out Outcome) settlement {
 	o, err := NewOutcome(rec, out.Result, out.Payload)
 	if err == nil {
 		o.Actor = s.cfg.Actor
-		_, err = s.Append(ctx, &o)
+		err = s.appendRetrying(ctx, cfg, &o)
+	}
+	if errors.Is(err, ErrInvalidRecord) || errors.Is(err, nats.ErrMaxPayload) {
+		// The executor produced an invalid outcome: record that instead.
+		o, _ = NewOutcome(rec, Result{Class: Failed, Reason: "InvalidOutcome", Message: "the executor produced an invalid outcome record"}, nil)
+		o.Actor = s.cfg.Actor
+		err = s.appendRetrying(ctx, cfg, &o)
 	}
 	if err != nil {
-		if errors.Is(err, ErrInvalidRecord) {
-			// The executor produced an invalid outcome: record that instead.
-			o2, _ := NewOutcome(rec, Result{Class: Failed, Reason: "InvalidOutcome", Message: "the executor produced an invalid outcome record"}, nil)
-			if _, err2 := s.Append(ctx, &o2); err2 == nil {
-				_ = m.DoubleAck(ctx)
-				return
-			}
-		}
-		_ = m.NakWithDelay(cfg.backoff(delivered))
-		return
+		return handBack
 	}
-	s.cfg.Metrics.countOutcome(rec.Operation, out.Result.Class)
+	s.cfg.Metrics.countOutcome(rec.Operation, o.Result.Class)
 	if cfg.AfterOutcome != nil {
 		cfg.AfterOutcome(rec)
 	}
-	_ = m.DoubleAck(ctx)
+	return ack
+}
+
+// appendRetrying appends rec, retrying a failed append with back-off. It
+// returns nil once rec is stored (or found stored), an invalid-record
+// error at once, and any other error only when ctx has been done for
+// finishTimeout.
+func (s *Store) appendRetrying(ctx context.Context, cfg ConsumerConfig, rec *Record) error {
+	var giveUp time.Time
+	for i := uint64(1); ; i++ {
+		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
+		_, err := s.Append(actx, rec)
+		cancel()
+		if err == nil || errors.Is(err, ErrInvalidRecord) || errors.Is(err, nats.ErrMaxPayload) {
+			return err
+		}
+		wait := cfg.backoff(i)
+		if ctx.Err() != nil {
+			// Shutting down: keep trying for finishTimeout, then give up.
+			if giveUp.IsZero() {
+				giveUp = time.Now().Add(finishTimeout)
+			}
+			left := time.Until(giveUp)
+			if left <= 0 {
+				return err
+			}
+			time.Sleep(min(wait, left))
+			continue
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(wait):
+		}
+	}
 }
 
 // poison records a Failed outcome for an undecodable intent, keyed by the
-// UID in its subject, then acks it. A message without a usable subject is
-// terminated (it can not be attributed to any object).
-func (s *Store) poison(ctx context.Context, m jetstream.Msg, seq uint64) {
+// UID in its subject, and says to ack. A message without a usable subject
+// is terminated (it can not be attributed to any object, so nothing waits
+// for it).
+func (s *Store) poison(ctx context.Context, cfg ConsumerConfig, m jetstream.Msg, seq uint64) settlement {
 	parts := strings.Split(strings.TrimPrefix(m.Subject(), s.cfg.SubjectPrefix+"."), ".")
 	if len(parts) != 3 {
-		_ = m.Term()
-		return
+		return term
 	}
 	causation := m.Headers().Get(jetstream.MsgIDHeader)
 	if causation == "" {
@@ -285,15 +412,14 @@ func (s *Store) poison(ctx context.Context, m jetstream.Msg, seq uint64) {
 		Object: ObjectRef{Group: parts[0], Kind: "Unknown", Name: "unknown", UID: parts[1]}}
 	o, _ := NewOutcome(intent, Result{Class: Failed, Reason: ReasonUndecodableIntent,
 		Message: fmt.Sprintf("intent at stream sequence %d could not be decoded", seq)}, nil)
-	if _, err := s.Append(ctx, &o); err != nil {
+	o.Actor = s.cfg.Actor
+	if err := s.appendRetrying(ctx, cfg, &o); err != nil {
 		if errors.Is(err, ErrInvalidRecord) {
-			_ = m.Term()
-			return
+			return term
 		}
-		_ = m.Nak()
-		return
+		return handBack
 	}
-	_ = m.DoubleAck(ctx)
+	return ack
 }
 
 func (c ConsumerConfig) backoff(delivered uint64) time.Duration {
@@ -309,9 +435,8 @@ func (c ConsumerConfig) backoff(delivered uint64) time.Duration {
 
 // hasRecord reports whether the UID's journal holds a record with this ID.
 func (s *Store) hasRecord(ctx context.Context, uid, id string) (bool, error) {
-	lock := s.uidLock(uid)
-	lock.Lock()
-	defer lock.Unlock()
+	unlock := s.lockUID(uid)
+	defer unlock()
 	st, err := s.refresh(ctx, uid)
 	if err != nil {
 		return false, err

@@ -60,7 +60,9 @@ const (
 	// ReasonUndecodableIntent: an intent message could not be decoded.
 	ReasonUndecodableIntent = "UndecodableIntent"
 	// ReasonRetriesExhausted: the executor kept failing transiently until
-	// MaxDeliver was reached.
+	// its budget (ConsumerConfig.MaxDeliver) was spent, or the intent was
+	// delivered more than ConsumerConfig.DeliveryLimit times without an
+	// outcome (crashes, AckWait expiries, hand-backs).
 	ReasonRetriesExhausted = "RetriesExhausted"
 	// ReasonUnknownOperation: no executor handles the intent's operation.
 	ReasonUnknownOperation = "UnknownOperation"

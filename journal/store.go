@@ -87,12 +87,31 @@ type Store struct {
 	// OpenExisting finds it or reads without checkpoints).
 	checkpoints bool
 
-	mu   sync.Mutex
+	mu sync.Mutex
+	// uids caches what this process knows of each UID's records. An entry
+	// (its ids map and lastSeq) is read and written only by the holder of
+	// that UID's lock (lockUID); the map itself only under mu. It is
+	// dropped wholesale when it grows past uidCacheLimit: a holder keeps
+	// using the entry it has, and the next holder rebuilds one.
 	uids map[string]*uidState
-	// uidLocks serialises appends per UID inside this process, so two
-	// goroutines never race on one UID's expected sequence.
-	uidLocks map[string]*sync.Mutex
+	// uidLocks serialises appends and reads of the cache per UID inside
+	// this process, so two goroutines never race on one UID's expected
+	// sequence or cached IDs. An entry lives exactly as long as some
+	// goroutine holds or waits for it (reference counted, see lockUID), so
+	// the map never needs a reset and one UID never has two locks.
+	uidLocks map[string]*uidMutex
 }
+
+// uidMutex is one UID's lock and the number of goroutines holding or
+// waiting for it (guarded by Store.mu).
+type uidMutex struct {
+	sync.Mutex
+	refs int
+}
+
+// uidCacheLimit bounds the per-process cache of UID states (Store.uids);
+// a variable so tests can lower it.
+var uidCacheLimit = 100_000
 
 // uidState caches what this process knows of one UID's records.
 type uidState struct {
@@ -150,7 +169,7 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Store, error) {
 	if _, err := js.CreateOrUpdateStream(ctx, CheckpointStreamConfig(cfg)); err != nil {
 		return nil, fmt.Errorf("journal: create or update stream %s: %w", CheckpointStreamName(cfg.StreamName), err)
 	}
-	return &Store{cfg: cfg, nc: nc, js: js, stream: stream, checkpoints: true, uids: map[string]*uidState{}, uidLocks: map[string]*sync.Mutex{}}, nil
+	return &Store{cfg: cfg, nc: nc, js: js, stream: stream, checkpoints: true, uids: map[string]*uidState{}, uidLocks: map[string]*uidMutex{}}, nil
 }
 
 // OpenExisting binds to an existing journal stream without changing it (for
@@ -174,7 +193,7 @@ func OpenExisting(ctx context.Context, nc *nats.Conn, cfg Config) (*Store, error
 	} else if err != nil {
 		return nil, fmt.Errorf("journal: stream %s: %w", CheckpointStreamName(cfg.StreamName), err)
 	}
-	return &Store{cfg: cfg, nc: nc, js: js, stream: stream, checkpoints: checkpoints, uids: map[string]*uidState{}, uidLocks: map[string]*sync.Mutex{}}, nil
+	return &Store{cfg: cfg, nc: nc, js: js, stream: stream, checkpoints: checkpoints, uids: map[string]*uidState{}, uidLocks: map[string]*uidMutex{}}, nil
 }
 
 // Config returns the effective configuration.
@@ -263,9 +282,8 @@ func (s *Store) Append(ctx context.Context, rec *Record, opts ...AppendOption) (
 	if err != nil {
 		return AppendResult{}, fmt.Errorf("journal: encode record: %w", err)
 	}
-	lock := s.uidLock(rec.Object.UID)
-	lock.Lock()
-	defer lock.Unlock()
+	unlock := s.lockUID(rec.Object.UID)
+	defer unlock()
 
 	start := time.Now()
 	for attempt := 0; ; attempt++ {
@@ -317,18 +335,31 @@ func (s *Store) Append(ctx context.Context, rec *Record, opts ...AppendOption) (
 	}
 }
 
-func (s *Store) uidLock(uid string) *sync.Mutex {
+// lockUID locks uid's lock and returns the function that unlocks it. The
+// lock is created on first use and removed when its last holder or waiter
+// unlocks, so the map holds only the UIDs in use right now: it is never
+// reset, and a UID never has two locks at once (a reset while a goroutine
+// held the old lock let a second goroutine into the same UID: a concurrent
+// write of its cached state).
+func (s *Store) lockUID(uid string) (unlock func()) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	l, ok := s.uidLocks[uid]
 	if !ok {
-		if len(s.uidLocks) > 100_000 {
-			s.uidLocks = map[string]*sync.Mutex{}
-		}
-		l = &sync.Mutex{}
+		l = &uidMutex{}
 		s.uidLocks[uid] = l
 	}
-	return l
+	l.refs++
+	s.mu.Unlock()
+	l.Lock()
+	return func() {
+		l.Unlock()
+		s.mu.Lock()
+		l.refs--
+		if l.refs == 0 {
+			delete(s.uidLocks, uid)
+		}
+		s.mu.Unlock()
+	}
 }
 
 func (s *Store) forget(uid string) {
@@ -339,7 +370,8 @@ func (s *Store) forget(uid string) {
 
 // refresh brings the cached state of uid up to date with the server: one
 // direct "last message of the UID's subjects" lookup, and a read of the
-// records after the cached sequence only when the journal moved.
+// records after the cached sequence only when the journal moved. The
+// caller holds uid's lock (lockUID).
 func (s *Store) refresh(ctx context.Context, uid string) (*uidState, error) {
 	last, err := s.lastSeq(ctx, uid)
 	if err != nil {
@@ -348,7 +380,7 @@ func (s *Store) refresh(ctx context.Context, uid string) (*uidState, error) {
 	s.mu.Lock()
 	st, ok := s.uids[uid]
 	if !ok {
-		if len(s.uids) > 100_000 {
+		if len(s.uids) >= uidCacheLimit {
 			s.uids = map[string]*uidState{}
 		}
 		st = &uidState{ids: map[string]uint64{}}
