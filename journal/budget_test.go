@@ -380,3 +380,38 @@ func TestCrashLoopEndsWithRetriesExhausted(t *testing.T) {
 	}
 	nothingPending(t, s)
 }
+
+// Issue 12, fault 6: an operation that runs after its object is gone
+// (Dispatcher.Persistent) is retried until it succeeds, past MaxDeliver
+// and DeliveryLimit: no projector is left to decide a retry of a Failed
+// outcome.
+func TestPersistentOperationRetriedUntilItSucceeds(t *testing.T) {
+	n := integration.StartNATS(t)
+	ctx := context.Background()
+	s := open(t, n.URL, journal.Config{})
+	o := obj()
+	in := intent(t, o, "RetainOwnership", 1)
+	if _, err := s.Append(ctx, in); err != nil {
+		t.Fatal(err)
+	}
+	cc := journal.ConsumerConfig{Durable: "exec-persistent", AckWait: 2 * time.Second, MaxDeliver: 2, DeliveryLimit: 3,
+		BackOff: []time.Duration{20 * time.Millisecond}}
+	var calls atomic.Int32
+	d := dispatcher(t, map[string]journal.Handler{"RetainOwnership": func(ctx context.Context, r journal.Record) (journal.Outcome, error) {
+		if calls.Add(1) < 8 {
+			return journal.Outcome{}, errTransient // e.g. PostgreSQL down for a while
+		}
+		return journal.Outcome{Result: journal.Result{Class: journal.Succeeded}}, nil
+	}})
+	d.Persistent("RetainOwnership")
+	cctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- s.Consume(cctx, cc, d) }()
+	t.Cleanup(func() { cancel(); <-done })
+	waitOutcome(t, s, o.UID, in.ID, journal.Succeeded)
+	if c := calls.Load(); c != 8 {
+		t.Fatalf("handler ran %d times, want 8", c)
+	}
+	settled(t, s, "exec-persistent")
+	nothingPending(t, s)
+}

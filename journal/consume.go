@@ -274,7 +274,7 @@ func (s *Store) process(ctx context.Context, cfg ConsumerConfig, m jetstream.Msg
 	}
 	// 2. Delivered too often without an outcome (crashes, AckWait
 	// expiries, hand-backs): record that instead of running it again.
-	if delivered > cfg.DeliveryLimit {
+	if delivered > cfg.DeliveryLimit && !d.isPersistent(rec.Operation) {
 		return s.finish(ctx, cfg, rec, Outcome{Result: Result{Class: Failed, Reason: ReasonRetriesExhausted,
 			Message: fmt.Sprintf("delivered %d times without an outcome (executor crash, AckWait expiry or hand-back); not run again", delivered)}})
 	}
@@ -288,7 +288,7 @@ func (s *Store) process(ctx context.Context, cfg ConsumerConfig, m jetstream.Msg
 		if ctx.Err() != nil {
 			return handBack // shutting down: hand it to another replica now
 		}
-		if delivered >= cfg.MaxDeliver {
+		if delivered >= cfg.MaxDeliver && !d.isPersistent(rec.Operation) {
 			reason := ReasonRetriesExhausted
 			var r reasoner
 			if errors.As(herr, &r) && r.Reason() != "" {

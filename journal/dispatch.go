@@ -16,8 +16,9 @@ import (
 // the domain declares with Route, before registering them, the function
 // that names the backend owning an intent's object.
 type Dispatcher struct {
-	domain string
-	ops    map[string]*route
+	domain     string
+	ops        map[string]*route
+	persistent map[string]bool
 }
 
 type route struct {
@@ -31,8 +32,24 @@ func NewDispatcher(domain string) (*Dispatcher, error) {
 	if !domainPattern.MatchString(domain) {
 		return nil, fmt.Errorf("journal: dispatcher domain %q is not a subject token", domain)
 	}
-	return &Dispatcher{domain: domain, ops: map[string]*route{}}, nil
+	return &Dispatcher{domain: domain, ops: map[string]*route{}, persistent: map[string]bool{}}, nil
 }
+
+// Persistent marks operations whose intents are retried until they
+// succeed: a transient handler error is redelivered with back-off
+// whatever the delivery count (ConsumerConfig.MaxDeliver and
+// DeliveryLimit do not apply). For steps that run after the object is
+// gone, when no projector is left to decide a retry (issue 12, fault 6).
+// Their handlers must return a transient error only for what a retry can
+// cure.
+func (d *Dispatcher) Persistent(operations ...string) {
+	for _, op := range operations {
+		d.persistent[op] = true
+	}
+}
+
+// isPersistent reports whether operation was marked Persistent.
+func (d *Dispatcher) isPersistent(operation string) bool { return d.persistent[operation] }
 
 // Domain returns the dispatcher's domain.
 func (d *Dispatcher) Domain() string { return d.domain }

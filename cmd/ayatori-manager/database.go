@@ -264,6 +264,7 @@ func (o *databaseOptions) setup(_ context.Context, mgr manager.Manager, store *j
 		if err := dispatch.HandleAll(postgresqlExecutor, ex.TenantHandlers()); err != nil {
 			return cleanup, err
 		}
+		dispatch.Persistent(dbcontract.PersistentOperations...)
 	}
 	if on.executor(openBaoExecutor) && baoStore != nil {
 		if err := dispatch.HandleAll(openBaoExecutor, (&baoexec.Executor{Store: baoStore, Timeout: sh.reconcileTimeout}).Handlers()); err != nil {

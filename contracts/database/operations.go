@@ -81,6 +81,14 @@ var PostgreSQLOperations = []string{OpObserveInstance, OpBootstrapRegistry,
 	OpCheckExtensions, OpClaimOwnership, OpCreateRole, OpCreateDatabase, OpEnsureExtensions, OpVerifyLogin, OpObserveTenant,
 	OpRetainOwnership, OpDisableLogin, OpDropDatabase, OpDropRole, OpReleaseOwnership}
 
+// PersistentOperations run after the Tenant is gone (the Retain policy
+// lets the CR go once RetainOwnership is journaled, without waiting for
+// PostgreSQL): no projector is left to decide a retry, so their intents are
+// retried until they succeed (journal.Dispatcher.Persistent), and their
+// executor reports a transient failure (PostgreSQL unreachable) as a
+// retry, never as a final outcome.
+var PersistentOperations = []string{OpRetainOwnership}
+
 // OpenBaoOperations are the operations executors/openbao owns.
 var OpenBaoOperations = []string{OpWriteCredential, OpDestroyCredential}
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -67,11 +68,19 @@ func (e *Executor) tenantOp(op func(ctx context.Context, c tenantCall) (dbcontra
 		t := Target{InstanceUID: in.InstanceUID, Endpoint: in.Endpoint, CredRef: in.AdminCredRef, Creds: creds}
 		pool, err := e.Pools.Get(t)
 		if err != nil {
+			if cl := Classify(err); cl.Transient && slices.Contains(dbcontract.PersistentOperations, rec.Operation) {
+				return journal.Outcome{}, cl
+			}
 			return failed(Classify(err), nil), nil
 		}
 		out, err := op(ctx, tenantCall{rec: rec, in: in, pool: pool, t: t})
 		if err != nil {
 			cl := Classify(err)
+			if cl.Transient && slices.Contains(dbcontract.PersistentOperations, rec.Operation) {
+				// Runs after the Tenant is gone: nobody would decide a
+				// retry of a Failed outcome (issue 12, fault 6).
+				return journal.Outcome{}, cl
+			}
 			if cl.Reason == dbcontract.ReasonAuthenticationFailed || cl.Reason == dbcontract.ReasonInsufficientPrivileges {
 				// Instance-level problems surface on the Tenant as a provisioning failure.
 				cl = &dbcontract.Failure{Reason: dbcontract.ReasonProvisioningFailed, Message: cl.Message}

@@ -173,3 +173,37 @@ func TestTenantIdentityPinnedAfterStatusLoss(t *testing.T) {
 		t.Fatalf("message %q does not name secretName", readyMsg(got.Status.Conditions))
 	}
 }
+
+// Issue 12, fault 6: a Retain Tenant deleted while PostgreSQL is down goes
+// at once (Retain never holds the CR), and its RetainOwnership — which no
+// projector can retry once the CR is gone — is retried by the executor
+// until PostgreSQL is back: the registry row ends unmanaged.
+func TestTenantRetainWhilePostgreSQLDown(t *testing.T) {
+	s := getStack(t)
+	ctx := context.Background()
+	tn := newTenant(t, s, "keep-down", "kept", nil)
+	waitTenant(t, s, "keep-down", "kept", metav1.ConditionTrue, "Ready", 2*time.Minute)
+	s.PG.Stop()
+	restarted := false
+	defer func() {
+		if !restarted {
+			_ = s.PG.Start(ctx)
+		}
+	}()
+	if err := s.CP.Client.Delete(ctx, tn); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, s, tn)
+	time.Sleep(4 * time.Second) // several failed deliveries while PostgreSQL is down
+	if err := s.PG.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	restarted = true
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 90*time.Second, true, func(ctx context.Context) (bool, error) {
+		return !superQuery[bool](t, s, "postgres", "SELECT managed FROM postgresql_tenant_operator.tenant_ownership WHERE tenant_uid = $1", string(tn.UID)), nil
+	})
+	if err != nil {
+		v, _ := journalStore(t, s).ReadView(ctx, string(tn.UID))
+		t.Fatalf("the registry row stayed managed after PostgreSQL came back\njournal:\n%s", describe(v.Records))
+	}
+}
