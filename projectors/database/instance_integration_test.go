@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/common/expfmt"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
@@ -445,4 +446,53 @@ func TestZZAdminCanaryNeverLeaks(t *testing.T) {
 	if len(insts.Items) == 0 || len(evs.Items)+len(coreEvs.Items) == 0 {
 		t.Fatalf("the scan saw %d Instances and %d Events: nothing to scan means nothing proven", len(insts.Items), len(evs.Items)+len(coreEvs.Items))
 	}
+}
+
+// Issue 12, fault 1 for the Instance: once its journal aged out (every
+// record purged, the checkpoint kept), a Ready Instance is still
+// re-observed — it reports a PostgreSQL outage and recovers. Before
+// checkpoints the next attempt was computed from a count, its intent ID
+// existed already, Append answered Duplicate, and the Instance stayed
+// Ready while PostgreSQL was down.
+func TestInstanceReobservedAfterJournalRetention(t *testing.T) {
+	e := getEnv(t)
+	ctx := context.Background()
+	pg4 := integration.StartPostgres(t, integration.PostgresOptions{})
+	if err := pg4.ReplaceServerCert(e.pg.CA, []string{"localhost"}, []string{"127.0.0.1"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := pg4.CreateAdminRole(ctx, "ayatori_admin", adminCanary, "CREATEROLE", "CREATEDB"); err != nil {
+		t.Fatal(err)
+	}
+	c, err := pgx.Connect(ctx, pg4.SuperuserDSN("postgres"))
+	if err == nil {
+		_, err = c.Exec(ctx, "GRANT CREATE ON DATABASE postgres TO ayatori_admin")
+		c.Close(ctx)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.adminSecret(t, "aged-admin", "ayatori_admin", adminCanary)
+	inst := e.instance(t, "aged", "aged-admin", func(i *v1alpha1.PostgreSQLInstance) { i.Spec.Endpoint.Port = int32(pg4.Port) })
+	e.waitReady(t, "aged", metav1.ConditionTrue, "Ready", 60*time.Second)
+	uid := string(inst.UID)
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		v, err := e.store.ReadView(ctx, uid)
+		return err == nil && v.Through > 0, nil
+	}); err != nil {
+		t.Fatal("no checkpoint written")
+	}
+	str, err := e.store.JetStream().Stream(ctx, journal.DefaultStreamName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := str.Purge(ctx, jetstream.WithPurgeSubject(journal.DefaultSubjectPrefix+".*."+uid+".*")); err != nil {
+		t.Fatal(err)
+	}
+	pg4.Stop()
+	e.waitReady(t, "aged", metav1.ConditionFalse, "DependencyUnavailable", 60*time.Second)
+	if err := pg4.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	e.waitReady(t, "aged", metav1.ConditionTrue, "Ready", 60*time.Second)
 }
