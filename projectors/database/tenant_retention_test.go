@@ -148,8 +148,8 @@ func describe(recs []journal.Record) string {
 func TestTenantIdentityPinnedAfterStatusLoss(t *testing.T) {
 	s := getStack(t)
 	ctx := context.Background()
-	tn := newTenant(t, s, "pin", "app", nil)
-	ready := waitTenant(t, s, "pin", "app", metav1.ConditionTrue, "Ready", 2*time.Minute)
+	tn := newTenant(t, s, "pin", "pinned", nil)
+	ready := waitTenant(t, s, "pin", "pinned", metav1.ConditionTrue, "Ready", 2*time.Minute)
 	provisioned := ready.Status.Credential.SecretRef.Name
 	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		cur := &v1alpha1.PostgreSQLTenant{}
@@ -165,7 +165,7 @@ func TestTenantIdentityPinnedAfterStatusLoss(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	got := waitTenant(t, s, "pin", "app", metav1.ConditionFalse, "ImmutableField", time.Minute)
+	got := waitTenant(t, s, "pin", "pinned", metav1.ConditionFalse, "ImmutableField", time.Minute)
 	if got.Status.Credential.SecretRef.Name != provisioned || got.Status.Phase == v1alpha1.TenantPhasePending {
 		t.Fatalf("status %+v: want secretRef %s and a phase past Pending", got.Status, provisioned)
 	}
@@ -181,8 +181,8 @@ func TestTenantIdentityPinnedAfterStatusLoss(t *testing.T) {
 func TestTenantRetainWhilePostgreSQLDown(t *testing.T) {
 	s := getStack(t)
 	ctx := context.Background()
-	tn := newTenant(t, s, "keep-down", "kept", nil)
-	waitTenant(t, s, "keep-down", "kept", metav1.ConditionTrue, "Ready", 2*time.Minute)
+	tn := newTenant(t, s, "keep-down", "keptdown", nil)
+	waitTenant(t, s, "keep-down", "keptdown", metav1.ConditionTrue, "Ready", 2*time.Minute)
 	s.PG.Stop()
 	restarted := false
 	defer func() {
