@@ -25,17 +25,17 @@ type clusterLoad struct {
 	reader  *journal.Store
 	uids    [][]string // per writer
 
-	mu       sync.Mutex
-	acked    map[string]uint64 // record ID -> sequence of its first ack
-	stored   map[string]bool   // every record Append eventually accepted (acked or Duplicate)
-	byUID    map[string][]string
-	ackTimes []time.Time
-	ackLat   []time.Duration
-	errs     []timedErr
-	readErrs []timedErr
+	mu        sync.Mutex
+	acked     map[string]uint64 // record ID -> sequence of its first ack
+	stored    map[string]bool   // every record Append eventually accepted (acked or Duplicate)
+	byUID     map[string][]string
+	ackTimes  []time.Time
+	ackLat    []time.Duration
+	errs      []timedErr
+	readErrs  []timedErr
 	readTimes []time.Time // successful reads
-	stale    []string // reads that missed a record acked before they started
-	dupAfter int      // Duplicate answers to a retry after an error: stored, ack lost
+	stale     []string    // reads that missed a record acked before they started
+	dupAfter  int         // Duplicate answers to a retry after an error: stored, ack lost
 }
 
 type timedErr struct {
