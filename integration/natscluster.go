@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -272,6 +273,60 @@ func (c *NATSCluster) WaitStreamCurrent(ctx context.Context, stream string, time
 		time.Sleep(100 * time.Millisecond)
 	}
 	return fmt.Errorf("stream %s not current after %s: %v", stream, timeout, last)
+}
+
+// ClientNode returns the running node a client whose connection name starts
+// with prefix is connected to (nil if none), from the nodes' /connz.
+func (c *NATSCluster) ClientNode(prefix string) *NATSNode {
+	cl := http.Client{Timeout: time.Second}
+	for _, n := range c.Nodes {
+		if !n.Running() {
+			continue
+		}
+		resp, err := cl.Get(n.MonitorURL + "/connz?limit=4096")
+		if err != nil {
+			continue
+		}
+		var connz struct {
+			Connections []struct {
+				Name string `json:"name"`
+			} `json:"connections"`
+		}
+		err = json.NewDecoder(resp.Body).Decode(&connz)
+		resp.Body.Close()
+		if err != nil {
+			continue
+		}
+		for _, conn := range connz.Connections {
+			if strings.HasPrefix(conn.Name, prefix) {
+				return n
+			}
+		}
+	}
+	return nil
+}
+
+// ConsumerLeader returns the node leading a durable consumer of the stream.
+func (c *NATSCluster) ConsumerLeader(ctx context.Context, stream, consumer string) (*NATSNode, error) {
+	nc, err := c.conn()
+	if err != nil {
+		return nil, err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	cons, err := js.Consumer(ctx, stream, consumer)
+	if err != nil {
+		return nil, err
+	}
+	info := cons.CachedInfo()
+	if info.Cluster == nil || c.Node(info.Cluster.Leader) == nil {
+		return nil, fmt.Errorf("consumer %s has no leader", consumer)
+	}
+	return c.Node(info.Cluster.Leader), nil
 }
 
 // Close stops every node and removes the cluster's files.

@@ -266,11 +266,11 @@ func (h *handoverState) run(s *integration.Stack, sig syscall.Signal, ready int,
 // Together: zero duplicate intents.
 func checkJournal(ctx context.Context, s *integration.Stack) error {
 	fmt.Printf("\nayatori-journal verify\n")
-	cmd := exec.CommandContext(ctx, s.JournalBin, "--server", s.NATS.URL, "verify")
+	cmd := exec.CommandContext(ctx, s.JournalBin, "--server", s.NATSURL, "verify")
 	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 	verr := cmd.Run()
 
-	nc, err := nats.Connect(s.NATS.URL)
+	nc, err := nats.Connect(s.NATSURL)
 	if err != nil {
 		return err
 	}
