@@ -31,6 +31,7 @@ type clusterLoad struct {
 	byUID     map[string][]string
 	ackTimes  []time.Time
 	ackLat    []time.Duration
+	ackBy     []int // writer index
 	errs      []timedErr
 	readErrs  []timedErr
 	readTimes []time.Time // successful reads
@@ -99,6 +100,7 @@ func (l *clusterLoad) run(ctx context.Context, stop *atomic.Bool) *sync.WaitGrou
 						l.acked[rec.ID] = res.Sequence
 						l.ackTimes = append(l.ackTimes, now)
 						l.ackLat = append(l.ackLat, now.Sub(start))
+						l.ackBy = append(l.ackBy, w)
 					}
 					l.stored[rec.ID] = true
 					l.byUID[uid] = append(l.byUID[uid], rec.ID)
@@ -161,14 +163,17 @@ type window struct {
 	firstReadErr   string
 }
 
-func (l *clusterLoad) window(from, to time.Time) window {
+func (l *clusterLoad) window(from, to time.Time) window { return l.windowOf(from, to, -1) }
+
+// windowOf is window over the acks of the writers in only (-1: all).
+func (l *clusterLoad) windowOf(from, to time.Time, only int) window {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	var w window
 	prev := from
 	var lat []time.Duration
 	for i, at := range l.ackTimes {
-		if at.Before(from) || at.After(to) {
+		if at.Before(from) || at.After(to) || (only >= 0 && l.ackBy[i] != only) {
 			continue
 		}
 		if w.acks == 0 {
@@ -226,12 +231,12 @@ func (w window) String() string {
 }
 
 // connectFirst connects with every node's URL, trying first first (no
-// shuffling), with the manager's reconnect options.
+// shuffling), with the manager's options (journal.ClientOptions).
 func connectFirst(t *testing.T, c *integration.NATSCluster, first int, name string) *nats.Conn {
 	t.Helper()
 	urls := c.URLs()
 	urls = append(urls[first:], urls[:first]...)
-	nc, err := nats.Connect(strings.Join(urls, ","), nats.Name(name), nats.DontRandomize(), nats.MaxReconnects(-1), nats.ReconnectWait(time.Second))
+	nc, err := nats.Connect(strings.Join(urls, ","), append(journal.ClientOptions(name), nats.DontRandomize())...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -242,8 +247,9 @@ func connectFirst(t *testing.T, c *integration.NATSCluster, first int, name stri
 // TestR3ClusterFaults runs the journal on a three-node JetStream cluster
 // (stream replicas 3, every node sync_interval always) and appends and
 // reads continuously through (a) SIGKILL of a node that does not lead the
-// stream, (b) SIGKILL of the stream leader and (c) a node stopped for 30 s
-// that then comes back and catches up. Each connection starts on a
+// stream, (b) SIGKILL of the stream leader, (c) the stream leader stopped
+// for 30 s, then back to catch up, and (d) a writer's server partitioned
+// (frozen) for 30 s: the writer must move to another server meanwhile. Each connection starts on a
 // different node, so every fault also drops a client connection that must
 // reconnect to another node. Afterwards: every acknowledged record is in
 // the stream at its acked sequence, exactly once; records whose ack was
@@ -368,6 +374,37 @@ func TestR3ClusterFaults(t *testing.T) {
 	t.Logf("(c) leader %s stopped for %s (shutdown took %s): new leader %s after %s; %s; back: healthy after %s, replicas current after %s",
 		l.Name, partition, r(stopped), nl.Name, r(elected), during, r(h), r(cur))
 	t.Logf("(c) after it came back: %s", check("(c) back", load.window(back, time.Now())))
+
+	// (d) A partition between writer-a and its server: the server is
+	// frozen (SIGSTOP) for 30 s, its connections stay open and silent. The
+	// client's pings (journal.ClientOptions) declare it stale and move it
+	// to another server well before the partition heals.
+	frozen := c.ClientNode("writer-a")
+	if frozen == nil {
+		t.Fatal("writer-a is not connected")
+	}
+	l = leader()
+	at = time.Now()
+	if err := frozen.Freeze(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(partition)
+	wd := load.windowOf(at, time.Now(), 0)
+	if wd.acks == 0 || wd.firstAckAfter > 25*time.Second {
+		t.Errorf("(d) writer-a stayed on its partitioned server: %s", wd)
+	}
+	if err := frozen.Thaw(); err != nil {
+		t.Fatal(err)
+	}
+	if err := frozen.WaitHealthy(2 * time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.WaitStreamCurrent(ctx, journal.DefaultStreamName, 2*time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(3 * time.Second)
+	t.Logf("(d) %s (stream leader: %s) frozen for %s: writer-a %s; all writers: %s; back and current %s after the thaw",
+		frozen.Name, l.Name, partition, wd, check("(d)", load.window(at, time.Now())), r(time.Since(at)-partition))
 	stop.Store(true)
 	wg.Wait()
 
