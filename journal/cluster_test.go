@@ -314,7 +314,9 @@ func TestR3ClusterFaults(t *testing.T) {
 	// read in flight when a node dies only ends at its timeout).
 	check := func(phase string, w window) window {
 		t.Helper()
-		if w.acks == 0 || w.maxGap > 20*time.Second || w.maxReadGap > 25*time.Second {
+		// An election takes 4-9 s (up to 16 s seen on a loaded machine),
+		// a publish times out after 5 s, a read after 10 s.
+		if w.acks == 0 || w.maxGap > 30*time.Second || w.maxReadGap > 35*time.Second {
 			t.Errorf("%s: appends or reads stopped: %s", phase, w)
 		}
 		return w
@@ -390,7 +392,7 @@ func TestR3ClusterFaults(t *testing.T) {
 	}
 	time.Sleep(partition)
 	wd := load.windowOf(at, time.Now(), 0)
-	if wd.acks == 0 || wd.firstAckAfter > 25*time.Second {
+	if wd.acks == 0 || wd.firstAckAfter > partition-time.Second {
 		t.Errorf("(d) writer-a stayed on its partitioned server: %s", wd)
 	}
 	if err := frozen.Thaw(); err != nil {
