@@ -69,8 +69,8 @@ test: postgres tools ## Unit + envtest + integration + stack tests on real serve
 ##@ Benchmarks
 
 .PHONY: bench-journal
-bench-journal: ## Journal benchmarks on an embedded JetStream (sync_interval always); figures go to docs/journal.md.
-	go test -run '^$$' -bench 'Append|Fold' -benchtime 3000x ./journal/
+bench-journal: ## Journal benchmarks on an embedded JetStream and on a three-node cluster with stream replicas 3 (sync_interval always); figures go to docs/journal.md.
+	go test -run '^$$' -bench 'Append|Read|Fold' -benchtime 3000x ./journal/
 	AYATORI_BENCH_RECORDS=$${AYATORI_BENCH_RECORDS:-1000000} go test -run '^$$' -bench 'TimelineLargeStream' -benchtime 200x -timeout 60m ./journal/
 
 ##@ Run
@@ -86,8 +86,9 @@ dev: postgres tools ## Like demo, but keep the stack up and print how to explore
 	@bin/ayatori-demo -keep
 
 .PHONY: bench
-bench: postgres tools ## Scale benchmark: N=100 and N=1000 Tenants on one Instance, then N=100 with a leader hand-over (SIGTERM, SIGKILL) mid-run (figures in docs/journal.md).
+bench: postgres tools ## Scale benchmark: N=100 and N=1000 Tenants on one Instance, N=100 with a leader hand-over (SIGTERM, SIGKILL) mid-run, N=100 on a three-node JetStream cluster (figures in docs/journal.md).
 	go run ./integration/bench -n 100
 	go run ./integration/bench -n 1000
 	go run ./integration/bench -n 100 -handover term
 	go run ./integration/bench -n 100 -handover kill
+	go run ./integration/bench -n 100 -nats-cluster

@@ -5,6 +5,10 @@ package deploy_test
 
 import (
 	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -65,6 +69,7 @@ func TestOverlaysRenderAndDryRun(t *testing.T) {
 			}
 		}
 		for _, want := range []string{"Deployment/ayatori-manager", "StatefulSet/ayatori-nats", "ConfigMap/ayatori-nats-config",
+			"Service/ayatori-nats-headless", "PodDisruptionBudget/ayatori-nats",
 			"ClusterRole/ayatori-manager", "Role/ayatori-manager", "Service/ayatori-manager-metrics", "CustomResourceDefinition/postgresqltenants.database.ayatori.ddupan.top"} {
 			if !strings.Contains(strings.Join(kinds, " "), want) {
 				t.Errorf("%s renders no %s", overlay, want)
@@ -88,6 +93,80 @@ func TestOverlaysRenderAndDryRun(t *testing.T) {
 			if o.GetNamespace() != "ayatori-system" || len(rules) == 0 {
 				t.Fatalf("the Secret-reading Role is not limited to the controller namespace: %s", o.GetNamespace())
 			}
+		}
+	}
+}
+
+// TestProdJournalCluster: the prod overlay runs the journal on three NATS
+// servers with routes to each other (one PVC each, one per node,
+// sync_interval always) and the manager with every server's URL and
+// --journal-replicas=3, as TestTenantsOnR3Cluster runs it. Every rendered
+// nats.conf passes the pinned nats-server's own configuration check.
+func TestProdJournalCluster(t *testing.T) {
+	integration.Servers(t)
+	natsServer, err := integration.ToolPath("nats-server")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, overlay := range []string{"overlays/dev", "overlays/prod"} {
+		prod := overlay == "overlays/prod"
+		var conf string
+		var args []string
+		for _, o := range render(t, overlay) {
+			switch {
+			case o.GetKind() == "ConfigMap" && o.GetName() == "ayatori-nats-config":
+				conf, _, _ = unstructured.NestedString(o.Object, "data", "nats.conf")
+			case o.GetKind() == "StatefulSet" && o.GetName() == "ayatori-nats":
+				// kustomize renders ints as int, which the Nested* copies refuse.
+				replicas, _, _ := unstructured.NestedFieldNoCopy(o.Object, "spec", "replicas")
+				svc, _, _ := unstructured.NestedString(o.Object, "spec", "serviceName")
+				claims, _, _ := unstructured.NestedFieldNoCopy(o.Object, "spec", "volumeClaimTemplates")
+				policy, _, _ := unstructured.NestedString(o.Object, "spec", "podManagementPolicy")
+				want := map[bool]int{false: 1, true: 3}[prod]
+				if fmt.Sprint(replicas) != fmt.Sprint(want) || svc != "ayatori-nats-headless" || len(claims.([]any)) != 1 || policy != "Parallel" {
+					t.Errorf("%s: NATS StatefulSet replicas %v (want %d), serviceName %q, claim templates %v, podManagementPolicy %q",
+						overlay, replicas, want, svc, claims, policy)
+				}
+				_, anti, _ := unstructured.NestedFieldNoCopy(o.Object, "spec", "template", "spec", "affinity", "podAntiAffinity", "requiredDuringSchedulingIgnoredDuringExecution")
+				if prod && !anti {
+					t.Errorf("%s: the NATS servers may share a node", overlay)
+				}
+			case o.GetKind() == "Deployment" && o.GetName() == "ayatori-manager":
+				cs, _, _ := unstructured.NestedFieldNoCopy(o.Object, "spec", "template", "spec", "containers")
+				for _, a := range cs.([]any)[0].(map[string]any)["args"].([]any) {
+					args = append(args, a.(string))
+				}
+			}
+		}
+		joined := strings.Join(args, " ")
+		if !strings.Contains(conf, "sync_interval: always") {
+			t.Errorf("%s: NATS is not configured with sync_interval: always", overlay)
+		}
+		if prod {
+			for i := 0; i < 3; i++ {
+				route := fmt.Sprintf("nats://ayatori-nats-%d.ayatori-nats-headless:6222", i)
+				client := fmt.Sprintf("nats://ayatori-nats-%d.ayatori-nats-headless:4222", i)
+				if !strings.Contains(conf, route) || !strings.Contains(joined, client) {
+					t.Errorf("%s: server %d missing from the routes or the manager's --nats-url", overlay, i)
+				}
+			}
+			if strings.Count(joined, "--nats-url=") != 1 || !strings.Contains(joined, "--postgresql-ca-bundle-path=") {
+				t.Errorf("%s: the --nats-url patch replaced the wrong argument: %s", overlay, joined)
+			}
+			if !strings.Contains(conf, "cluster {") || !strings.Contains(joined, "--journal-replicas=3") {
+				t.Errorf("%s: no cluster block or no --journal-replicas=3 (args %s)", overlay, joined)
+			}
+		} else if strings.Contains(conf, "cluster") || strings.Contains(joined, "--journal-replicas") {
+			t.Errorf("%s: dev runs one server with an R1 journal", overlay)
+		}
+		path := filepath.Join(t.TempDir(), "nats.conf")
+		if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(natsServer, "-t", "-c", path)
+		cmd.Env = append(os.Environ(), "SERVER_NAME=ayatori-nats-0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Errorf("%s: nats-server -t rejects nats.conf: %v\n%s\n%s", overlay, err, out, conf)
 		}
 	}
 }

@@ -53,17 +53,27 @@ type StackOptions struct {
 	ManagerArgs []string
 	// Log receives progress lines (nil: discard).
 	Log func(format string, args ...any)
+	// NATSCluster runs the journal on a three-node JetStream cluster
+	// (NewNATSCluster) instead of one embedded server, and the manager
+	// with --journal-replicas=3 and every node's URL in --nats-url.
+	NATSCluster bool
 }
 
 // Stack is the local stack: a real control plane, JetStream, PostgreSQL
 // with TLS, and the ayatori-manager process built from this checkout.
 // `make demo`, `make dev` and the stack test use it.
 type Stack struct {
-	CP   *ControlPlane
+	CP *ControlPlane
+	// NATS is the single JetStream server (nil with NATSCluster).
 	NATS *NATS
-	PG   *Postgres
-	Bao  *OpenBao
-	ESO  *ExternalSecrets
+	// NATSCluster is the three-node cluster (only with NATSCluster).
+	NATSCluster *NATSCluster
+	// NATSURL is the journal's client URL: the server's, or the
+	// comma-separated list of every cluster node.
+	NATSURL string
+	PG      *Postgres
+	Bao     *OpenBao
+	ESO     *ExternalSecrets
 	// ControllerTokenFile holds the manager's OpenBao token (policy limited
 	// to the tenant base path; development token-file auth).
 	ControllerTokenFile string
@@ -117,9 +127,18 @@ func StartStack(ctx context.Context, opts StackOptions) (_ *Stack, err error) {
 	if s.CP, err = NewControlPlane(ControlPlaneOptions{ExternalSecretsCRDs: true}); err != nil {
 		return nil, err
 	}
-	s.logf("starting NATS JetStream (file storage, sync_interval always)")
-	if s.NATS, err = NewNATS(NATSOptions{}); err != nil {
-		return nil, err
+	if opts.NATSCluster {
+		s.logf("starting a three-node NATS JetStream cluster (file storage, sync_interval always, stream replicas 3)")
+		if s.NATSCluster, err = NewNATSCluster(NATSClusterOptions{Log: opts.Log}); err != nil {
+			return nil, err
+		}
+		s.NATSURL = s.NATSCluster.URL()
+	} else {
+		s.logf("starting NATS JetStream (file storage, sync_interval always)")
+		if s.NATS, err = NewNATS(NATSOptions{}); err != nil {
+			return nil, err
+		}
+		s.NATSURL = s.NATS.URL
 	}
 	s.logf("starting PostgreSQL 15 (TLS only, per-run CA)")
 	if s.PG, err = NewPostgres(ctx, PostgresOptions{LogStatements: true}); err != nil {
@@ -227,11 +246,14 @@ func (s *Stack) startManager(logName string, env, extra []string) (*Manager, err
 		return nil, err
 	}
 	m := &Manager{Log: filepath.Join(s.Dir, logName), MetricsURL: fmt.Sprintf("http://127.0.0.1:%d/metrics", port)}
-	args := append([]string{"--kubeconfig", s.CP.KubeconfigPath, "--namespace", ControllerNamespace, "--nats-url", s.NATS.URL,
+	args := append([]string{"--kubeconfig", s.CP.KubeconfigPath, "--namespace", ControllerNamespace, "--nats-url", s.NATSURL,
 		"--postgresql-ca-bundle-path", s.PG.CAFile, "--metrics-bind-address", fmt.Sprintf("127.0.0.1:%d", port), "--health-probe-bind-address", "0",
 		"--retry-base", "1s", "--retry-max", "10s",
 		"--openbao-address", s.Bao.Address, "--openbao-token-file", s.ControllerTokenFile, "--openbao-kv-mount", KVMount,
 		"--external-secret-store-name", StoreName}, s.opts.ManagerArgs...)
+	if s.NATSCluster != nil {
+		args = append(args, "--journal-replicas=3")
+	}
 	args = append(args, extra...)
 	if m.p, err = startProcess(processSpec{name: "ayatori-manager", path: s.managerBin, args: args, dir: s.Dir, logPath: m.Log, env: env}); err != nil {
 		return nil, err
@@ -280,6 +302,9 @@ func (s *Stack) Close() {
 	}
 	if s.NATS != nil {
 		s.NATS.Close()
+	}
+	if s.NATSCluster != nil {
+		s.NATSCluster.Close()
 	}
 	if s.CP != nil {
 		s.CP.Close()

@@ -51,6 +51,22 @@ func StartNATS(t testing.TB) *NATS {
 	return n
 }
 
+// StartNATSCluster starts a three-node JetStream cluster (nats-server
+// processes, see NewNATSCluster) for t.
+func StartNATSCluster(t testing.TB, opts NATSClusterOptions) *NATSCluster {
+	t.Helper()
+	Servers(t)
+	if opts.Log == nil {
+		opts.Log = t.Logf
+	}
+	c, err := NewNATSCluster(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
 // StartPostgres starts a TLS-only PostgreSQL cluster for t.
 func StartPostgres(t testing.TB, opts PostgresOptions) *Postgres {
 	t.Helper()

@@ -49,6 +49,7 @@ var toolNames = map[string]string{
 	"vault":            "VAULT_VERSION",
 	"external-secrets": "EXTERNAL_SECRETS_VERSION",
 	"controller-gen":   "CONTROLLER_TOOLS_VERSION",
+	"nats-server":      "NATS_SERVER_VERSION",
 }
 
 // ToolDir returns the cache directory of one pinned tool.

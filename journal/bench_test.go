@@ -20,7 +20,9 @@ import (
 )
 
 // Benchmarks run against an embedded JetStream server with file storage and
-// sync_interval always (every ack follows an fsync). Figures are recorded
+// sync_interval always (every ack follows an fsync); the *R3 ones against a
+// three-node cluster of nats-server processes, each with sync_interval
+// always, and the stream at replicas 3. Figures are recorded
 // in docs/journal.md; run them with `make bench-journal`.
 
 func reportPercentiles(b *testing.B, lat []time.Duration) {
@@ -33,14 +35,30 @@ func reportPercentiles(b *testing.B, lat []time.Duration) {
 	b.ReportMetric(p(0.99), "p99-ms")
 }
 
-func benchAppend(b *testing.B, uids int) {
-	n := integration.StartNATS(b)
-	nc, _ := nats.Connect(n.URL)
-	defer nc.Close()
-	st, err := journal.Open(context.Background(), nc, journal.Config{Actor: "bench"})
+// benchStore opens a journal on one embedded server, or with r3 on a
+// three-node cluster (nats-server processes, sync_interval always on each)
+// with stream replicas 3.
+func benchStore(b *testing.B, r3 bool) *journal.Store {
+	url, cfg := "", journal.Config{Actor: "bench"}
+	if r3 {
+		url, cfg.Replicas = integration.StartNATSCluster(b, integration.NATSClusterOptions{Log: func(string, ...any) {}}).URL(), 3
+	} else {
+		url = integration.StartNATS(b).URL
+	}
+	nc, err := nats.Connect(url)
 	if err != nil {
 		b.Fatal(err)
 	}
+	b.Cleanup(nc.Close)
+	st, err := journal.Open(context.Background(), nc, cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return st
+}
+
+func benchAppend(b *testing.B, uids int, r3 bool) {
+	st := benchStore(b, r3)
 	objs := make([]journal.ObjectRef, uids)
 	for i := range objs {
 		objs[i] = obj()
@@ -61,21 +79,25 @@ func benchAppend(b *testing.B, uids int) {
 }
 
 // BenchmarkAppendOneUID: sequential appends to one UID.
-func BenchmarkAppendOneUID(b *testing.B) { benchAppend(b, 1) }
+func BenchmarkAppendOneUID(b *testing.B) { benchAppend(b, 1, false) }
 
 // BenchmarkAppend100UIDs: sequential appends spread over 100 UIDs.
-func BenchmarkAppend100UIDs(b *testing.B) { benchAppend(b, 100) }
+func BenchmarkAppend100UIDs(b *testing.B) { benchAppend(b, 100, false) }
+
+// BenchmarkAppendOneUIDR3: BenchmarkAppendOneUID on a three-node cluster,
+// stream replicas 3.
+func BenchmarkAppendOneUIDR3(b *testing.B) { benchAppend(b, 1, true) }
 
 // BenchmarkAppendConcurrent: concurrent appenders (GOMAXPROCS x 8
 // goroutines), each on its own UID; reports records/s.
-func BenchmarkAppendConcurrent(b *testing.B) {
-	n := integration.StartNATS(b)
-	nc, _ := nats.Connect(n.URL)
-	defer nc.Close()
-	st, err := journal.Open(context.Background(), nc, journal.Config{Actor: "bench"})
-	if err != nil {
-		b.Fatal(err)
-	}
+func BenchmarkAppendConcurrent(b *testing.B) { benchAppendConcurrent(b, false) }
+
+// BenchmarkAppendConcurrentR3: BenchmarkAppendConcurrent on a three-node
+// cluster, stream replicas 3.
+func BenchmarkAppendConcurrentR3(b *testing.B) { benchAppendConcurrent(b, true) }
+
+func benchAppendConcurrent(b *testing.B, r3 bool) {
+	st := benchStore(b, r3)
 	var seq atomic.Int64
 	b.SetParallelism(8)
 	start := time.Now()
@@ -92,6 +114,46 @@ func BenchmarkAppendConcurrent(b *testing.B) {
 	})
 	b.StopTimer()
 	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "records/s")
+}
+
+// BenchmarkReadOneUID: Read of one UID holding 20 records (what a
+// projector does per reconcile); reports the share of reads that failed
+// (and were repeated).
+func BenchmarkReadOneUID(b *testing.B) { benchRead(b, false) }
+
+// BenchmarkReadOneUIDR3: BenchmarkReadOneUID on a three-node cluster,
+// stream replicas 3.
+func BenchmarkReadOneUIDR3(b *testing.B) { benchRead(b, true) }
+
+func benchRead(b *testing.B, r3 bool) {
+	st := benchStore(b, r3)
+	ctx := context.Background()
+	o := obj()
+	for i := 1; i <= 20; i++ {
+		r, _ := journal.NewIntent(o, "ObserveInstance", "", i, nil)
+		if _, err := st.Append(ctx, &r); err != nil {
+			b.Fatal(err)
+		}
+	}
+	lat := make([]time.Duration, 0, b.N)
+	failed := 0
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		start := time.Now()
+		for {
+			recs, err := st.Read(ctx, o.UID)
+			if err == nil && len(recs) == 20 {
+				break
+			}
+			if failed++; failed > b.N {
+				b.Fatalf("reads keep failing: %v (%d records)", err, len(recs))
+			}
+		}
+		lat = append(lat, time.Since(start))
+	}
+	b.StopTimer()
+	reportPercentiles(b, lat)
+	b.ReportMetric(100*float64(failed)/float64(b.N+failed), "failed-%")
 }
 
 // BenchmarkFold: folding records in memory; reports records/s.

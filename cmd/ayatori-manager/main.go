@@ -126,7 +126,7 @@ func run(args []string) error {
 	}
 
 	ctx := ctrl.SetupSignalHandler()
-	natsOpts := []nats.Option{nats.Name("ayatori-manager " + o.actor), nats.MaxReconnects(-1), nats.ReconnectWait(time.Second)}
+	natsOpts := journal.ClientOptions("ayatori-manager " + o.actor)
 	if o.natsCreds != "" {
 		natsOpts = append(natsOpts, nats.UserCredentials(o.natsCreds))
 	}

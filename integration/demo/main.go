@@ -205,7 +205,7 @@ func run(keep bool) error {
 		return err
 	}
 	section("ayatori-journal replay --kind PostgreSQLTenant -n netbox --name netbox --kubeconfig ...   (last lines: the live object against the journal)")
-	out, err := exec.CommandContext(ctx, s.JournalBin, "--server", s.NATS.URL, "replay", "--kind", "PostgreSQLTenant", "-n", "netbox",
+	out, err := exec.CommandContext(ctx, s.JournalBin, "--server", s.NATSURL, "replay", "--kind", "PostgreSQLTenant", "-n", "netbox",
 		"--name", "netbox", "--kubeconfig", s.CP.KubeconfigPath).CombinedOutput()
 	if i := bytes.LastIndex(out, []byte("live object:")); i >= 0 {
 		fmt.Print(string(out[i:]))
@@ -224,7 +224,7 @@ func run(keep bool) error {
 		fmt.Printf("    kubectl get pginstance,pgtenant -A      # kubectl from Debian's kubectl package\n")
 		fmt.Printf("    kubectl get externalsecret,secret -n netbox\n")
 		fmt.Printf("    kubectl describe pgtenant -n netbox netbox   # conditions and the IntentAppended Events\n")
-		fmt.Printf("    export NATS_URL=%s\n", s.NATS.URL)
+		fmt.Printf("    export NATS_URL=%s\n", s.NATSURL)
 		aj := s.JournalBin
 		fmt.Printf("    %s list\n", aj)
 		fmt.Printf("    %s timeline --kind PostgreSQLTenant -n netbox --name netbox --follow\n", aj)
@@ -501,7 +501,7 @@ func printTable(ctx context.Context, s *integration.Stack, path string) error {
 }
 
 func journalCLI(ctx context.Context, s *integration.Stack, args ...string) error {
-	cmd := exec.CommandContext(ctx, s.JournalBin, append([]string{"--server", s.NATS.URL}, args...)...)
+	cmd := exec.CommandContext(ctx, s.JournalBin, append([]string{"--server", s.NATSURL}, args...)...)
 	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 	return cmd.Run()
 }

@@ -4,7 +4,7 @@
 #   ${AYATORI_TOOLS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/ayatori/tools}/<name>-<version>/<binary>
 # A tool is rebuilt only when its binary is missing. Each build prints its
 # duration. Usage: build.sh [name...]   (default: all)
-# Names: controller-gen etcd kube-apiserver vault external-secrets
+# Names: controller-gen etcd kube-apiserver vault external-secrets nats-server
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -112,6 +112,16 @@ MOD
 	go build -trimpath -o "$2" github.com/hashicorp/vault
 }
 
+# nats-server as a process, for the three-node JetStream cluster tests (a
+# node is SIGKILLed, which an embedded server cannot be). Same version as the
+# embedded server in go.mod.
+recipe_nats_server() {
+	printf 'module ayatori.tools/nats-server\n\ngo 1.26\n\nrequire github.com/nats-io/nats-server/v2 %s\n' "$1" >go.mod
+	wrapper . github.com/nats-io/nats-server/v2
+	go mod tidy
+	go build -trimpath -o "$2" github.com/nats-io/nats-server/v2
+}
+
 recipe_external_secrets() {
 	cat >go.mod <<MOD
 module ayatori.tools/external-secrets
@@ -134,7 +144,7 @@ MOD
 }
 
 names=("$@")
-[[ ${#names[@]} -gt 0 ]] || names=(controller-gen etcd kube-apiserver vault external-secrets)
+[[ ${#names[@]} -gt 0 ]] || names=(controller-gen etcd kube-apiserver vault external-secrets nats-server)
 total=$SECONDS
 for n in "${names[@]}"; do
 	case "$n" in
@@ -143,6 +153,7 @@ for n in "${names[@]}"; do
 	kube-apiserver) build kube-apiserver "$KUBE_APISERVER_VERSION" kube-apiserver recipe_kube_apiserver ;;
 	vault) build vault "$VAULT_VERSION" vault recipe_vault ;;
 	external-secrets) build external-secrets "$EXTERNAL_SECRETS_VERSION" external-secrets recipe_external_secrets ;;
+	nats-server) build nats-server "$NATS_SERVER_VERSION" nats-server recipe_nats_server ;;
 	*) log "unknown tool: $n"; exit 2 ;;
 	esac
 done
