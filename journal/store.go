@@ -559,10 +559,18 @@ func (s *Store) eachMsg(ctx context.Context, filters []string, startSeq uint64, 
 		}
 	}()
 	pending := cons.CachedInfo().NumPending
+	// On a cluster the pull request can reach the client's server before
+	// the new ordered consumer does ("no responders"): retried briefly.
+	noResponders := 0
 	for pending > 0 {
 		// The messages exist already, so a fetch of exactly the pending
 		// count returns as soon as they are delivered.
 		batch, err := cons.Fetch(int(min(pending, 1000)), jetstream.FetchMaxWait(5*time.Second))
+		if errors.Is(err, nats.ErrNoResponders) && noResponders < 5 {
+			noResponders++
+			time.Sleep(time.Duration(noResponders) * 20 * time.Millisecond)
+			continue
+		}
 		if err != nil {
 			return fmt.Errorf("journal: read: %w", err)
 		}
@@ -578,7 +586,11 @@ func (s *Store) eachMsg(ctx context.Context, filters []string, startSeq uint64, 
 			}
 			pending = md.NumPending
 		}
-		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
+		if err := batch.Error(); got == 0 && errors.Is(err, nats.ErrNoResponders) && noResponders < 5 {
+			noResponders++
+			time.Sleep(time.Duration(noResponders) * 20 * time.Millisecond)
+			continue
+		} else if err != nil && !errors.Is(err, nats.ErrTimeout) {
 			return fmt.Errorf("journal: read: %w", err)
 		}
 		if got == 0 {

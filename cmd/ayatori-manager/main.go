@@ -13,7 +13,6 @@ import (
 	"os"
 	"strings"
 	"syscall"
-	"time"
 
 	"github.com/nats-io/nats.go"
 	"go.uber.org/zap/zapcore"
