@@ -23,6 +23,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"os"
 	"os/exec"
@@ -35,6 +36,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -54,6 +56,8 @@ func main() {
 	timeout := flag.Duration("timeout", 60*time.Minute, "give up after")
 	handover := flag.String("handover", "", "leader hand-over mid-run: term (graceful) or kill (crash); empty: one manager")
 	cluster := flag.Bool("nats-cluster", false, "run the journal on a three-node JetStream cluster with stream replicas 3")
+	resync := flag.Duration("resync", 24*time.Hour, "the manager's --tenant-resync-interval")
+	idle := flag.Duration("idle", 0, "after all are Ready, keep them idling this long and report records appended per hour and reconcile latency")
 	flag.Parse()
 	var sig syscall.Signal
 	switch *handover {
@@ -70,16 +74,16 @@ func main() {
 		fmt.Fprintln(os.Stderr, "bench: -n must be at least 1")
 		os.Exit(2)
 	}
-	if err := run(*n, *timeout, sig, *cluster); err != nil {
+	if err := run(*n, *timeout, sig, *cluster, *resync, *idle); err != nil {
 		fmt.Fprintln(os.Stderr, "bench FAILED:", err)
 		os.Exit(1)
 	}
 }
 
-func run(n int, timeout time.Duration, handover syscall.Signal, cluster bool) error {
+func run(n int, timeout time.Duration, handover syscall.Signal, cluster bool, resync, idle time.Duration) error {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	args := []string{"--tenant-resync-interval=24h", "--executor-concurrency=8"}
+	args := []string{"--tenant-resync-interval=" + resync.String(), "--executor-concurrency=8"}
 	if handover != 0 {
 		args = append(args, "--leader-elect")
 	}
@@ -216,6 +220,11 @@ func run(n int, timeout time.Duration, handover syscall.Signal, cluster bool) er
 	if handover == 0 {
 		fmt.Printf("  journal share            append+delivery time / (N x mean create→Ready) = %.1f%%\n",
 			100*(appendSum+deliverySum)/(float64(n)*meanSeconds(lat)))
+		if idle > 0 {
+			if err := idleRow(ctx, s, n, resync, idle); err != nil {
+				return err
+			}
+		}
 		if cluster {
 			return checkJournal(ctx, s)
 		}
@@ -433,4 +442,129 @@ func journalMetrics(url string) (appendSum, appendCount, deliverySum, deliveryCo
 		}
 	}
 	return
+}
+
+// idleRow lets the N Ready Tenants idle for d (re-checked every resync)
+// and reports what the steady state costs: journal records appended per
+// hour (all of them, per Tenant), Tenant reconciles and their p99 from the
+// manager's controller-runtime histogram, and whether every Tenant stayed
+// Ready throughout (issue 12, fault 2).
+func idleRow(ctx context.Context, s *integration.Stack, n int, resync, d time.Duration) error {
+	nc, err := nats.Connect(s.NATSURL)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	msgs := func() (uint64, error) {
+		str, err := js.Stream(ctx, journal.DefaultStreamName)
+		if err != nil {
+			return 0, err
+		}
+		info, err := str.Info(ctx)
+		if err != nil {
+			return 0, err
+		}
+		return info.State.LastSeq, nil
+	}
+	before, err := msgs()
+	if err != nil {
+		return err
+	}
+	h0 := reconcileHistogram(s.Primary().MetricsURL, "postgresqltenant")
+	start := time.Now()
+	flapped := map[string]bool{}
+	for time.Since(start) < d {
+		var list v1alpha1.PostgreSQLTenantList
+		if err := s.CP.Client.List(ctx, &list, client.InNamespace("bench")); err != nil {
+			return err
+		}
+		for _, t := range list.Items {
+			ready := false
+			for _, c := range t.Status.Conditions {
+				ready = ready || (c.Type == "Ready" && c.Status == metav1.ConditionTrue)
+			}
+			if !ready {
+				flapped[t.Name] = true
+			}
+		}
+		time.Sleep(time.Second)
+	}
+	elapsed := time.Since(start)
+	after, err := msgs()
+	if err != nil {
+		return err
+	}
+	h1 := reconcileHistogram(s.Primary().MetricsURL, "postgresqltenant")
+	perHour := float64(after-before) / elapsed.Hours()
+	fmt.Printf("\nidle: N=%d Ready Tenants for %s, re-check every %s (%.1f intervals)\n", n, elapsed.Round(time.Second), resync, elapsed.Seconds()/resync.Seconds())
+	fmt.Printf("  journal records appended %d  (%.0f per hour, %.1f per Tenant per hour, %.2f per Tenant per re-check)\n",
+		after-before, perHour, perHour/float64(n), float64(after-before)/float64(n)/(elapsed.Seconds()/resync.Seconds()))
+	count, p99 := h1.since(h0)
+	fmt.Printf("  Tenant reconciles        %d, p99 %s\n", int(count), p99)
+	fmt.Printf("  Tenants not Ready at some sample: %d of %d\n", len(flapped), n)
+	return nil
+}
+
+// histogram is a cumulative Prometheus histogram: upper bound -> count.
+type histogram map[float64]float64
+
+// reconcileHistogram reads controller_runtime_reconcile_time_seconds of one
+// controller from the manager's metrics endpoint.
+func reconcileHistogram(url, controller string) histogram {
+	h := histogram{}
+	resp, err := http.Get(url)
+	if err != nil {
+		return h
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	prefix := "controller_runtime_reconcile_time_seconds_bucket{"
+	for _, line := range strings.Split(string(b), "\n") {
+		if !strings.HasPrefix(line, prefix) || !strings.Contains(line, `controller="`+controller+`"`) {
+			continue
+		}
+		i := strings.Index(line, `le="`)
+		j := strings.LastIndex(line, " ")
+		if i < 0 || j < 0 {
+			continue
+		}
+		le := line[i+4:]
+		le = le[:strings.Index(le, `"`)]
+		bound, err := strconv.ParseFloat(le, 64)
+		if le == "+Inf" {
+			bound, err = math.Inf(1), nil
+		}
+		v, verr := strconv.ParseFloat(line[j+1:], 64)
+		if err == nil && verr == nil {
+			h[bound] = v
+		}
+	}
+	return h
+}
+
+// since returns the observations between h0 and h and the bucket bound
+// that holds their 99th percentile.
+func (h histogram) since(h0 histogram) (float64, string) {
+	bounds := make([]float64, 0, len(h))
+	for b := range h {
+		bounds = append(bounds, b)
+	}
+	sort.Float64s(bounds)
+	if len(bounds) == 0 {
+		return 0, "n/a"
+	}
+	total := h[bounds[len(bounds)-1]] - h0[bounds[len(bounds)-1]]
+	for _, b := range bounds {
+		if h[b]-h0[b] >= 0.99*total {
+			if math.IsInf(b, 1) {
+				return total, "> largest bucket"
+			}
+			return total, "<= " + time.Duration(b*float64(time.Second)).String()
+		}
+	}
+	return total, "n/a"
 }
