@@ -20,7 +20,7 @@ import (
 const CheckpointKeep = 8
 
 // Checkpoint is the compacted history of one object UID through a journal
-// sequence (docs/journal.md "Checkpoints"). It is kept in a stream of its
+// sequence (docs/journal.md "Retention and checkpoints"). It is kept in a stream of its
 // own without age limit (one message per UID), so a decision never
 // depends on journal records that retention may remove, and a pass reads
 // the checkpoint plus the records after it: its cost does not grow with

@@ -146,3 +146,34 @@ func TestCheckpointOutlivesRetention(t *testing.T) {
 		t.Fatalf("after drop: %+v", v4)
 	}
 }
+
+// The secret canary scan covers the checkpoint stream too: checkpoints
+// hold copies of journal records.
+func TestCanaryScanCoversCheckpoints(t *testing.T) {
+	n := integration.StartNATS(t)
+	s := open(t, n.URL, journal.Config{})
+	ctx := context.Background()
+	o := obj()
+	in, err := journal.NewIntent(o, "Observe", "CANARY-in-a-checkpoint", 1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Append(ctx, &in); err != nil {
+		t.Fatal(err)
+	}
+	v, err := s.ReadView(ctx, o.UID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.WriteCheckpoint(ctx, v); err != nil {
+		t.Fatal(err)
+	}
+	str, _ := s.JetStream().Stream(ctx, s.Config().StreamName)
+	if err := str.Purge(ctx, jetstream.WithPurgeSubject("ayatori.journal.*."+o.UID+".*")); err != nil {
+		t.Fatal(err)
+	}
+	hits, err := s.ScanForSecret(ctx, "CANARY-in-a-checkpoint")
+	if err != nil || len(hits) != 1 || hits[0] < journal.CheckpointHitBase {
+		t.Fatalf("hits %v, %v: want one in the checkpoint stream", hits, err)
+	}
+}

@@ -535,6 +535,11 @@ func (s *Store) ScanRaw(ctx context.Context, fn func(data []byte, hdr nats.Heade
 // to fn, through an ordered consumer; it stops at the end of the stream as
 // it was when it started.
 func (s *Store) eachMsg(ctx context.Context, filters []string, startSeq uint64, since *time.Time, fn func([]byte, nats.Header, uint64) error) error {
+	return s.eachMsgOf(ctx, s.stream, filters, startSeq, since, fn)
+}
+
+// eachMsgOf is eachMsg on another stream of the journal (the checkpoints).
+func (s *Store) eachMsgOf(ctx context.Context, stream jetstream.Stream, filters []string, startSeq uint64, since *time.Time, fn func([]byte, nats.Header, uint64) error) error {
 	// Ephemeral consumers are deleted when the read ends; the inactivity
 	// threshold cleans up after a crashed reader.
 	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: filters, DeliverPolicy: jetstream.DeliverAllPolicy, InactiveThreshold: 30 * time.Second}
@@ -545,7 +550,7 @@ func (s *Store) eachMsg(ctx context.Context, filters []string, startSeq uint64, 
 		cfg.DeliverPolicy = jetstream.DeliverByStartSequencePolicy
 		cfg.OptStartSeq = startSeq
 	}
-	cons, err := s.stream.OrderedConsumer(ctx, cfg)
+	cons, err := stream.OrderedConsumer(ctx, cfg)
 	if err != nil {
 		return fmt.Errorf("journal: read: %w", err)
 	}
@@ -554,7 +559,7 @@ func (s *Store) eachMsg(ctx context.Context, filters []string, startSeq uint64, 
 			go func() {
 				dctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 				defer cancel()
-				_ = s.stream.DeleteConsumer(dctx, info.Name)
+				_ = stream.DeleteConsumer(dctx, info.Name)
 			}()
 		}
 	}()

@@ -101,7 +101,7 @@ func (o *databaseOptions) bind(fs *flag.FlagSet) {
 	fs.StringVar(&o.openBaoTenantBasePath, "openbao-tenant-base-path", "postgresql-tenants", "controller-owned KV path prefix (mount-relative)")
 	fs.StringVar(&o.externalSecretStoreName, "external-secret-store-name", "", "ClusterSecretStore the controller's ExternalSecrets reference; required by the Tenant components")
 	fs.StringVar(&o.postgresqlCABundlePath, "postgresql-ca-bundle-path", "", "PEM CA bundle verifying PostgreSQL servers (required for verify-ca/verify-full)")
-	fs.DurationVar(&o.tenantResync, "tenant-resync-interval", 10*time.Minute, "re-check every step of a Ready Tenant this long after it became Ready (> 0)")
+	fs.DurationVar(&o.tenantResync, "tenant-resync-interval", 10*time.Minute, "re-check a Ready Tenant (one ObserveTenant) this long after its last successful check (> 0)")
 	fs.DurationVar(&o.instanceResync, "instance-resync-interval", 5*time.Minute, "re-observe a Ready Instance this long after its last successful observation (> 0)")
 	fs.IntVar(&o.postgresMaxConns, "postgresql-max-conns", 4, "connections per Instance pool (> 0)")
 }

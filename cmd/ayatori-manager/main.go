@@ -50,7 +50,7 @@ func run(args []string) error {
 	// asks for one: a missing kubeconfig is not a programming error.
 	zopts := zap.Options{StacktraceLevel: zapcore.DPanicLevel}
 	zopts.BindFlags(fs)
-	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig (default: in-cluster or $KUBECONFIG)")
+	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig (default: $KUBECONFIG, else in-cluster, else ~/.kube/config)")
 	// The flag list is printed for --help only; a bad flag gets one line.
 	fs.SetOutput(io.Discard)
 	if err := fs.Parse(args); err != nil {

@@ -15,7 +15,7 @@ import (
 )
 
 // options are the manager's shared flags (docs/database/deployment.md,
-// "Controller configuration"); each domain binds and validates its own
+// "Deployment and manager flags"); each domain binds and validates its own
 // (domain.go). validate() checks them all before the manager starts.
 type options struct {
 	namespace        string

@@ -26,8 +26,8 @@ type InstancePolicy struct {
 	// reconciling again (the outcome watch normally wakes the projector earlier).
 	PendingRecheck time.Duration
 	// DeletionRecheck is how often a deleting Instance re-lists the Tenants
-	// that still reference it (Tenant changes wake it earlier; zero: only
-	// those wake-ups).
+	// that still reference it (Tenant changes wake it earlier);
+	// SetupWithManager turns zero into DefaultInstancePolicy's one minute.
 	DeletionRecheck time.Duration
 }
 

@@ -46,8 +46,8 @@ var deleteSteps = []tenantStep{
 
 // TenantPolicy tunes the Tenant decisions.
 type TenantPolicy struct {
-	// ResyncInterval: a Ready Tenant re-checks every step this long after it
-	// became Ready (drift detection).
+	// ResyncInterval: a Ready Tenant is re-checked (one ObserveTenant) this
+	// long after its last successful check (drift detection).
 	ResyncInterval time.Duration
 	// RetryBase/RetryMax: back-off after dependency failures. Conflicts are
 	// re-checked every RetryMax (a human may have resolved them).
