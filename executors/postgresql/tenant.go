@@ -644,15 +644,10 @@ func (e *Executor) ensureExtensions(ctx context.Context, c tenantCall) (dbcontra
 			return out, err
 		}
 	}
-	rows, err := conn.Query(ctx, sqlInstalledExtensions, c.in.Extensions)
+	installed, err := installedExtensions(ctx, conn, c.in.Extensions)
 	if err != nil {
 		return out, err
 	}
-	installed, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return out, err
-	}
-	sort.Strings(installed)
 	if len(installed) != len(c.in.Extensions) {
 		return out, &dbcontract.Failure{Reason: dbcontract.ReasonProvisioningFailed, Message: "extensions did not read back as installed"}
 	}
@@ -705,6 +700,21 @@ func (e *Executor) verifyLogin(ctx context.Context, c tenantCall) (dbcontract.Te
 	return out, nil
 }
 
+// installedExtensions returns which of requested are installed in the
+// database conn is connected to, sorted.
+func installedExtensions(ctx context.Context, conn *pgx.Conn, requested []string) ([]string, error) {
+	rows, err := conn.Query(ctx, sqlInstalledExtensions, requested)
+	if err != nil {
+		return nil, err
+	}
+	installed, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, err
+	}
+	sort.Strings(installed)
+	return installed, nil
+}
+
 // observeTenant re-checks every PostgreSQL fact of a Ready Tenant in one
 // read-only operation (the periodic re-check): the managed registry row,
 // the role and database Ayatori created (by OID, the database owned by the
@@ -751,15 +761,10 @@ func (e *Executor) observeTenant(ctx context.Context, c tenantCall) (dbcontract.
 		return out, err
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	rows, err := conn.Query(ctx, sqlInstalledExtensions, c.in.Extensions)
+	installed, err := installedExtensions(ctx, conn, c.in.Extensions)
 	if err != nil {
 		return out, err
 	}
-	installed, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return out, err
-	}
-	sort.Strings(installed)
 	if len(installed) != len(c.in.Extensions) {
 		return out, &dbcontract.Failure{Reason: dbcontract.ReasonProvisioningFailed,
 			Message: fmt.Sprintf("%d of %d requested extensions are installed", len(installed), len(c.in.Extensions))}
