@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"sync"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -36,12 +37,41 @@ type Checkpoint struct {
 	Records []Record `json:"records"`
 }
 
+// keepSucceeded holds the (domain, operation) pairs registered with
+// KeepSucceeded.
+var (
+	keepSucceededMu sync.RWMutex
+	keepSucceeded   = map[[2]string]bool{}
+)
+
+// KeepSucceeded registers an operation of domain whose every successful
+// intent and outcome checkpoints keep, because the domain reads a fact
+// accumulated over all of them (for example every object the operation
+// ever created). Call it from the domain contract's init.
+func KeepSucceeded(domain, operation string) {
+	keepSucceededMu.Lock()
+	defer keepSucceededMu.Unlock()
+	keepSucceeded[[2]string{domain, operation}] = true
+}
+
+func keepsAllSucceeded(r Record) bool {
+	d, err := Domain(r.Object.Group)
+	if err != nil {
+		return false
+	}
+	keepSucceededMu.RLock()
+	defer keepSucceededMu.RUnlock()
+	return keepSucceeded[[2]string{d, r.Operation}]
+}
+
 // Compact returns the records of one UID a checkpoint keeps, in stream
-// order: for every step key the CheckpointKeep latest intents, the latest
-// intent with a Succeeded outcome, and every intent without an outcome
-// (each with its outcome), plus the latest note of every operation.
-// Orphan outcomes are dropped. Domain-free: what a decision needs from a
-// step's history is its latest attempts and its latest success.
+// order: for every step key the CheckpointKeep latest intents, the first
+// and the latest intent with a Succeeded outcome, every intent without an
+// outcome, and for operations registered with KeepSucceeded every
+// successful intent (each with its outcome); plus the latest note of every
+// operation. Orphan outcomes are dropped. Domain-free: what a decision
+// needs from a step's history is its latest attempts, its first and latest
+// success, and what a domain declared it accumulates.
 func Compact(records []Record) []Record {
 	st := Fold(records)
 	keep := map[string]bool{}
@@ -58,10 +88,18 @@ func Compact(records []Record) []Record {
 				keep[in.ID] = true
 			}
 		}
-		for i := len(ins) - 1; i >= 0; i-- {
-			if out, ok := st.Outcomes[ins[i].ID]; ok && out.Result != nil && out.Result.Class == Succeeded {
-				keep[ins[i].ID] = true
-				break
+		var succeeded []string
+		for _, in := range ins {
+			if out, ok := st.Outcomes[in.ID]; ok && out.Result != nil && out.Result.Class == Succeeded {
+				succeeded = append(succeeded, in.ID)
+			}
+		}
+		if len(succeeded) > 0 {
+			keep[succeeded[0]], keep[succeeded[len(succeeded)-1]] = true, true
+			if keepsAllSucceeded(ins[0]) {
+				for _, id := range succeeded {
+					keep[id] = true
+				}
 			}
 		}
 	}

@@ -31,4 +31,8 @@ func init() {
 	reg(OpDeleteExternalSecret, journal.TypeOutcome, ProjectionOutcome{})
 	reg(OpRetainExternalSecret, journal.TypeOutcome, ProjectionOutcome{})
 	reg(NoteDeletionStarted, journal.TypeNote, DeletionNote{})
+	// Every ExternalSecret a Tenant ever created stays its own (the
+	// projection target check and DeleteExternalSecret read them all), so
+	// journal checkpoints keep every successful EnsureExternalSecret.
+	journal.KeepSucceeded(Domain, OpEnsureExternalSecret)
 }
