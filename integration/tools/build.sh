@@ -5,6 +5,7 @@
 # A tool is rebuilt only when its binary is missing. Each build prints its
 # duration. Usage: build.sh [name...]   (default: all)
 # Names: controller-gen etcd kube-apiserver vault external-secrets nats-server
+#        kube-controller-manager kube-scheduler kwok (workload tests; not in the default set)
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -65,11 +66,14 @@ recipe_etcd() {
 	go build -trimpath -o "$2" go.etcd.io/etcd/server/v3
 }
 
-recipe_kube_apiserver() {
-	local v="$1" minor staging
+# kube_component <cmd> <version> <out>: one wrapper module that requires
+# k8s.io/kubernetes at <version> with every staging module pinned to
+# KUBE_STAGING_VERSION, building k8s.io/kubernetes/cmd/<cmd>.
+kube_component() {
+	local cmd="$1" v="$2" out="$3" minor staging
 	minor="$(echo "$v" | cut -d. -f2)"
 	{
-		printf 'module ayatori.tools/kube-apiserver\n\ngo 1.26\n\nrequire k8s.io/kubernetes %s\n\nreplace (\n' "$v"
+		printf 'module ayatori.tools/%s\n\ngo 1.26\n\nrequire k8s.io/kubernetes %s\n\nreplace (\n' "$cmd" "$v"
 		for staging in api apiextensions-apiserver apimachinery apiserver cli-runtime client-go \
 			cloud-provider cluster-bootstrap code-generator component-base component-helpers \
 			controller-manager cri-api cri-client cri-streaming csi-translation-lib \
@@ -80,12 +84,24 @@ recipe_kube_apiserver() {
 		done
 		printf ')\n'
 	} >go.mod
-	wrapper . k8s.io/kubernetes/cmd/kube-apiserver
+	wrapper . "k8s.io/kubernetes/cmd/$cmd"
 	go mod tidy
 	local pkg=k8s.io/component-base/version
 	go build -trimpath \
 		-ldflags "-X $pkg.gitVersion=$v -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor -X $pkg.gitTreeState=clean" \
-		-o "$2" k8s.io/kubernetes/cmd/kube-apiserver
+		-o "$out" "k8s.io/kubernetes/cmd/$cmd"
+}
+
+recipe_kube_apiserver() { kube_component kube-apiserver "$1" "$2"; }
+recipe_kube_controller_manager() { kube_component kube-controller-manager "$1" "$2"; }
+recipe_kube_scheduler() { kube_component kube-scheduler "$1" "$2"; }
+
+# kwok: fake nodes and pod lifecycles driven by Stage objects (workload tests).
+recipe_kwok() {
+	printf 'module ayatori.tools/kwok\n\ngo 1.26\n\nrequire sigs.k8s.io/kwok %s\n' "$1" >go.mod
+	wrapper . sigs.k8s.io/kwok/cmd/kwok
+	go mod tidy
+	go build -trimpath -o "$2" sigs.k8s.io/kwok/cmd/kwok
 }
 
 recipe_vault() {
@@ -151,6 +167,9 @@ for n in "${names[@]}"; do
 	controller-gen) build controller-gen "$CONTROLLER_TOOLS_VERSION" controller-gen recipe_controller_gen ;;
 	etcd) build etcd "$ETCD_VERSION" etcd recipe_etcd ;;
 	kube-apiserver) build kube-apiserver "$KUBE_APISERVER_VERSION" kube-apiserver recipe_kube_apiserver ;;
+	kube-controller-manager) build kube-controller-manager "$KUBE_APISERVER_VERSION" kube-controller-manager recipe_kube_controller_manager ;;
+	kube-scheduler) build kube-scheduler "$KUBE_APISERVER_VERSION" kube-scheduler recipe_kube_scheduler ;;
+	kwok) build kwok "$KWOK_VERSION" kwok recipe_kwok ;;
 	vault) build vault "$VAULT_VERSION" vault recipe_vault ;;
 	external-secrets) build external-secrets "$EXTERNAL_SECRETS_VERSION" external-secrets recipe_external_secrets ;;
 	nats-server) build nats-server "$NATS_SERVER_VERSION" nats-server recipe_nats_server ;;
