@@ -119,3 +119,22 @@ func StartExternalSecrets(t testing.TB, cp *ControlPlane, ob *OpenBao, opts Exte
 	t.Cleanup(e.Close)
 	return e
 }
+
+// StartWorkload starts a control plane and a Workload on it (controller
+// manager, scheduler, kwok fake nodes) for t, stopping both on cleanup and
+// printing the processes' log tails when t failed.
+func StartWorkload(t testing.TB, opts WorkloadOptions) *Workload {
+	t.Helper()
+	cp := StartControlPlane(t, ControlPlaneOptions{})
+	w, err := NewWorkload(cp, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Log(w.LogTails(40))
+		}
+		w.Close()
+	})
+	return w
+}

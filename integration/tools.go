@@ -50,6 +50,10 @@ var toolNames = map[string]string{
 	"external-secrets": "EXTERNAL_SECRETS_VERSION",
 	"controller-gen":   "CONTROLLER_TOOLS_VERSION",
 	"nats-server":      "NATS_SERVER_VERSION",
+	// The workload tests' cluster (see Workload).
+	"kube-controller-manager": "KUBE_APISERVER_VERSION",
+	"kube-scheduler":          "KUBE_APISERVER_VERSION",
+	"kwok":                    "KWOK_VERSION",
 }
 
 // ToolDir returns the cache directory of one pinned tool.
