@@ -179,6 +179,27 @@ func NewWorkload(cp *ControlPlane, opts WorkloadOptions) (_ *Workload, err error
 	}); err != nil {
 		return nil, err
 	}
+	// The apiserver's TaintNodesByCondition admission taints a new node
+	// not-ready; the node lifecycle controller (not run here: the fake nodes
+	// send no heartbeats) would lift it once Ready. Lift it ourselves.
+	for _, name := range w.Nodes {
+		n := &corev1.Node{}
+		if err := cp.Client.Get(ctx, client.ObjectKey{Name: name}, n); err != nil {
+			return nil, err
+		}
+		var keep []corev1.Taint
+		for _, t := range n.Spec.Taints {
+			if t.Key != corev1.TaintNodeNotReady && t.Key != corev1.TaintNodeUnreachable {
+				keep = append(keep, t)
+			}
+		}
+		if len(keep) != len(n.Spec.Taints) {
+			n.Spec.Taints = keep
+			if err := cp.Client.Update(ctx, n); err != nil {
+				return nil, fmt.Errorf("lift the not-ready taint of %s: %w", name, err)
+			}
+		}
+	}
 	if err := w.WaitServiceAccount(ctx, "default"); err != nil {
 		return nil, err
 	}

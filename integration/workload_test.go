@@ -125,6 +125,9 @@ func TestWorkloadSmoke(t *testing.T) {
 			}
 			for _, cond := range pod.Status.Conditions {
 				if cond.Type == corev1.PodScheduled && cond.Status == corev1.ConditionFalse && cond.Reason == corev1.PodReasonUnschedulable {
+					if !strings.Contains(cond.Message, "Insufficient cpu") {
+						return false, fmt.Errorf("unschedulable for another reason: %s", cond.Message)
+					}
 					return true, nil
 				}
 			}
