@@ -105,6 +105,51 @@ func TestWorkloadSmoke(t *testing.T) {
 		})
 	})
 
+	t.Run("TTLAfterFinishedDeletesJob", func(t *testing.T) {
+		ctx, ns := ns(t, "job-ttl")
+		job := newJob(ns, "ttl", integration.ImageSucceed, nil)
+		job.Spec.TTLSecondsAfterFinished = ptr.To[int32](0)
+		if err := c.Create(ctx, job); err != nil {
+			t.Fatal(err)
+		}
+		poll(ctx, t, "finished Job and its pods deleted", func() (bool, error) {
+			err := c.Get(ctx, client.ObjectKeyFromObject(job), &batchv1.Job{})
+			if !apierrors.IsNotFound(err) {
+				return false, client.IgnoreNotFound(err)
+			}
+			return len(jobPods(ctx, t, c, job)) == 0, nil
+		})
+	})
+
+	t.Run("SlowStop", func(t *testing.T) {
+		ctx, ns := ns(t, "slow-stop")
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "slow",
+				Annotations: map[string]string{integration.AnnotationStopDelay: "2s"}},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "main", Image: integration.ImageSlowStop}}},
+		}
+		if err := c.Create(ctx, pod); err != nil {
+			t.Fatal(err)
+		}
+		poll(ctx, t, "pod Running", func() (bool, error) {
+			err := c.Get(ctx, client.ObjectKeyFromObject(pod), pod)
+			return err == nil && pod.Status.Phase == corev1.PodRunning, err
+		})
+		start := time.Now()
+		if err := c.Delete(ctx, pod); err != nil {
+			t.Fatal(err)
+		}
+		poll(ctx, t, "pod gone", func() (bool, error) {
+			err := c.Get(ctx, client.ObjectKeyFromObject(pod), &corev1.Pod{})
+			return apierrors.IsNotFound(err), client.IgnoreNotFound(err)
+		})
+		if took := time.Since(start); took < 1500*time.Millisecond {
+			t.Fatalf("slow-stop pod went in %s, want about 2s", took)
+		} else {
+			t.Logf("slow-stop pod went in %s", took)
+		}
+	})
+
 	t.Run("OversizedRequestUnschedulable", func(t *testing.T) {
 		ctx, ns := ns(t, "oversized")
 		pod := &corev1.Pod{
