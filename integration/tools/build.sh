@@ -5,7 +5,7 @@
 # A tool is rebuilt only when its binary is missing. Each build prints its
 # duration. Usage: build.sh [name...]   (default: all)
 # Names: controller-gen etcd kube-apiserver vault external-secrets nats-server
-#        kube-controller-manager kube-scheduler kwok (workload tests; not in the default set)
+#        kube-controller-manager kube-scheduler kwok (the workload tests' cluster)
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -160,7 +160,7 @@ MOD
 }
 
 names=("$@")
-[[ ${#names[@]} -gt 0 ]] || names=(controller-gen etcd kube-apiserver vault external-secrets nats-server)
+[[ ${#names[@]} -gt 0 ]] || names=(controller-gen etcd kube-apiserver kube-controller-manager kube-scheduler kwok vault external-secrets nats-server)
 total=$SECONDS
 for n in "${names[@]}"; do
 	case "$n" in
