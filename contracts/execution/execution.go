@@ -1,59 +1,203 @@
 // Package execution is the contract of the execution domain
-// (execution.ayatori.ddupan.top). Today it holds what the journal checks
-// for Jobs: the Ensure operation, the terminal marker of outcome payloads
-// and the invariant "no Ensure after a terminal outcome". Operations,
-// payload types and reasons of the domain go here, like
-// contracts/database, and it imports no backend SDK.
+// (execution.ayatori.ddupan.top): the operations the Job projector appends
+// and the execution adapters (executors/kubernetes, later OpenSandbox)
+// execute, their payloads, the observation an adapter reports, the
+// derived backend names and the domain's journal invariants. It imports no
+// backend SDK; projectors and executors both import it.
+//
+// Adapter contract (docs/execution/job-api.md "Adapter contract"):
+//
+//	Ensure   idempotently establish the one execution identified by the Job
+//	         UID: find it by the UID before creating anything
+//	Observe  report not found, pending, running, stopping, succeeded,
+//	         failed or cancelled (ResultUnknown when it can not tell)
+//	Cancel   request a stop; repeatable
+//	Delete   remove the backend's resources; repeatable
+//
+// Every outcome of these operations carries an Observation.
 package execution
 
 import (
-	"encoding/json"
-
-	"git.ddupan.top/panxiao81/ayatori/journal"
+	"time"
 )
 
 // Domain is the journal domain of this contract (subject token).
 const Domain = "execution"
 
-// OpEnsure makes a Job's execution exist on its backend.
-const OpEnsure = "Ensure"
+// Operations of the domain (all on a Job, keyed by its UID).
+const (
+	// OpEnsure creates the Job's backend execution unless one exists for
+	// its UID (payload EnsureIntent). Never appended after a Cancel or a
+	// terminal outcome.
+	OpEnsure = "Ensure"
+	// OpObserve reads the execution's state (payload ExecutionIntent).
+	OpObserve = "Observe"
+	// OpCancel requests the execution to stop (payload ExecutionIntent with
+	// the stop's Reason). Repeatable.
+	OpCancel = "Cancel"
+	// OpDelete removes the execution's backend resources once it stopped
+	// (payload ExecutionIntent). Succeeds only when they are gone.
+	OpDelete = "Delete"
+)
 
-// TerminalOutcome is the part of an execution outcome payload the
-// invariant reads: Terminal is true once a Job reached a terminal state.
-type TerminalOutcome struct {
-	Terminal bool `json:"terminal"`
+// Journal notes of the Job projector.
+const (
+	// NoteBackendLostConfirmed records an administrator's confirmation
+	// (annotation execution.ayatori.ddupan.top/confirm-backend-lost) that
+	// the execution of a Job in ResultUnknown is lost (payload
+	// BackendLostNote).
+	NoteBackendLostConfirmed = "BackendLostConfirmed"
+)
+
+// Operations every adapter executes.
+var Operations = []string{OpEnsure, OpObserve, OpCancel, OpDelete}
+
+// Adapters (status.execution.adapter) and the controller names of the
+// JobClasses they own.
+const (
+	AdapterKubernetes = "kubernetes"
+)
+
+// Resources are a Job's effective CPU and memory as Kubernetes quantity
+// strings ("" = unset): what the adapter must honour, never less.
+type Resources struct {
+	RequestsCPU    string `json:"requestsCpu,omitempty"`
+	RequestsMemory string `json:"requestsMemory,omitempty"`
+	LimitsCPU      string `json:"limitsCpu,omitempty"`
+	LimitsMemory   string `json:"limitsMemory,omitempty"`
 }
 
-// RuleEnsureAfterTerminal: no Ensure intent after a terminal Job outcome.
-const RuleEnsureAfterTerminal = "ensure-after-terminal-job-outcome"
+// EnsureIntent is the payload of an Ensure intent: what the projector
+// resolved when it accepted the Job. The task itself (argv, literal env
+// values) is not copied into the journal: the executor reads it from the
+// Job (immutable after creation) and checks it against TaskDigest, so a
+// literal value never reaches the journal. Env references stay references.
+type EnsureIntent struct {
+	// Adapter runs the execution (AdapterKubernetes).
+	Adapter string `json:"adapter"`
+	// JobClass and JobClassUID are the class the Job was accepted with.
+	JobClass    string `json:"jobClass"`
+	JobClassUID string `json:"jobClassUid"`
+	// ParametersKind, ParametersName and ParametersUID pin the class's
+	// parameters object: the executor refuses (ParametersChanged) when the
+	// object now has another UID.
+	ParametersKind string `json:"parametersKind"`
+	ParametersName string `json:"parametersName"`
+	ParametersUID  string `json:"parametersUid"`
+	// Image is the task's image (for forensics; the executor uses the
+	// Job's, which the digest covers).
+	Image string `json:"image"`
+	// TaskDigest is TaskDigest(job.spec.task): "sha256:<hex>".
+	TaskDigest string `json:"taskDigest"`
+	// Resources are the effective resources (status.effectiveResources).
+	Resources Resources `json:"resources"`
+}
 
-// Invariants are the rules `ayatori-journal verify` checks for every
-// object of this domain, besides the journal's own.
-var Invariants = []journal.Invariant{{
-	Rule:        RuleEnsureAfterTerminal,
-	Description: "no Ensure intent after a terminal Job outcome",
-	New: func() journal.InvariantCheck {
-		var terminalSeq uint64
-		return func(r journal.Record) []journal.Violation {
-			switch r.Type {
-			case journal.TypeIntent:
-				if terminalSeq != 0 && r.Operation == OpEnsure {
-					return []journal.Violation{{Rule: RuleEnsureAfterTerminal, Sequences: []uint64{terminalSeq, r.Sequence},
-						Detail: "Ensure intent after the Job reached a terminal outcome"}}
-				}
-			case journal.TypeOutcome:
-				var term TerminalOutcome
-				if terminalSeq == 0 && json.Unmarshal(r.Payload, &term) == nil && term.Terminal {
-					terminalSeq = r.Sequence
-				}
-			}
-			return nil
-		}
-	},
-}}
+// StopReason says why a Cancel was decided; it becomes the terminal
+// reason once the stop is confirmed (unless the execution ended first).
+type StopReason string
 
-func init() {
-	for _, inv := range Invariants {
-		journal.RegisterInvariant(Domain, inv)
+// Stop reasons.
+const (
+	StopCancelled        StopReason = "Cancelled"
+	StopDeadlineExceeded StopReason = "DeadlineExceeded"
+	// StopDeleted: the Job is being deleted.
+	StopDeleted StopReason = "Deleted"
+	// StopFailing: the backend reported a failure that will not heal (for
+	// example an image that can not be pulled); Observation.Reason says
+	// which.
+	StopFailing StopReason = "Failing"
+)
+
+// ExecutionIntent is the payload of Observe, Cancel and Delete intents.
+type ExecutionIntent struct {
+	// Adapter runs the execution.
+	Adapter string `json:"adapter"`
+	// References are the execution's references known to the projector
+	// (empty when none was reported yet: the adapter finds it by UID).
+	References []Reference `json:"references,omitempty"`
+	// Reason of a Cancel.
+	Reason StopReason `json:"reason,omitempty"`
+}
+
+// BackendLostNote is the payload of a NoteBackendLostConfirmed note.
+type BackendLostNote struct {
+	// Annotation is the annotation the confirmation came from.
+	Annotation string `json:"annotation"`
+}
+
+// Reference is one adapter-defined reference to a backend resource
+// (status.execution.references): never an endpoint or a credential.
+type Reference struct {
+	Type string `json:"type"`
+	ID   string `json:"id"`
+}
+
+// State is what an adapter observed of a Job's execution.
+type State string
+
+// States an Observation reports.
+const (
+	// StateNotFound: no execution exists for the Job UID.
+	StateNotFound State = "NotFound"
+	// StatePending: the execution exists; its main process has not started.
+	StatePending State = "Pending"
+	// StateRunning: the main process runs.
+	StateRunning State = "Running"
+	// StateStopping: a stop was requested and the execution has not
+	// stopped yet.
+	StateStopping State = "Stopping"
+	// StateSucceeded: the main process exited 0 (terminal).
+	StateSucceeded State = "Succeeded"
+	// StateFailed: the execution ended without success and will not
+	// continue (terminal): Reason says how (ProcessFailed with ExitCode,
+	// Evicted, BackendFailed, ...).
+	StateFailed State = "Failed"
+	// StateCancelled: the execution stopped on request before it ended
+	// (terminal).
+	StateCancelled State = "Cancelled"
+)
+
+// Stopped reports whether s proves the execution will not continue.
+func (s State) Stopped() bool {
+	switch s {
+	case StateNotFound, StateSucceeded, StateFailed, StateCancelled:
+		return true
 	}
+	return false
+}
+
+// Observation is the payload of every outcome of the domain's operations
+// (for Succeeded outcomes; Failed and ResultUnknown outcomes may carry one
+// too). Times are the backend's (display only; decisions use the
+// projector's own clock).
+type Observation struct {
+	// Terminal: the Job's execution ended (Succeeded, Failed or Cancelled)
+	// and will not continue. Read by the journal invariant.
+	Terminal bool `json:"terminal"`
+	// State is the execution's state.
+	State State `json:"state"`
+	// Adapter that observed it.
+	Adapter string `json:"adapter,omitempty"`
+	// References identify the execution (stable for one Job UID).
+	References []Reference `json:"references,omitempty"`
+	// Created: this outcome's Ensure created the execution (at most one per
+	// Job UID).
+	Created bool `json:"created,omitempty"`
+	// StartTime is when the backend started the main process.
+	StartTime *time.Time `json:"startTime,omitempty"`
+	// FinishTime is when the backend saw the execution end.
+	FinishTime *time.Time `json:"finishTime,omitempty"`
+	// ExitCode of the main process, when known.
+	ExitCode *int32 `json:"exitCode,omitempty"`
+	// Failing: the backend reports a failure that will not heal by itself
+	// (Reason), but the execution has not stopped: the projector stops it.
+	Failing bool `json:"failing,omitempty"`
+	// Reason is a stable API reason (Completed, ProcessFailed, Evicted,
+	// ImagePullFailed, ...; for a Failed Ensure outcome the Scheduled
+	// reason, e.g. ServiceAccountNotFound).
+	Reason string `json:"reason,omitempty"`
+	// Message is a human explanation, safe for a Condition (never a
+	// secret, a log or a raw driver error).
+	Message string `json:"message,omitempty"`
 }

@@ -1,0 +1,102 @@
+package v1alpha1
+
+// Condition reasons of a Job (stable, PascalCase; messages are for humans).
+const (
+	// Accepted reasons.
+
+	// ReasonValid: Accepted=True, everything resolved.
+	ReasonValid = "Valid"
+	// ReasonNoDefaultJobClass: the Job names no class and there is no default.
+	ReasonNoDefaultJobClass = "NoDefaultJobClass"
+	// ReasonAmbiguousDefaultJobClass: two or more JobClasses claim to be the
+	// cluster default.
+	ReasonAmbiguousDefaultJobClass = "AmbiguousDefaultJobClass"
+	// ReasonJobClassNotFound: the named (or namespace default) class does
+	// not exist, or no longer has the UID the Job was accepted with.
+	ReasonJobClassNotFound = "JobClassNotFound"
+	// ReasonJobClassNotAccepted: the class exists but is not Accepted.
+	ReasonJobClassNotAccepted = "JobClassNotAccepted"
+	// ReasonNamespaceNotAllowed: the class's allowedNamespaces excludes the
+	// Job's namespace.
+	ReasonNamespaceNotAllowed = "NamespaceNotAllowed"
+	// ReasonInvalidResources: the effective resources break the class's
+	// minimum or maximum, or a request exceeds its limit.
+	ReasonInvalidResources = "InvalidResources"
+	// ReasonEnvReferenceNotFound: a Secret or ConfigMap (or its key) an env
+	// variable references is missing; the Job waits for it.
+	ReasonEnvReferenceNotFound = "EnvReferenceNotFound"
+
+	// Scheduled reasons.
+
+	// ReasonBackendCreated: Scheduled=True, the backend execution exists.
+	ReasonBackendCreated = "BackendCreated"
+	// ReasonNotScheduled: Scheduled=False before the first Ensure outcome.
+	ReasonNotScheduled = "Pending"
+	// ReasonClassNotReady: the class is Accepted but not Ready; no new
+	// execution starts until it is.
+	ReasonClassNotReady = "ClassNotReady"
+	// ReasonServiceAccountNotFound: the parameters' ServiceAccount is
+	// missing in the Job's namespace (never the default one instead).
+	ReasonServiceAccountNotFound = "ServiceAccountNotFound"
+	// ReasonParametersChanged: the class's parameters object is gone or was
+	// recreated with another UID before the execution was created.
+	ReasonParametersChanged = "ParametersChanged"
+	// ReasonBackendUnavailable: the backend could not be reached; retried.
+	ReasonBackendUnavailable = "BackendUnavailable"
+
+	// Succeeded reasons.
+
+	// ReasonPending: not accepted yet.
+	ReasonPending = "Pending"
+	// ReasonScheduling: accepted, the backend execution is being created.
+	ReasonScheduling = "Scheduling"
+	// ReasonStarting: the execution exists, its main process has not started.
+	ReasonStarting = "Starting"
+	// ReasonRunning: the main process runs.
+	ReasonRunning = "Running"
+	// ReasonCancelling: a stop was requested and is not confirmed yet.
+	ReasonCancelling = "Cancelling"
+	// ReasonResultUnknown: Ayatori can not prove the execution runs or
+	// stopped (non-terminal; no completionTime).
+	ReasonResultUnknown = "ResultUnknown"
+	// ReasonCompleted: Succeeded=True, the main process exited 0.
+	ReasonCompleted = "Completed"
+	// ReasonProcessFailed: the main process exited non-zero (exit code in
+	// status.result).
+	ReasonProcessFailed = "ProcessFailed"
+	// ReasonDeadlineExceeded: activeDeadlineSeconds passed; the execution
+	// was stopped.
+	ReasonDeadlineExceeded = "DeadlineExceeded"
+	// ReasonCancelled: stopped on desiredState Cancelled.
+	ReasonCancelled = "Cancelled"
+	// ReasonBackendLost: an administrator confirmed the execution is lost.
+	ReasonBackendLost = "BackendLost"
+	// ReasonImagePullFailed: the image could not be pulled; the execution
+	// was stopped before it started.
+	ReasonImagePullFailed = "ImagePullFailed"
+	// ReasonEvicted: the backend evicted the execution (node pressure, node
+	// lost); never reported as success.
+	ReasonEvicted = "Evicted"
+	// ReasonBackendFailed: the backend ended the execution for another
+	// reason (message says which).
+	ReasonBackendFailed = "BackendFailed"
+
+	// JobClass reasons.
+
+	// ReasonAccepted: JobClass Accepted=True.
+	ReasonAccepted = "Accepted"
+	// ReasonUnsupportedController: no controller of this manager owns the
+	// class's controllerName.
+	ReasonUnsupportedController = "UnsupportedController"
+	// ReasonInvalidParametersReference: the parameters kind is not one the
+	// controller supports.
+	ReasonInvalidParametersReference = "InvalidParametersReference"
+	// ReasonParametersNotFound: the parameters object does not exist.
+	ReasonParametersNotFound = "ParametersNotFound"
+	// ReasonInvalidResourcePolicy: defaults, minimum and maximum contradict.
+	ReasonInvalidResourcePolicy = "InvalidResourcePolicy"
+	// ReasonBackendReachable: JobClass Ready=True.
+	ReasonBackendReachable = "BackendReachable"
+	// ReasonRuntimeClassNotFound: the parameters' RuntimeClass is missing.
+	ReasonRuntimeClassNotFound = "RuntimeClassNotFound"
+)
