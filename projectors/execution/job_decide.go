@@ -1,0 +1,603 @@
+package execution
+
+import (
+	"fmt"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	v1alpha1 "git.ddupan.top/panxiao81/ayatori/api/execution/v1alpha1"
+	"git.ddupan.top/panxiao81/ayatori/contracts/execution"
+	"git.ddupan.top/panxiao81/ayatori/journal"
+	"git.ddupan.top/panxiao81/ayatori/projectors/journaled"
+)
+
+// JobFacts are what one pass read besides the Job and its journal.
+type JobFacts struct {
+	// Now is the projector's clock (the only clock decisions compare).
+	Now time.Time
+	// Resolution is the acceptance verdict, read only while the Job has no
+	// pinned class (status.resolvedJobClass); nil otherwise.
+	Resolution *Resolution
+	// ClassReason and ClassMessage say why no new execution may start now
+	// (the pinned class or parameters are gone, recreated with another UID,
+	// or the class is not Ready); "" when it may. Read only before an
+	// execution exists.
+	ClassReason, ClassMessage string
+}
+
+// Resolution is the outcome of resolving a Job's class, namespace policy,
+// resources and env references (docs/execution/jobclass-api.md "Condition
+// and Job state machine").
+type Resolution struct {
+	// Reason and Message are the Accepted=False reason ("" = accepted).
+	Reason, Message string
+	// Class pins the class and parameters (by UID) when accepted.
+	Class *v1alpha1.ResolvedJobClassReference
+	// Resources are the effective resources when accepted.
+	Resources v1alpha1.ExecutionResourceRequirements
+	// Adapter runs the class's Jobs (execution.AdapterKubernetes).
+	Adapter string
+}
+
+// JobPolicy are the projector's timings.
+type JobPolicy struct {
+	// ObserveBase and ObserveMax bound the back-off between Observes of an
+	// execution whose state did not change (it resets on a change).
+	ObserveBase, ObserveMax time.Duration
+	// RetryBase and RetryMax bound the back-off of a failed Ensure or
+	// Delete and of an unreachable backend.
+	RetryBase, RetryMax time.Duration
+	// ResolveRecheck is how often a Job that is not accepted (or whose
+	// class is not ready) looks again, besides the watches.
+	ResolveRecheck time.Duration
+	// PendingRecheck is the pass after an intent whose outcome has not
+	// arrived (the outcome watch normally wakes the Job first).
+	PendingRecheck time.Duration
+}
+
+// DefaultJobPolicy are the manager's defaults.
+var DefaultJobPolicy = JobPolicy{
+	ObserveBase: time.Second, ObserveMax: 15 * time.Second,
+	RetryBase: 2 * time.Second, RetryMax: 2 * time.Minute,
+	ResolveRecheck: 30 * time.Second, PendingRecheck: 30 * time.Second,
+}
+
+// JobIntent is an intent DecideJob wants appended.
+type JobIntent struct {
+	Operation string
+	// Step distinguishes Cancel intents by their reason.
+	Step    string
+	Payload any
+}
+
+// JobDecision is what one pass does.
+type JobDecision struct {
+	// Status is the Job's whole status after the pass.
+	Status v1alpha1.JobStatus
+	// Intent, when set, is appended (and then nothing else changes until
+	// its outcome arrives).
+	Intent *JobIntent
+	// Note, when set, is a journal note to append (NoteBackendLostConfirmed).
+	Note string
+	// RemoveFinalizer: the Job's backend resources are gone.
+	RemoveFinalizer bool
+	// Requeue asks for another pass at once; RequeueAfter after a delay.
+	Requeue      bool
+	RequeueAfter time.Duration
+}
+
+// DecideJob is the Job state machine (docs/execution/job-api.md "State
+// machine"). There is no stored phase: the status is recomputed from the
+// Job, its journal and the facts of this pass, and a terminal status is
+// never changed again. At most one intent is in flight per Job: the next
+// is decided from the previous one's outcome. It never performs I/O.
+func DecideJob(job *v1alpha1.Job, recs []journal.Record, f JobFacts, p JobPolicy) JobDecision {
+	l := readLedger(recs)
+	st := job.Status.DeepCopy()
+	st.ObservedGeneration = job.Generation
+	d := &decider{job: job, l: l, st: st, f: f, p: p}
+	d.apply()
+	d.decide()
+	d.out.Status = *d.st
+	return d.out
+}
+
+type decider struct {
+	job *v1alpha1.Job
+	l   *ledger
+	st  *v1alpha1.JobStatus
+	f   JobFacts
+	p   JobPolicy
+	out JobDecision
+}
+
+func (d *decider) gen() int64 { return d.job.Generation }
+
+func (d *decider) set(typ string, s metav1.ConditionStatus, reason, msg string) {
+	journaled.SetCondition(&d.st.Conditions, typ, d.gen(), journaled.Condition{Status: s, Reason: reason, Message: msg})
+}
+
+func (d *decider) running(reason, msg string) {
+	d.set(v1alpha1.JobConditionSucceeded, metav1.ConditionUnknown, reason, msg)
+}
+
+func (d *decider) terminal() bool { return IsTerminal(d.st) }
+
+// IsTerminal reports whether st has a terminal Succeeded condition.
+func IsTerminal(st *v1alpha1.JobStatus) bool {
+	for _, c := range st.Conditions {
+		if c.Type == v1alpha1.JobConditionSucceeded {
+			return c.Status == metav1.ConditionTrue || c.Status == metav1.ConditionFalse
+		}
+	}
+	return false
+}
+
+// apply folds the journal's facts into the status: the execution
+// references, Scheduled, startTime and a terminal result. A terminal
+// status is never changed.
+func (d *decider) apply() {
+	if d.terminal() {
+		return
+	}
+	l, st := d.l, d.st
+	if l.existed && st.ResolvedJobClass != nil {
+		d.set(v1alpha1.JobConditionScheduled, metav1.ConditionTrue, v1alpha1.ReasonBackendCreated, "the backend execution exists")
+		if st.Execution == nil && len(l.refs) > 0 {
+			refs := make([]v1alpha1.ExecutionReference, 0, len(l.refs))
+			for _, r := range l.refs {
+				refs = append(refs, v1alpha1.ExecutionReference{Type: r.Type, ID: r.ID})
+			}
+			st.Execution = &v1alpha1.ExecutionStatus{Adapter: l.adapter, References: refs}
+		}
+		if st.StartTime == nil {
+			switch {
+			case l.startTime != nil:
+				st.StartTime = &metav1.Time{Time: *l.startTime}
+			case !l.runningSince.IsZero():
+				st.StartTime = &metav1.Time{Time: l.runningSince}
+			}
+		}
+	}
+	if t := d.conclusion(); t != nil {
+		d.finish(*t)
+	}
+}
+
+// ending is a terminal result.
+type ending struct {
+	succeeded bool
+	reason    string
+	message   string
+	exitCode  *int32
+	at        time.Time
+}
+
+// conclusion returns the Job's terminal result when the journal proves one
+// (the first backend fact wins: a success observed before the stop stays
+// a success), nil otherwise.
+func (d *decider) conclusion() *ending {
+	l := d.l
+	stopReason := l.firstCancelReason()
+	if t := l.terminal; t != nil {
+		e := &ending{exitCode: t.obs.ExitCode, at: t.rec.Time, message: t.obs.Message}
+		if t.obs.FinishTime != nil {
+			e.at = *t.obs.FinishTime
+		}
+		switch t.obs.State {
+		case execution.StateSucceeded:
+			e.succeeded, e.reason = true, v1alpha1.ReasonCompleted
+		case execution.StateFailed:
+			e.reason = t.obs.Reason
+			if e.reason == "" {
+				e.reason = v1alpha1.ReasonBackendFailed
+			}
+		default:
+			e.reason = d.stoppedReason(stopReason)
+			e.message = d.stoppedMessage(stopReason)
+		}
+		return e
+	}
+	if o, ok := l.stoppedAfterCancel(); ok && !d.ensurePending() {
+		// Stopped on request (the execution is gone, or never existed).
+		return &ending{reason: d.stoppedReason(stopReason), message: d.stoppedMessage(stopReason), at: o.rec.Time}
+	}
+	if l.backendLost {
+		return &ending{reason: v1alpha1.ReasonBackendLost, at: d.f.Now,
+			message: "an administrator confirmed the backend execution is lost; its result is unknown"}
+	}
+	if d.job.Spec.DesiredState == v1alpha1.JobDesiredStateCancelled && len(l.ensures) == 0 {
+		return &ending{reason: v1alpha1.ReasonCancelled, at: d.f.Now, message: "cancelled before any execution was created"}
+	}
+	return nil
+}
+
+func (d *decider) ensurePending() bool {
+	for _, r := range d.l.pending {
+		if r.Operation == execution.OpEnsure {
+			return true
+		}
+	}
+	return false
+}
+
+// stoppedReason is the terminal reason of an execution stopped for reason.
+func (d *decider) stoppedReason(reason execution.StopReason) string {
+	switch reason {
+	case execution.StopDeadlineExceeded:
+		return v1alpha1.ReasonDeadlineExceeded
+	case execution.StopFailing:
+		if d.l.failing != nil && d.l.failing.obs.Reason != "" {
+			return d.l.failing.obs.Reason
+		}
+		return v1alpha1.ReasonBackendFailed
+	}
+	return v1alpha1.ReasonCancelled
+}
+
+func (d *decider) stoppedMessage(reason execution.StopReason) string {
+	switch reason {
+	case execution.StopDeadlineExceeded:
+		return fmt.Sprintf("activeDeadlineSeconds (%ds) passed; the execution was stopped", deref(d.job.Spec.ActiveDeadlineSeconds))
+	case execution.StopFailing:
+		if d.l.failing != nil && d.l.failing.obs.Message != "" {
+			return d.l.failing.obs.Message + "; the execution was stopped"
+		}
+		return "the backend reported a failure; the execution was stopped"
+	case execution.StopDeleted:
+		return "the Job was deleted; the execution was stopped"
+	}
+	return "cancelled; the backend confirmed the execution stopped"
+}
+
+func deref(p *int64) int64 {
+	if p == nil {
+		return 0
+	}
+	return *p
+}
+
+// finish records e as the terminal status (times set once; completion
+// never before start).
+func (d *decider) finish(e ending) {
+	st := d.st
+	s := metav1.ConditionFalse
+	if e.succeeded {
+		s = metav1.ConditionTrue
+	}
+	msg := e.message
+	if msg == "" {
+		msg = e.reason
+	}
+	d.set(v1alpha1.JobConditionSucceeded, s, e.reason, msg)
+	at := e.at
+	if at.IsZero() {
+		at = d.f.Now
+	}
+	if st.StartTime != nil && at.Before(st.StartTime.Time) {
+		at = st.StartTime.Time
+	}
+	if st.CompletionTime == nil {
+		st.CompletionTime = &metav1.Time{Time: at}
+	}
+	st.Result = &v1alpha1.JobResult{ExitCode: e.exitCode, Reason: e.reason}
+}
+
+func (d *decider) requeueAfter(after time.Duration) {
+	if after <= 0 {
+		d.out.Requeue = true
+		return
+	}
+	if d.out.RequeueAfter == 0 || after < d.out.RequeueAfter {
+		d.out.RequeueAfter = after
+	}
+}
+
+func (d *decider) intent(op, step string, payload any) {
+	d.out.Intent = &JobIntent{Operation: op, Step: step, Payload: payload}
+}
+
+func (d *decider) executionIntent(reason execution.StopReason) execution.ExecutionIntent {
+	in := execution.ExecutionIntent{Adapter: d.adapter(), Reason: reason}
+	in.References = append(in.References, d.l.refs...)
+	return in
+}
+
+func (d *decider) adapter() string {
+	if d.l.adapter != "" {
+		return d.l.adapter
+	}
+	return execution.AdapterKubernetes
+}
+
+// due returns how long until at+delay on the projector's clock (≤ 0: now).
+func (d *decider) due(at time.Time, delay time.Duration) time.Duration {
+	return at.Add(delay).Sub(d.f.Now)
+}
+
+func (d *decider) decide() {
+	deleting := !d.job.DeletionTimestamp.IsZero()
+	if len(d.l.pending) > 0 {
+		// One intent in flight: its outcome wakes the Job.
+		d.describeWaiting()
+		d.requeueAfter(d.p.PendingRecheck)
+		return
+	}
+	if deleting {
+		d.decideDeletion()
+		return
+	}
+	if d.terminal() {
+		return
+	}
+	if d.st.ResolvedJobClass == nil {
+		d.decideAcceptance()
+		return
+	}
+	if reason, ok := d.stopWanted(); ok {
+		d.decideStop(reason)
+		return
+	}
+	if !d.l.existed {
+		d.decideScheduling()
+		return
+	}
+	d.decideObservation()
+}
+
+// describeWaiting keeps the Succeeded condition meaningful while an intent
+// is in flight.
+func (d *decider) describeWaiting() {
+	if d.terminal() || d.st.ResolvedJobClass == nil {
+		return
+	}
+	d.describeProgress()
+}
+
+// describeProgress sets Succeeded=Unknown from what is known.
+func (d *decider) describeProgress() {
+	l := d.l
+	switch {
+	case d.job.Spec.DesiredState == v1alpha1.JobDesiredStateCancelled || (!d.job.DeletionTimestamp.IsZero() && len(l.ensures) > 0):
+		d.running(v1alpha1.ReasonCancelling, "stopping the execution; waiting for the backend to confirm")
+	case l.last() != nil && l.last().ambiguous:
+		d.running(v1alpha1.ReasonResultUnknown, resultUnknownMessage)
+	case l.existed && l.last() != nil && l.last().obs.State == execution.StateNotFound && len(l.cancels) == 0:
+		d.running(v1alpha1.ReasonResultUnknown, lostMessage(d.job))
+	case d.st.StartTime != nil:
+		d.running(v1alpha1.ReasonRunning, "the task is running")
+	case l.existed:
+		msg := "the backend execution exists; the task has not started"
+		if o := l.last(); o != nil && o.obs.Message != "" {
+			msg = o.obs.Message
+		}
+		d.running(v1alpha1.ReasonStarting, msg)
+	default:
+		d.running(v1alpha1.ReasonScheduling, "creating the backend execution")
+	}
+}
+
+const resultUnknownMessage = "the backend did not answer whether the execution exists or runs; observing again (this is not a failure)"
+
+func lostMessage(job *v1alpha1.Job) string {
+	return fmt.Sprintf("the backend execution disappeared before its end was observed; if it is lost for good, confirm with annotation %s=%s", v1alpha1.AnnotationBackendLost, job.UID)
+}
+
+// decideAcceptance pins the class or reports why it can not.
+func (d *decider) decideAcceptance() {
+	r := d.f.Resolution
+	if r == nil {
+		d.requeueAfter(0)
+		return
+	}
+	if r.Reason != "" {
+		d.set(v1alpha1.JobConditionAccepted, metav1.ConditionFalse, r.Reason, r.Message)
+		d.set(v1alpha1.JobConditionScheduled, metav1.ConditionFalse, v1alpha1.ReasonNotScheduled, "waiting for the Job to be accepted")
+		d.running(v1alpha1.ReasonPending, "waiting for the Job to be accepted: "+r.Message)
+		d.requeueAfter(d.p.ResolveRecheck)
+		return
+	}
+	d.set(v1alpha1.JobConditionAccepted, metav1.ConditionTrue, v1alpha1.ReasonValid, "JobClass "+r.Class.Name+" resolved")
+	d.set(v1alpha1.JobConditionScheduled, metav1.ConditionFalse, v1alpha1.ReasonNotScheduled, "the backend execution is not created yet")
+	d.running(v1alpha1.ReasonScheduling, "creating the backend execution")
+	c := *r.Class
+	d.st.ResolvedJobClass = &c
+	d.st.EffectiveResources = *r.Resources.DeepCopy()
+	// The Ensure is decided from the pinned status, in the next pass.
+	d.requeueAfter(0)
+}
+
+// stopWanted says whether the execution must be stopped, and why (the
+// first reason wins in the journal: the Cancel intent's step).
+func (d *decider) stopWanted() (execution.StopReason, bool) {
+	l := d.l
+	if len(l.cancels) > 0 {
+		return l.firstCancelReason(), true
+	}
+	if d.job.Spec.DesiredState == v1alpha1.JobDesiredStateCancelled {
+		return execution.StopCancelled, true
+	}
+	if last := l.last(); last != nil && !last.ambiguous && last.obs.Failing {
+		return execution.StopFailing, true
+	}
+	if ads := d.job.Spec.ActiveDeadlineSeconds; ads != nil && !l.runningSince.IsZero() {
+		left := d.due(l.runningSince, time.Duration(*ads)*time.Second)
+		if left <= 0 {
+			return execution.StopDeadlineExceeded, true
+		}
+		d.requeueAfter(left)
+	}
+	return "", false
+}
+
+// decideStop drives Cancel/Observe until the backend confirms the stop.
+func (d *decider) decideStop(reason execution.StopReason) {
+	l := d.l
+	d.describeProgress()
+	if reason != execution.StopCancelled && d.job.Spec.DesiredState != v1alpha1.JobDesiredStateCancelled && d.job.DeletionTimestamp.IsZero() {
+		d.running(v1alpha1.ReasonCancelling, d.stoppedMessage(reason)+" (waiting for the backend to confirm)")
+	}
+	lastCancel := l.lastOf(execution.OpCancel)
+	if len(l.cancels) == 0 || lastCancel == nil {
+		d.intent(execution.OpCancel, string(reason), d.executionIntent(reason))
+		return
+	}
+	last := l.last()
+	if !last.ambiguous && (last.obs.State == execution.StatePending || last.obs.State == execution.StateRunning) && last.rec.Sequence > lastCancel.rec.Sequence {
+		// Running again after the stop request (an Ensure that ran after
+		// it): ask again.
+		d.intent(execution.OpCancel, string(l.firstCancelReason()), d.executionIntent(l.firstCancelReason()))
+		return
+	}
+	d.observeLater()
+}
+
+// decideScheduling creates the execution, or waits for a reason to.
+func (d *decider) decideScheduling() {
+	l := d.l
+	if d.f.ClassReason != "" {
+		d.set(v1alpha1.JobConditionScheduled, metav1.ConditionFalse, d.f.ClassReason, d.f.ClassMessage)
+		d.describeProgress()
+		d.requeueAfter(d.p.ResolveRecheck)
+		return
+	}
+	last := l.last()
+	switch {
+	case len(l.ensures) == 0:
+		// First Ensure.
+	case last != nil && last.ambiguous:
+		// The Ensure (or an Observe after it) can not tell whether the
+		// execution was created: find it by UID before anything else.
+		d.running(v1alpha1.ReasonResultUnknown, resultUnknownMessage)
+		d.observeLater()
+		return
+	case last != nil && last.rec.Operation == execution.OpEnsure && last.rec.Result != nil && last.rec.Result.Class != journal.Succeeded:
+		// Refused before anything was created: wait, then try again.
+		reason := last.obs.Reason
+		if reason == "" {
+			reason = v1alpha1.ReasonBackendUnavailable
+		}
+		msg := last.obs.Message
+		if msg == "" && last.rec.Result != nil {
+			msg = last.rec.Result.Message
+		}
+		d.set(v1alpha1.JobConditionScheduled, metav1.ConditionFalse, reason, msg)
+		d.running(v1alpha1.ReasonScheduling, "waiting before creating the backend execution again: "+msg)
+		failures := 0
+		for _, o := range l.outcomes {
+			if o.rec.Operation == execution.OpEnsure && o.rec.Result != nil && o.rec.Result.Class != journal.Succeeded {
+				failures++
+			}
+		}
+		if left := d.due(last.rec.Time, journaled.Backoff(d.p.RetryBase, d.p.RetryMax, failures)); left > 0 {
+			d.requeueAfter(left)
+			return
+		}
+	default:
+		// Not found after an ambiguous Ensure: it was never created (the
+		// name derives from the UID), so creating it now is the first time.
+	}
+	d.describeProgress()
+	d.ensure()
+}
+
+func (d *decider) ensure() {
+	rc := d.st.ResolvedJobClass
+	digest, err := execution.TaskDigest(d.job.Spec.Task)
+	if err != nil {
+		d.running(v1alpha1.ReasonScheduling, "the task can not be fingerprinted")
+		d.requeueAfter(d.p.RetryMax)
+		return
+	}
+	er := d.st.EffectiveResources
+	d.intent(execution.OpEnsure, "", execution.EnsureIntent{
+		Adapter:        adapterOf(rc.ControllerName),
+		JobClass:       rc.Name,
+		JobClassUID:    string(rc.UID),
+		ParametersKind: rc.ParametersRef.Kind,
+		ParametersName: rc.ParametersRef.Name,
+		ParametersUID:  string(rc.ParametersRef.UID),
+		Image:          d.job.Spec.Task.Image,
+		TaskDigest:     digest,
+		Resources: execution.Resources{
+			RequestsCPU: quantity(er.Requests.CPU), RequestsMemory: quantity(er.Requests.Memory),
+			LimitsCPU: quantity(er.Limits.CPU), LimitsMemory: quantity(er.Limits.Memory),
+		},
+	})
+}
+
+// adapterOf maps a class's controller name to its adapter.
+func adapterOf(controller string) string {
+	switch controller {
+	case v1alpha1.ControllerOpenSandbox:
+		return "opensandbox"
+	}
+	return execution.AdapterKubernetes
+}
+
+// decideObservation follows an existing execution.
+func (d *decider) decideObservation() {
+	l := d.l
+	last := l.last()
+	d.describeProgress()
+	lost := last != nil && (last.ambiguous || last.obs.State == execution.StateNotFound)
+	if lost && d.job.Annotations[v1alpha1.AnnotationBackendLost] == string(d.job.UID) && !l.backendLost {
+		d.out.Note = execution.NoteBackendLostConfirmed
+		d.requeueAfter(0)
+		return
+	}
+	d.observeLater()
+}
+
+// observeLater appends an Observe once the back-off since the latest
+// outcome passed (it grows while the state stays the same).
+func (d *decider) observeLater() {
+	l := d.l
+	if last := l.last(); last != nil {
+		base, limit := d.p.ObserveBase, d.p.ObserveMax
+		if last.ambiguous {
+			base, limit = d.p.RetryBase, d.p.RetryMax
+		}
+		if left := d.due(last.rec.Time, journaled.Backoff(base, limit, l.sameStateRun())); left > 0 {
+			d.requeueAfter(left)
+			return
+		}
+	}
+	d.intent(execution.OpObserve, "", d.executionIntent(""))
+}
+
+// decideDeletion: stop the execution, delete its backend resources, then
+// release the finalizer. An unreachable backend keeps the finalizer.
+func (d *decider) decideDeletion() {
+	l := d.l
+	if len(l.ensures) == 0 {
+		d.out.RemoveFinalizer = true
+		return
+	}
+	if !d.terminal() {
+		reason := execution.StopDeleted
+		if len(l.cancels) > 0 {
+			reason = l.firstCancelReason()
+		}
+		d.decideStop(reason)
+		return
+	}
+	lastDel := l.lastOf(execution.OpDelete)
+	lastEnsure := l.ensures[len(l.ensures)-1]
+	if lastDel == nil || lastDel.rec.Sequence < lastEnsure.Sequence {
+		d.intent(execution.OpDelete, "", d.executionIntent(""))
+		return
+	}
+	if !lastDel.ambiguous && lastDel.rec.Result != nil && lastDel.rec.Result.Class == journal.Succeeded && lastDel.obs.State == execution.StateNotFound {
+		d.out.RemoveFinalizer = true
+		return
+	}
+	// Deletion in progress, or the backend is unreachable: ask again
+	// after a back-off; the finalizer stays.
+	if left := d.due(lastDel.rec.Time, journaled.Backoff(d.p.RetryBase, d.p.RetryMax, len(l.deletes))); left > 0 {
+		d.requeueAfter(left)
+		return
+	}
+	d.intent(execution.OpDelete, "", d.executionIntent(""))
+}
