@@ -63,6 +63,9 @@ type ConsumerConfig struct {
 	BackOff []time.Duration
 	// Concurrency is how many intents run at once (default 4).
 	Concurrency int
+	// BeforeHandle, when set, runs after an intent is taken and before its
+	// handler (crash-test failpoint; nil in production).
+	BeforeHandle func(intent Record)
 	// BeforeOutcome, when set, runs after the handler and before its
 	// outcome is appended (crash-test failpoint; nil in production).
 	BeforeOutcome func(intent Record)
@@ -283,6 +286,9 @@ func (s *Store) process(ctx context.Context, cfg ConsumerConfig, m jetstream.Msg
 		return s.finish(ctx, cfg, rec, Outcome{Result: Result{Class: Failed, Reason: ReasonUnknownOperation, Message: why}})
 	}
 	// 3. Run.
+	if cfg.BeforeHandle != nil {
+		cfg.BeforeHandle(rec)
+	}
 	out, herr := h(ctx, rec)
 	if herr != nil {
 		if ctx.Err() != nil {

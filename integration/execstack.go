@@ -1,0 +1,174 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// ExecutionStack is the execution domain on real servers: a control plane
+// that also runs workloads (Workload: kube-controller-manager,
+// kube-scheduler, kwok fake nodes), JetStream, and the ayatori-manager
+// process built from this checkout running only the execution domain
+// (--projectors=job,jobclass --executors=kubernetes).
+type ExecutionStack struct {
+	CP       *ControlPlane
+	Workload *Workload
+	NATS     *NATS
+	// Dir holds the built binaries and the manager log.
+	Dir string
+	// ManagerLog is the manager's log file; MetricsURL its Prometheus
+	// endpoint; JournalBin the built ayatori-journal.
+	ManagerLog, MetricsURL, JournalBin string
+
+	managerBin string
+	args       []string
+	manager    *process
+	unreg      func()
+}
+
+// ExecutionStackOptions tune an ExecutionStack.
+type ExecutionStackOptions struct {
+	// ManagerArgs are extra manager flags.
+	ManagerArgs []string
+	// Nodes is the number of fake nodes (default 1).
+	Nodes int
+}
+
+// StartExecutionStack starts an ExecutionStack for the test; Close runs
+// at cleanup.
+func StartExecutionStack(t testing.TB, opts ExecutionStackOptions) *ExecutionStack {
+	t.Helper()
+	s, err := NewExecutionStack(context.Background(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("manager log tail:\n%s", fileTail(s.ManagerLog, 60))
+		}
+		s.Close()
+	})
+	return s
+}
+
+// NewExecutionStack builds the binaries and starts every server and the
+// manager.
+func NewExecutionStack(ctx context.Context, opts ExecutionStackOptions) (_ *ExecutionStack, err error) {
+	s := &ExecutionStack{}
+	defer func() {
+		if err != nil {
+			s.Close()
+		}
+	}()
+	if s.Dir, err = os.MkdirTemp("", "ayatori-exec-stack-"); err != nil {
+		return nil, err
+	}
+	s.unreg = registerCleanup(s.Close)
+	s.managerBin = filepath.Join(s.Dir, "ayatori-manager")
+	s.JournalBin = filepath.Join(s.Dir, "ayatori-journal")
+	build := exec.CommandContext(ctx, "go", "build", "-o", s.Dir+"/", "./cmd/ayatori-manager", "./cmd/ayatori-journal")
+	build.Dir = RepoRoot()
+	if out, err := build.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("build: %w\n%s", err, out)
+	}
+	if s.CP, err = NewControlPlane(ControlPlaneOptions{}); err != nil {
+		return nil, err
+	}
+	if s.Workload, err = NewWorkload(s.CP, WorkloadOptions{Nodes: opts.Nodes}); err != nil {
+		return nil, err
+	}
+	if s.NATS, err = NewNATS(NATSOptions{}); err != nil {
+		return nil, err
+	}
+	port, err := FreePort()
+	if err != nil {
+		return nil, err
+	}
+	s.ManagerLog = filepath.Join(s.Dir, "manager.log")
+	s.MetricsURL = fmt.Sprintf("http://127.0.0.1:%d/metrics", port)
+	s.args = append([]string{"--kubeconfig", s.CP.KubeconfigPath, "--namespace", ControllerNamespace, "--nats-url", s.NATS.URL,
+		"--metrics-bind-address", fmt.Sprintf("127.0.0.1:%d", port), "--health-probe-bind-address", "0",
+		"--retry-base", "1s", "--retry-max", "5s", "--job-resolve-interval", "2s", "--job-observe-max-interval", "2s",
+		"--projectors", "job,jobclass", "--executors", "kubernetes"}, opts.ManagerArgs...)
+	if err := s.StartManager(nil); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// StartManager starts (or restarts) the manager with extra environment
+// variables (e.g. AYATORI_FAILPOINTS) and flags.
+func (s *ExecutionStack) StartManager(env []string, extra ...string) error {
+	if s.manager != nil && !s.manager.exited() {
+		return fmt.Errorf("manager already running")
+	}
+	p, err := startProcess(processSpec{name: "ayatori-manager", path: s.managerBin, args: append(append([]string(nil), s.args...), extra...),
+		dir: s.Dir, logPath: s.ManagerLog, env: env})
+	if err != nil {
+		return err
+	}
+	s.manager = p
+	return nil
+}
+
+// KillManager sends SIGKILL to the manager and waits for it to end.
+func (s *ExecutionStack) KillManager() {
+	if s.manager != nil {
+		s.manager.stop(syscall.SIGKILL, 15*time.Second)
+	}
+}
+
+// StopManager stops the manager (SIGTERM, then SIGKILL).
+func (s *ExecutionStack) StopManager() {
+	if s.manager != nil {
+		s.manager.stop(syscall.SIGTERM, 15*time.Second)
+	}
+}
+
+// WaitManagerExit waits up to timeout for the manager to end (for example
+// killed by a failpoint) and reports whether it did.
+func (s *ExecutionStack) WaitManagerExit(timeout time.Duration) bool {
+	if s.manager == nil {
+		return true
+	}
+	select {
+	case <-s.manager.done:
+		return true
+	case <-time.After(timeout):
+		return false
+	}
+}
+
+// ManagerPID returns the manager's PID (0 when not running).
+func (s *ExecutionStack) ManagerPID() int {
+	if s.manager == nil || s.manager.exited() {
+		return 0
+	}
+	return s.manager.pid()
+}
+
+// Close stops everything and removes the stack's files.
+func (s *ExecutionStack) Close() {
+	s.StopManager()
+	if s.NATS != nil {
+		s.NATS.Close()
+	}
+	if s.Workload != nil {
+		s.Workload.Close()
+	}
+	if s.CP != nil {
+		s.CP.Close()
+	}
+	if s.unreg != nil {
+		s.unreg()
+	}
+	if s.Dir != "" {
+		_ = os.RemoveAll(s.Dir)
+	}
+}

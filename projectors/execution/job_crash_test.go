@@ -1,0 +1,41 @@
+package execution_test
+
+import (
+	"testing"
+	"time"
+
+	"git.ddupan.top/panxiao81/ayatori/integration"
+)
+
+// TestJobSurvivesManagerKill kills the manager (SIGKILL, through a
+// failpoint) once after the Ensure intent was acknowledged by the journal
+// and delivered, before the executor ran it, and once after the executor
+// created the native Job but before the outcome was journaled. After a
+// restart each Job converges with exactly one native Job, and the journal
+// verifies clean (at most one created execution per Job UID, no Ensure
+// after Cancel or a terminal outcome).
+func TestJobSurvivesManagerKill(t *testing.T) {
+	e := startJobEnv(t, integration.ExecutionStackOptions{})
+	for _, fp := range []string{"executor-before-handle", "executor-before-outcome"} {
+		t.Run(fp, func(t *testing.T) {
+			e.s.StopManager()
+			if err := e.s.StartManager([]string{"AYATORI_FAILPOINTS=" + fp + "=Ensure"}); err != nil {
+				t.Fatal(err)
+			}
+			ns := e.namespace(t, true)
+			j := e.create(t, newJob(ns, "crash", "ayatori.test/succeed"))
+			if !e.s.WaitManagerExit(90 * time.Second) {
+				t.Fatal("the failpoint did not kill the manager")
+			}
+			if n := len(e.natives(t, j)); n > 1 {
+				t.Fatalf("%d native Jobs after the crash", n)
+			}
+			if err := e.s.StartManager(nil); err != nil {
+				t.Fatal(err)
+			}
+			got := e.waitSucceeded(t, j, "True/Completed")
+			e.wantOneNative(t, got)
+		})
+	}
+	e.verifyJournal(t)
+}
