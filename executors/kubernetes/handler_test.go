@@ -158,6 +158,12 @@ func TestRegisterNeedsClients(t *testing.T) {
 	if err := (&Executor{}).Register(d); err == nil {
 		t.Fatal("Register without clients succeeded")
 	}
+	s := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(s)
+	c := fake.NewClientBuilder().WithScheme(s).Build()
+	if err := (&Executor{Management: c, Workload: c}).Register(d); err == nil {
+		t.Fatal("Register with a scheme without the execution API succeeded")
+	}
 }
 
 func TestBuildJob(t *testing.T) {

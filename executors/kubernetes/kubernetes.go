@@ -44,8 +44,9 @@
 //	         reports NotFound once it is gone, else Succeeded with State
 //	         Stopping ("deletion in progress"): the projector asks again.
 //
-// Outcomes: a Succeeded outcome carries the Observation (Result.Reason and
-// Message are its Reason and Message). A refusal is a Failed outcome whose
+// Outcomes: a Succeeded outcome carries the Observation (Result.Message is
+// "<State>: <Observation.Message>"; Result.Reason stays empty, so an observed
+// failure never reads as the operation's failure). A refusal is a Failed outcome whose
 // Observation has the state the executor knows (NotFound for every Ensure
 // refusal: nothing was created). A definite API refusal (see classify.go)
 // is a Failed outcome with a stable reason (Forbidden, InvalidSpec, ...) and
@@ -65,6 +66,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -123,10 +125,18 @@ type Executor struct {
 
 // Register registers the handlers of execution.Operations on d under the
 // backend name execution.AdapterKubernetes. It fails when a client is
-// missing or an operation is registered twice.
+// missing, the Management client's scheme (when it exposes one) lacks the
+// execution API, or an operation is registered twice.
 func (e *Executor) Register(d *journal.Dispatcher) error {
 	if e.Management == nil || e.Workload == nil {
 		return errors.New("executors/kubernetes: Management and Workload clients are required")
+	}
+	if m, ok := e.Management.(interface{ Scheme() *runtime.Scheme }); ok {
+		for _, kind := range []string{"Job", ParametersKind} {
+			if !m.Scheme().Recognizes(executionv1alpha1.GroupVersion.WithKind(kind)) {
+				return fmt.Errorf("executors/kubernetes: the Management client's scheme lacks %s %s", executionv1alpha1.GroupVersion, kind)
+			}
+		}
 	}
 	return d.HandleAll(execution.AdapterKubernetes, e.Handlers())
 }
@@ -191,7 +201,7 @@ func (e *Executor) handler(fn step) journal.Handler {
 		obs, err := fn(ctx, rec)
 		if err == nil {
 			obs.Adapter = execution.AdapterKubernetes
-			return journal.Outcome{Result: journal.Result{Class: journal.Succeeded, Reason: obs.Reason, Message: obs.Message}, Payload: obs}, nil
+			return journal.Outcome{Result: journal.Result{Class: journal.Succeeded, Message: string(obs.State) + ": " + obs.Message}, Payload: obs}, nil
 		}
 		var r *refusal
 		if errors.As(err, &r) {
