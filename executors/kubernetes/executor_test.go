@@ -561,7 +561,7 @@ func TestExecutor(t *testing.T) {
 		// An intent for a Job of a namespace the workload cluster lacks:
 		// Ensure's refusals come first (the Job does not exist).
 		rec, err := journal.NewIntent(journal.ObjectRef{Group: executionv1alpha1.GroupVersion.Group, Kind: "Job", Namespace: "nowhere", Name: "x",
-			UID: "0b8f3c2e-1111-4222-8333-444455556666", Generation: 1}, execution.OpEnsure, "", 1, execution.EnsureIntent{Adapter: execution.AdapterKubernetes})
+			UID: "0b8f3c2e-1111-4222-8333-444455556666", Generation: 1}, execution.OpEnsure, "", 1, execution.EnsureIntent{Adapter: execution.AdapterKubernetes, TaskDigest: "sha256:00"})
 		if err != nil {
 			t.Fatal(err)
 		}

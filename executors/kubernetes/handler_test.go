@@ -97,6 +97,7 @@ func TestEnsureErrors(t *testing.T) {
 		{name: "parameters UID", mutate: func(in *execution.EnsureIntent) { in.ParametersUID = "old" }, reason: executionv1alpha1.ReasonParametersChanged},
 		{name: "parameters gone", mutate: func(in *execution.EnsureIntent) { in.ParametersName = "gone" }, reason: executionv1alpha1.ReasonParametersChanged},
 		{name: "other adapter", mutate: func(in *execution.EnsureIntent) { in.Adapter = "opensandbox" }, reason: ReasonInvalidIntent},
+		{name: "no digest", mutate: func(in *execution.EnsureIntent) { in.TaskDigest = "" }, reason: ReasonInvalidIntent},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			aj, p, sa := fixtures()

@@ -88,8 +88,9 @@ const (
 	ReasonConflict = "Conflict"
 	// ReasonTaskChanged: the Job's task no longer has the intent's digest.
 	ReasonTaskChanged = "TaskChanged"
-	// ReasonInvalidIntent: the intent's payload can not be decoded, names
-	// another adapter, or the Job UID can not name a native Job.
+	// ReasonInvalidIntent: the intent's payload can not be decoded, lacks
+	// the task digest, names another adapter, or the Job UID can not name a
+	// native Job.
 	ReasonInvalidIntent = "InvalidIntent"
 )
 
@@ -366,9 +367,9 @@ func (e *Executor) delete(ctx context.Context, rec journal.Record) (execution.Ob
 // ensure executes Ensure (see the package doc).
 func (e *Executor) ensure(ctx context.Context, rec journal.Record) (execution.Observation, error) {
 	var in execution.EnsureIntent
-	if err := rec.DecodePayload(&in); err != nil || (in.Adapter != "" && in.Adapter != execution.AdapterKubernetes) {
+	if err := rec.DecodePayload(&in); err != nil || in.TaskDigest == "" || (in.Adapter != "" && in.Adapter != execution.AdapterKubernetes) {
 		return execution.Observation{}, &refusal{Reason: ReasonInvalidIntent, State: execution.StateNotFound,
-			Message: "the Ensure payload can not be decoded or names another adapter"}
+			Message: "the Ensure payload can not be decoded, lacks the task digest or names another adapter"}
 	}
 	n, err := nativeOf(rec)
 	if err != nil {
