@@ -1,0 +1,471 @@
+// Package kubernetes is the Kubernetes execution adapter: it executes the
+// journal intents of the execution domain (contracts/execution: Ensure,
+// Observe, Cancel, Delete) for Ayatori Jobs (execution.ayatori.ddupan.top
+// Job) by running one batch/v1 Job, the native Job, per Ayatori Job UID.
+//
+// Native Job identity: namespace = the Ayatori Job's namespace, name =
+// execution.NativeJobName(UID), label execution.LabelJobUID = UID on the
+// Job and its pod template, annotations execution.AnnotationJobName and
+// execution.AnnotationJobNamespace. An object with that name that lacks the
+// UID label is not this Job's: every operation reports a Failed outcome
+// with reason Conflict (Observation State NotFound: this Job has no
+// execution) and never modifies or deletes it.
+//
+// Native Job shape: backoffLimit 0, completions 1, parallelism 1, pod
+// restartPolicy Never, the parameters' ServiceAccount (never "default"
+// instead of a missing one), runtimeClassName, nodeSelector, tolerations and
+// pod security context, enableServiceLinks false (the task's environment is
+// exactly the one it declares), one container named "task" with the task's
+// image, command, args, working directory and image pull secrets, the
+// parameters' imagePullPolicy, the effective resources of the Ensure intent,
+// and env literals as values, references as native secretKeyRef and
+// configMapKeyRef (the kubelet resolves them; the executor never reads a
+// Secret or ConfigMap). The native Job has no owner reference (the workload
+// cluster may not be the management cluster, where the Ayatori Job lives),
+// no activeDeadlineSeconds (the projector enforces the deadline with a
+// Cancel counted from the observed start) and no ttlSecondsAfterFinished
+// (Delete removes it once the projector is done with it).
+//
+// Operations:
+//
+//	Ensure   finds the native Job by name first and reports it (Created
+//	         false). Otherwise re-reads the Ayatori Job, its parameters and
+//	         the ServiceAccount and refuses, creating nothing, when the Job
+//	         is gone, recreated, being deleted or cancelled (Cancelled), its
+//	         task no longer matches the intent's digest (TaskChanged), the
+//	         parameters are gone or recreated (ParametersChanged), the
+//	         ServiceAccount is missing (ServiceAccountNotFound) or the
+//	         resources do not parse (InvalidResources); then creates it
+//	         (Created true only when this create succeeded).
+//	Observe  reads the native Job and its pods (see observe).
+//	Cancel   sets spec.suspend (merge patch with an optimistic lock): the
+//	         Job controller deletes the active pods. Repeatable.
+//	Delete   deletes the native Job (UID precondition, foreground), then
+//	         reports NotFound once it is gone, else Succeeded with State
+//	         Stopping ("deletion in progress"): the projector asks again.
+//
+// Outcomes: a Succeeded outcome carries the Observation (Result.Message is
+// "<State>: <Observation.Message>"; Result.Reason stays empty, so an observed
+// failure never reads as the operation's failure). A refusal is a Failed outcome whose
+// Observation has the state the executor knows (NotFound for every Ensure
+// refusal: nothing was created). A definite API refusal (see classify.go)
+// is a Failed outcome with a stable reason (Forbidden, InvalidSpec, ...) and
+// an Observation only when the state is known; a transient API failure is
+// returned as an error, and the journal redelivers the intent.
+//
+// The intent's references are informational: the executor always finds the
+// execution by its name and UID label.
+package kubernetes
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	executionv1alpha1 "git.ddupan.top/panxiao81/ayatori/api/execution/v1alpha1"
+	"git.ddupan.top/panxiao81/ayatori/contracts/execution"
+	"git.ddupan.top/panxiao81/ayatori/journal"
+)
+
+// +kubebuilder:rbac:groups=batch,resources=jobs,verbs=get;list;watch;create;patch;delete
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=serviceaccounts,verbs=get
+// +kubebuilder:rbac:groups=execution.ayatori.ddupan.top,resources=jobs;kubernetesexecutionparameters,verbs=get;list;watch
+
+// Reasons of Failed outcomes the executor decides itself (besides the API
+// reasons of executionv1alpha1 and classify.go).
+const (
+	// ReasonConflict: an object with the native Job's name exists and does
+	// not carry this Job's UID label; it is left untouched.
+	ReasonConflict = "Conflict"
+	// ReasonTaskChanged: the Job's task no longer has the intent's digest.
+	ReasonTaskChanged = "TaskChanged"
+	// ReasonInvalidIntent: the intent's payload can not be decoded, lacks
+	// the task digest, names another adapter, or the Job UID can not name a
+	// native Job.
+	ReasonInvalidIntent = "InvalidIntent"
+)
+
+// LabelManagedBy marks the native Jobs and their pods as Ayatori's.
+const LabelManagedBy = "app.kubernetes.io/managed-by"
+
+// labelControllerUID is the label the Job controller puts on a Job's pods.
+const labelControllerUID = "batch.kubernetes.io/controller-uid"
+
+// ParametersKind is the kind of the parameters object this adapter reads.
+const ParametersKind = "KubernetesExecutionParameters"
+
+// DefaultTimeout bounds one operation's API requests.
+const DefaultTimeout = 30 * time.Second
+
+// Executor executes the execution domain's intents with batch/v1 Jobs.
+// Both clients must read from the API server (client.New, not a manager's
+// cache): Ensure depends on seeing its own creates and the latest Job spec.
+type Executor struct {
+	// Management reads the management cluster: Ayatori Jobs and
+	// KubernetesExecutionParameters (its scheme must have the execution
+	// API). Uncached.
+	Management client.Reader
+	// Workload is the cluster the native Jobs run in (usually the same
+	// cluster): batch/v1 Jobs, pods, ServiceAccounts. Uncached reads.
+	Workload client.Client
+	// Actor names this executor instance; it is the field manager of the
+	// native Jobs' writes (default "ayatori-executor-kubernetes").
+	Actor string
+	// Timeout bounds one operation's API requests (default DefaultTimeout).
+	Timeout time.Duration
+}
+
+// Register registers the handlers of execution.Operations on d under the
+// backend name execution.AdapterKubernetes. It fails when a client is
+// missing, the Management client's scheme (when it exposes one) lacks the
+// execution API, or an operation is registered twice.
+func (e *Executor) Register(d *journal.Dispatcher) error {
+	if e.Management == nil || e.Workload == nil {
+		return errors.New("executors/kubernetes: Management and Workload clients are required")
+	}
+	if m, ok := e.Management.(interface{ Scheme() *runtime.Scheme }); ok {
+		for _, kind := range []string{"Job", ParametersKind} {
+			if !m.Scheme().Recognizes(executionv1alpha1.GroupVersion.WithKind(kind)) {
+				return fmt.Errorf("executors/kubernetes: the Management client's scheme lacks %s %s", executionv1alpha1.GroupVersion, kind)
+			}
+		}
+	}
+	return d.HandleAll(execution.AdapterKubernetes, e.Handlers())
+}
+
+// Handlers returns the journal handlers by operation (execution.Operations).
+func (e *Executor) Handlers() map[string]journal.Handler {
+	return map[string]journal.Handler{
+		execution.OpEnsure:  e.handler(e.ensure),
+		execution.OpObserve: e.handler(e.observeOp),
+		execution.OpCancel:  e.handler(e.cancel),
+		execution.OpDelete:  e.handler(e.delete),
+	}
+}
+
+func (e *Executor) fieldOwner() client.FieldOwner {
+	if e.Actor != "" {
+		return client.FieldOwner(e.Actor)
+	}
+	return client.FieldOwner("ayatori-executor-kubernetes")
+}
+
+// refusal is a Failed outcome the executor decided; State (when set) is
+// the execution's state, reported in the outcome's Observation.
+type refusal struct {
+	Reason  string
+	Message string
+	State   execution.State
+}
+
+func (r *refusal) Error() string { return r.Reason + ": " + r.Message }
+
+// stateError is an API error of a step that left the execution in a known
+// state (for Ensure: nothing was created).
+type stateError struct {
+	state execution.State
+	err   error
+}
+
+func (s *stateError) Error() string { return s.err.Error() }
+func (s *stateError) Unwrap() error { return s.err }
+
+// notCreated marks an API error of Ensure after it found no native Job.
+func notCreated(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &stateError{state: execution.StateNotFound, err: err}
+}
+
+type step func(ctx context.Context, rec journal.Record) (execution.Observation, error)
+
+// handler turns a step into a journal.Handler (see the package doc,
+// "Outcomes").
+func (e *Executor) handler(fn step) journal.Handler {
+	return func(ctx context.Context, rec journal.Record) (journal.Outcome, error) {
+		t := e.Timeout
+		if t <= 0 {
+			t = DefaultTimeout
+		}
+		ctx, cancel := context.WithTimeout(ctx, t)
+		defer cancel()
+		obs, err := fn(ctx, rec)
+		if err == nil {
+			obs.Adapter = execution.AdapterKubernetes
+			return journal.Outcome{Result: journal.Result{Class: journal.Succeeded, Message: string(obs.State) + ": " + obs.Message}, Payload: obs}, nil
+		}
+		var r *refusal
+		if errors.As(err, &r) {
+			return failedOutcome(r.Reason, r.Message, r.State), nil
+		}
+		f := classify(err)
+		if f.Transient {
+			return journal.Outcome{}, &transientError{err: err}
+		}
+		var st *stateError
+		var state execution.State
+		if errors.As(err, &st) {
+			state = st.state
+		}
+		return failedOutcome(f.Reason, f.Message, state), nil
+	}
+}
+
+// failedOutcome is a Failed outcome; it carries an Observation when state
+// is known.
+func failedOutcome(reason, msg string, state execution.State) journal.Outcome {
+	out := journal.Outcome{Result: journal.Result{Class: journal.Failed, Reason: reason, Message: msg}}
+	if state != "" {
+		out.Payload = execution.Observation{State: state, Adapter: execution.AdapterKubernetes, Reason: reason, Message: msg}
+	}
+	return out
+}
+
+// native is where the native Job of rec's Job lives.
+type native struct {
+	ns, name, uid string
+}
+
+func nativeOf(rec journal.Record) (native, error) {
+	name, err := execution.NativeJobName(rec.Object.UID)
+	if err != nil || rec.Object.Namespace == "" {
+		return native{}, &refusal{Reason: ReasonInvalidIntent, Message: "the intent's Job UID or namespace can not name a native Job"}
+	}
+	return native{ns: rec.Object.Namespace, name: name, uid: rec.Object.UID}, nil
+}
+
+// get reads the native Job: nil when there is none, a Conflict refusal
+// when the object of that name is not this Job's.
+func (e *Executor) get(ctx context.Context, n native) (*batchv1.Job, error) {
+	job := &batchv1.Job{}
+	err := e.Workload.Get(ctx, types.NamespacedName{Namespace: n.ns, Name: n.name}, job)
+	if isNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if job.Labels[execution.LabelJobUID] != n.uid {
+		return nil, &refusal{Reason: ReasonConflict, State: execution.StateNotFound,
+			Message: fmt.Sprintf("a batch/v1 Job %s/%s exists that does not belong to this Job; it was left untouched", n.ns, n.name)}
+	}
+	return job, nil
+}
+
+// pods lists the pods of native Job job (by the Job controller's label,
+// and this Job's UID label).
+func (e *Executor) pods(ctx context.Context, job *batchv1.Job) ([]corev1.Pod, error) {
+	var list corev1.PodList
+	if err := e.Workload.List(ctx, &list, client.InNamespace(job.Namespace), client.MatchingLabels{
+		labelControllerUID:    string(job.UID),
+		execution.LabelJobUID: job.Labels[execution.LabelJobUID],
+	}); err != nil {
+		return nil, err
+	}
+	return list.Items, nil
+}
+
+// observeJob observes job (nil: NotFound) with its pods.
+func (e *Executor) observeJob(ctx context.Context, job *batchv1.Job) (execution.Observation, error) {
+	if job == nil {
+		return observe(nil, nil), nil
+	}
+	pods, err := e.pods(ctx, job)
+	if err != nil {
+		return execution.Observation{}, err
+	}
+	return observe(job, pods), nil
+}
+
+// observeOp executes Observe.
+func (e *Executor) observeOp(ctx context.Context, rec journal.Record) (execution.Observation, error) {
+	n, err := nativeOf(rec)
+	if err != nil {
+		return execution.Observation{}, err
+	}
+	job, err := e.get(ctx, n)
+	if err != nil {
+		return execution.Observation{}, err
+	}
+	return e.observeJob(ctx, job)
+}
+
+// cancel executes Cancel: spec.suspend=true unless the native Job finished,
+// is suspended or is being deleted; then the fresh observation.
+func (e *Executor) cancel(ctx context.Context, rec journal.Record) (execution.Observation, error) {
+	n, err := nativeOf(rec)
+	if err != nil {
+		return execution.Observation{}, err
+	}
+	for attempt := 0; ; attempt++ {
+		job, err := e.get(ctx, n)
+		if err != nil || job == nil {
+			return observe(nil, nil), err
+		}
+		if finished(job) || (job.Spec.Suspend != nil && *job.Spec.Suspend) || job.DeletionTimestamp != nil {
+			return e.observeJob(ctx, job)
+		}
+		orig := job.DeepCopy()
+		suspend := true
+		job.Spec.Suspend = &suspend
+		err = e.Workload.Patch(ctx, job, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}), e.fieldOwner())
+		switch {
+		case err == nil:
+			return e.observeJob(ctx, job)
+		case isNotFound(err):
+			return observe(nil, nil), nil
+		case isConflict(err) && attempt < 3:
+			continue // changed since the read: read again
+		default:
+			return execution.Observation{}, err
+		}
+	}
+}
+
+// finished: the native Job has a Complete or Failed condition.
+func finished(job *batchv1.Job) bool {
+	return jobCondition(job, batchv1.JobComplete) != nil || jobCondition(job, batchv1.JobFailed) != nil
+}
+
+// delete executes Delete: a foreground delete with the native Job's UID as
+// precondition, then a fresh read.
+func (e *Executor) delete(ctx context.Context, rec journal.Record) (execution.Observation, error) {
+	n, err := nativeOf(rec)
+	if err != nil {
+		return execution.Observation{}, err
+	}
+	job, err := e.get(ctx, n)
+	if err != nil || job == nil {
+		return observe(nil, nil), err
+	}
+	if job.DeletionTimestamp == nil {
+		uid := job.UID
+		err := e.Workload.Delete(ctx, job, client.Preconditions{UID: &uid}, client.PropagationPolicy(metav1.DeletePropagationForeground))
+		if err != nil && !isNotFound(err) {
+			// A Conflict (the UID precondition failed: another object took
+			// the name) is transient: the redelivery reads it again.
+			return execution.Observation{}, err
+		}
+	}
+	job, err = e.get(ctx, n)
+	if err != nil || job == nil {
+		return observe(nil, nil), err
+	}
+	return execution.Observation{State: execution.StateStopping, References: references(job), Message: "deletion in progress"}, nil
+}
+
+// ensure executes Ensure (see the package doc).
+func (e *Executor) ensure(ctx context.Context, rec journal.Record) (execution.Observation, error) {
+	var in execution.EnsureIntent
+	if err := rec.DecodePayload(&in); err != nil || in.TaskDigest == "" || (in.Adapter != "" && in.Adapter != execution.AdapterKubernetes) {
+		return execution.Observation{}, &refusal{Reason: ReasonInvalidIntent, State: execution.StateNotFound,
+			Message: "the Ensure payload can not be decoded, lacks the task digest or names another adapter"}
+	}
+	n, err := nativeOf(rec)
+	if err != nil {
+		return execution.Observation{}, err
+	}
+	// 1. An execution created before (a crash after the create, a
+	// redelivery): report it.
+	if job, err := e.get(ctx, n); err != nil || job != nil {
+		if err != nil {
+			return execution.Observation{}, err
+		}
+		return e.observeJob(ctx, job)
+	}
+	// 2-4. Nothing exists: check that the execution may still be created.
+	aj, params, err := e.admit(ctx, rec, in)
+	if err != nil {
+		return execution.Observation{}, err
+	}
+	// 5. Create.
+	job, err := buildJob(n, rec.Object.Name, aj, params, in.Resources)
+	if err != nil {
+		return execution.Observation{}, err
+	}
+	err = e.Workload.Create(ctx, job, e.fieldOwner())
+	switch {
+	case err == nil:
+		o := observe(job, nil)
+		o.Created = true
+		return o, nil
+	case isAlreadyExists(err):
+		// Created by a concurrent delivery of this intent (or taken).
+		found, err := e.get(ctx, n)
+		if err != nil {
+			return execution.Observation{}, err
+		}
+		if found == nil {
+			return execution.Observation{}, errors.New("the native Job existed at create and is gone now")
+		}
+		return e.observeJob(ctx, found)
+	case classify(err).Transient:
+		// Ambiguous: the redelivery finds it by name if it was created.
+		return execution.Observation{}, err
+	default:
+		return execution.Observation{}, notCreated(err)
+	}
+}
+
+// admit re-reads the Ayatori Job, the parameters and the ServiceAccount
+// and returns the refusal that keeps Ensure from creating the execution.
+func (e *Executor) admit(ctx context.Context, rec journal.Record, in execution.EnsureIntent) (*executionv1alpha1.Job, *executionv1alpha1.KubernetesExecutionParameters, error) {
+	cancelled := func(msg string) error {
+		return &refusal{Reason: executionv1alpha1.ReasonCancelled, State: execution.StateNotFound, Message: msg}
+	}
+	aj := &executionv1alpha1.Job{}
+	err := e.Management.Get(ctx, types.NamespacedName{Namespace: rec.Object.Namespace, Name: rec.Object.Name}, aj)
+	switch {
+	case isNotFound(err):
+		return nil, nil, cancelled("the Job no longer exists; no execution was created")
+	case err != nil:
+		return nil, nil, notCreated(err)
+	case string(aj.UID) != rec.Object.UID:
+		return nil, nil, cancelled("the Job was recreated with another UID; no execution was created")
+	case aj.DeletionTimestamp != nil:
+		return nil, nil, cancelled("the Job is being deleted; no execution was created")
+	case aj.Spec.DesiredState == executionv1alpha1.JobDesiredStateCancelled:
+		return nil, nil, cancelled("the Job's desiredState is Cancelled; no execution was created")
+	}
+	digest, err := execution.TaskDigest(aj.Spec.Task)
+	if err != nil || digest != in.TaskDigest {
+		return nil, nil, &refusal{Reason: ReasonTaskChanged, State: execution.StateNotFound,
+			Message: "the Job's task does not match the digest of the Ensure intent; no execution was created"}
+	}
+	if in.ParametersKind != ParametersKind || in.ParametersName == "" {
+		return nil, nil, &refusal{Reason: executionv1alpha1.ReasonInvalidParametersReference, State: execution.StateNotFound,
+			Message: fmt.Sprintf("the Kubernetes adapter reads %s parameters, not %q", ParametersKind, in.ParametersKind)}
+	}
+	params := &executionv1alpha1.KubernetesExecutionParameters{}
+	err = e.Management.Get(ctx, types.NamespacedName{Name: in.ParametersName}, params)
+	switch {
+	case isNotFound(err):
+		return nil, nil, &refusal{Reason: executionv1alpha1.ReasonParametersChanged, State: execution.StateNotFound,
+			Message: fmt.Sprintf("%s %s no longer exists; no execution was created", ParametersKind, in.ParametersName)}
+	case err != nil:
+		return nil, nil, notCreated(err)
+	case string(params.UID) != in.ParametersUID:
+		return nil, nil, &refusal{Reason: executionv1alpha1.ReasonParametersChanged, State: execution.StateNotFound,
+			Message: fmt.Sprintf("%s %s was recreated since the Job was accepted; no execution was created", ParametersKind, in.ParametersName)}
+	}
+	sa := &corev1.ServiceAccount{}
+	err = e.Workload.Get(ctx, types.NamespacedName{Namespace: rec.Object.Namespace, Name: params.Spec.ServiceAccountName}, sa)
+	switch {
+	case isNotFound(err):
+		return nil, nil, &refusal{Reason: executionv1alpha1.ReasonServiceAccountNotFound, State: execution.StateNotFound,
+			Message: fmt.Sprintf("ServiceAccount %s/%s does not exist; no execution was created", rec.Object.Namespace, params.Spec.ServiceAccountName)}
+	case err != nil:
+		return nil, nil, notCreated(err)
+	}
+	return aj, params, nil
+}
