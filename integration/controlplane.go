@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	databasev1alpha1 "git.ddupan.top/panxiao81/ayatori/api/database/v1alpha1"
+	executionv1alpha1 "git.ddupan.top/panxiao81/ayatori/api/execution/v1alpha1"
 )
 
 // ControlPlaneOptions choose what the control plane serves.
@@ -84,6 +85,9 @@ func NewControlPlane(opts ControlPlaneOptions) (_ *ControlPlane, err error) {
 		return nil, err
 	}
 	if err := databasev1alpha1.AddToScheme(cp.Scheme); err != nil {
+		return nil, err
+	}
+	if err := executionv1alpha1.AddToScheme(cp.Scheme); err != nil {
 		return nil, err
 	}
 	crdPaths := []string{filepath.Join(RepoRoot(), "deploy", "crd", "bases")}
