@@ -123,7 +123,7 @@ func (r *JobClassReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	for kind, newObj := range parametersKinds {
 		p := &parametersProtection{r: r, kind: kind, newObj: newObj}
 		err := ctrl.NewControllerManagedBy(mgr).
-			Named(strings.ToLower(kind) + "-protection").
+			Named(strings.ToLower(kind)+"-protection").
 			For(newObj()).
 			Watches(&executionv1alpha1.JobClass{}, handler.EnqueueRequestsFromMapFunc(p.parametersOfClass)).
 			Complete(p)

@@ -216,9 +216,11 @@ func TestJobClassController(t *testing.T) {
 
 	t.Run("InvalidParametersReference", func(t *testing.T) {
 		for name, mut := range map[string]func(*executionv1alpha1.JobClass){
-			"wrong-kind":    func(c *executionv1alpha1.JobClass) { c.Spec.ParametersRef.Kind = sParams },
-			"wrong-group":   func(c *executionv1alpha1.JobClass) { c.Spec.ParametersRef.Group = "example.com" },
-			"configmap":     func(c *executionv1alpha1.JobClass) { c.Spec.ParametersRef.Group, c.Spec.ParametersRef.Kind = "core.k8s.io", "ConfigMap" },
+			"wrong-kind":  func(c *executionv1alpha1.JobClass) { c.Spec.ParametersRef.Kind = sParams },
+			"wrong-group": func(c *executionv1alpha1.JobClass) { c.Spec.ParametersRef.Group = "example.com" },
+			"configmap": func(c *executionv1alpha1.JobClass) {
+				c.Spec.ParametersRef.Group, c.Spec.ParametersRef.Kind = "core.k8s.io", "ConfigMap"
+			},
 			"sandbox-k8s-p": func(c *executionv1alpha1.JobClass) { c.Spec.ControllerName = sandbox },
 		} {
 			e.newClass(t, name, kube, kParams, "shared", mut)
