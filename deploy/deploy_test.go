@@ -70,7 +70,11 @@ func TestOverlaysRenderAndDryRun(t *testing.T) {
 		}
 		for _, want := range []string{"Deployment/ayatori-manager", "StatefulSet/ayatori-nats", "ConfigMap/ayatori-nats-config",
 			"Service/ayatori-nats-headless", "PodDisruptionBudget/ayatori-nats",
-			"ClusterRole/ayatori-manager", "Role/ayatori-manager", "Service/ayatori-manager-metrics", "CustomResourceDefinition/postgresqltenants.database.ayatori.ddupan.top"} {
+			"ClusterRole/ayatori-manager", "Role/ayatori-manager", "Service/ayatori-manager-metrics", "CustomResourceDefinition/postgresqltenants.database.ayatori.ddupan.top",
+			"CustomResourceDefinition/postgresqlinstances.database.ayatori.ddupan.top",
+			"CustomResourceDefinition/jobs.execution.ayatori.ddupan.top", "CustomResourceDefinition/jobclasses.execution.ayatori.ddupan.top",
+			"CustomResourceDefinition/kubernetesexecutionparameters.execution.ayatori.ddupan.top",
+			"CustomResourceDefinition/opensandboxexecutionparameters.execution.ayatori.ddupan.top"} {
 			if !strings.Contains(strings.Join(kinds, " "), want) {
 				t.Errorf("%s renders no %s", overlay, want)
 			}

@@ -41,8 +41,10 @@ const (
 
 // ExecutionResourcePolicy is a class's CPU and memory policy: defaults
 // fill what a Job leaves unset; the result must lie within minimum and
-// maximum.
-// +kubebuilder:validation:XValidation:rule="!has(self.defaults) || !has(self.defaults.requests) || !has(self.defaults.limits) || !has(self.defaults.requests.cpu) || !has(self.defaults.limits.cpu) || quantity(string(self.defaults.requests.cpu)).compareTo(quantity(string(self.defaults.limits.cpu))) <= 0",message="defaults: requests.cpu must not exceed limits.cpu"
+// maximum. Within each of defaults, minimum and maximum a request may not
+// exceed its limit (the ExecutionResourceRequirements rules); the other
+// contradictions (minimum above maximum, defaults outside them) are
+// reported by the controller as Accepted=False/InvalidResourcePolicy.
 type ExecutionResourcePolicy struct {
 	// Defaults fill the Job's unset requests and limits.
 	// +optional

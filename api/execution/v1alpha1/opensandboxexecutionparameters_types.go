@@ -37,6 +37,7 @@ const (
 // OpenSandboxExecutionParametersSpec configures the OpenSandbox adapter.
 // +kubebuilder:validation:XValidation:rule="self.allowInsecureHTTP || self.endpoint.startsWith('https://')",message="endpoint must use HTTPS unless allowInsecureHTTP is true"
 // +kubebuilder:validation:XValidation:rule="self.endpoint.startsWith('https://') || self.endpoint.startsWith('http://')",message="endpoint must be an http(s) URL"
+// +kubebuilder:validation:XValidation:rule="isURL(self.endpoint) && size(url(self.endpoint).getHostname()) > 0",message="endpoint must be an absolute URL with a host"
 // +kubebuilder:validation:XValidation:rule="!self.endpoint.matches('^[A-Za-z][A-Za-z0-9+.-]*://[^/?#]*@')",message="endpoint must not contain credentials (use apiKeySecretRef)"
 // +kubebuilder:validation:XValidation:rule="!self.endpoint.contains('?') && !self.endpoint.contains('#')",message="endpoint must not contain a query or fragment"
 type OpenSandboxExecutionParametersSpec struct {

@@ -99,4 +99,8 @@ const (
 	ReasonBackendReachable = "BackendReachable"
 	// ReasonRuntimeClassNotFound: the parameters' RuntimeClass is missing.
 	ReasonRuntimeClassNotFound = "RuntimeClassNotFound"
+	// ReasonJobClassDeleting: JobClass Ready=False, the class is being
+	// deleted; the message names the non-terminal Jobs that still keep its
+	// protection finalizer.
+	ReasonJobClassDeleting = "Deleting"
 )
