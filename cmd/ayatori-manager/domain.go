@@ -42,7 +42,7 @@ type domain struct {
 // newDomains returns every domain the manager can run, each with its own
 // flag values.
 func newDomains() []*domain {
-	return []*domain{newDatabaseDomain()}
+	return []*domain{newDatabaseDomain(), newExecutionDomain()}
 }
 
 // selection is the validated choice of --projectors and --executors.

@@ -465,4 +465,3 @@ func StateOf(j *v1alpha1.Job) string {
 	}
 	return "Resolving"
 }
-

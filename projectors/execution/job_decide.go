@@ -589,7 +589,9 @@ func (d *decider) decideDeletion() {
 		d.intent(execution.OpDelete, "", d.executionIntent(""))
 		return
 	}
-	if !lastDel.ambiguous && lastDel.rec.Result != nil && lastDel.rec.Result.Class == journal.Succeeded && lastDel.obs.State == execution.StateNotFound {
+	if !lastDel.ambiguous && lastDel.obs.State == execution.StateNotFound {
+		// Nothing of the Job's is left (an object of another owner under
+		// the native name is reported NotFound with a Conflict, untouched).
 		d.out.RemoveFinalizer = true
 		return
 	}

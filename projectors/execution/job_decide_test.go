@@ -211,8 +211,8 @@ func obs(state execution.State) execution.Observation {
 	return o
 }
 
-func at(t time.Time) *time.Time { return &t }
-func i32(v int32) *int32        { return &v }
+func timePtr(t time.Time) *time.Time { return &t }
+func i32(v int32) *int32             { return &v }
 
 // accept runs passes until the Ensure intent is decided.
 func (s *sim) accept() {
@@ -233,7 +233,7 @@ func (s *sim) run() time.Time {
 	s.until(execution.OpObserve)
 	started := s.now
 	r := obs(execution.StateRunning)
-	r.StartTime = at(started)
+	r.StartTime = timePtr(started)
 	s.ok(execution.OpObserve, r)
 	s.pass()
 	s.wantSucceeded("Unknown/Running")
@@ -251,7 +251,7 @@ func TestM1CreateStartExitZero(t *testing.T) {
 	}
 	s.until(execution.OpObserve)
 	done := obs(execution.StateSucceeded)
-	done.ExitCode, done.FinishTime = i32(0), at(s.now.Add(-time.Second))
+	done.ExitCode, done.FinishTime = i32(0), timePtr(s.now.Add(-time.Second))
 	s.ok(execution.OpObserve, done)
 	s.rest()
 	s.wantSucceeded("True/Completed")
@@ -389,7 +389,7 @@ func TestM6CrashAfterEnsureFindsByUID(t *testing.T) {
 	s := newSim(t)
 	s.accept()
 	found := obs(execution.StateRunning)
-	found.StartTime = at(s.now)
+	found.StartTime = timePtr(s.now)
 	s.ok(execution.OpEnsure, found)
 	s.job.Status = v1alpha1.JobStatus{ResolvedJobClass: s.job.Status.ResolvedJobClass}
 	s.pass()
@@ -405,7 +405,7 @@ func TestM7RepeatedPassesChangeNothing(t *testing.T) {
 	s.run()
 	s.until(execution.OpObserve)
 	done := obs(execution.StateSucceeded)
-	done.FinishTime = at(s.now)
+	done.FinishTime = timePtr(s.now)
 	s.ok(execution.OpObserve, done)
 	s.rest()
 	want := s.job.Status.DeepCopy()

@@ -1,0 +1,144 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+
+	v1alpha1 "git.ddupan.top/panxiao81/ayatori/api/execution/v1alpha1"
+	"git.ddupan.top/panxiao81/ayatori/contracts/execution"
+	kexec "git.ddupan.top/panxiao81/ayatori/executors/kubernetes"
+	"git.ddupan.top/panxiao81/ayatori/journal"
+	exprojector "git.ddupan.top/panxiao81/ayatori/projectors/execution"
+)
+
+// The execution domain: the Job and JobClass projectors and the
+// Kubernetes executor (docs/execution/operations.md).
+//
+// What each component needs besides the shared flags:
+//
+//   - job projector: nothing (it resolves classes, parameters and env
+//     references in the management cluster).
+//   - jobclass projector: nothing.
+//   - kubernetes executor: the cluster the native batch/v1 Jobs run in,
+//     --execution-kubeconfig (default: the management cluster).
+const (
+	jobProjector       = "job"
+	jobClassProjector  = "jobclass"
+	kubernetesExecutor = "kubernetes"
+
+	// executionDurable is the domain's durable consumer.
+	executionDurable = "ayatori-executor-execution-v1"
+)
+
+// executionOptions are the execution domain's flags.
+type executionOptions struct {
+	workloadKubeconfig string
+	observeMax         time.Duration
+	resolveRecheck     time.Duration
+}
+
+func newExecutionDomain() *domain {
+	o := &executionOptions{}
+	return &domain{
+		name:        execution.Domain,
+		projectors:  []string{jobProjector, jobClassProjector},
+		executors:   []string{kubernetesExecutor},
+		bind:        o.bind,
+		validate:    o.validate,
+		addToScheme: v1alpha1.AddToScheme,
+		setup:       o.setup,
+	}
+}
+
+func (o *executionOptions) bind(fs *flag.FlagSet) {
+	fs.StringVar(&o.workloadKubeconfig, "execution-kubeconfig", "", "kubeconfig of the cluster the kubernetes executor runs native batch/v1 Jobs in (default: the management cluster)")
+	fs.DurationVar(&o.observeMax, "job-observe-max-interval", exprojector.DefaultJobPolicy.ObserveMax, "longest pause between two Observes of a running Job whose state does not change (> 0; the pause starts at 1s and doubles)")
+	fs.DurationVar(&o.resolveRecheck, "job-resolve-interval", exprojector.DefaultJobPolicy.ResolveRecheck, "how often a Job that waits for a class, Secret, ConfigMap or ServiceAccount looks again (> 0; class and namespace changes wake it at once)")
+}
+
+func (o *executionOptions) validate(on selection) []error {
+	var errs []error
+	if o.observeMax <= 0 {
+		errs = append(errs, fmt.Errorf("--job-observe-max-interval must be a positive duration, got %s", o.observeMax))
+	}
+	if o.resolveRecheck <= 0 {
+		errs = append(errs, fmt.Errorf("--job-resolve-interval must be a positive duration, got %s", o.resolveRecheck))
+	}
+	if o.workloadKubeconfig != "" && on.executor(kubernetesExecutor) {
+		if st, err := os.Stat(o.workloadKubeconfig); err != nil || st.IsDir() {
+			errs = append(errs, fmt.Errorf("--execution-kubeconfig %q is not a readable file", o.workloadKubeconfig))
+		}
+	}
+	return errs
+}
+
+// setup registers the enabled projectors and the Kubernetes executor's
+// handlers behind the domain's durable consumer.
+func (o *executionOptions) setup(_ context.Context, mgr manager.Manager, store *journal.Store, sh shared) (func(), error) {
+	on := sh.on
+	rec := mgr.GetEventRecorder("ayatori-manager")
+	if on.projector(jobClassProjector) {
+		r := &exprojector.JobClassReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: rec,
+			Controllers: map[string][]string{v1alpha1.ControllerKubernetes: {"KubernetesExecutionParameters"}}}
+		if err := r.SetupWithManager(mgr); err != nil {
+			return nil, fmt.Errorf("set up the JobClass projector: %w", err)
+		}
+	}
+	if on.projector(jobProjector) {
+		router := exprojector.NewOutcomeRouter(store)
+		if err := mgr.Add(router); err != nil {
+			return nil, err
+		}
+		policy := exprojector.DefaultJobPolicy
+		policy.ObserveMax, policy.ResolveRecheck = o.observeMax, o.resolveRecheck
+		policy.RetryBase, policy.RetryMax = sh.retryBase, sh.retryMax
+		r := &exprojector.JobReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Journal: store, Recorder: rec,
+			Policy: policy, Controllers: []string{v1alpha1.ControllerKubernetes}}
+		if err := r.SetupWithManager(mgr, router.For(exprojector.KindJob)); err != nil {
+			return nil, fmt.Errorf("set up the Job projector: %w", err)
+		}
+	}
+	dispatch, err := journal.NewDispatcher(execution.Domain)
+	if err != nil {
+		return nil, err
+	}
+	if on.executor(kubernetesExecutor) {
+		workload, err := o.workloadClient(mgr)
+		if err != nil {
+			return nil, err
+		}
+		ex := &kexec.Executor{Management: mgr.GetAPIReader(), Workload: workload, Timeout: sh.reconcileTimeout}
+		if err := ex.Register(dispatch); err != nil {
+			return nil, err
+		}
+	}
+	return nil, sh.consume(mgr, store, executionDurable, dispatch)
+}
+
+// workloadClient is the client of the cluster native Jobs run in: the
+// manager's own (uncached: the executor reads what it acts on) or one
+// built from --execution-kubeconfig.
+func (o *executionOptions) workloadClient(mgr manager.Manager) (client.Client, error) {
+	cfg := mgr.GetConfig()
+	if o.workloadKubeconfig != "" {
+		c, err := clientcmd.BuildConfigFromFlags("", o.workloadKubeconfig)
+		if err != nil {
+			return nil, fmt.Errorf("--execution-kubeconfig: %w", err)
+		}
+		cfg = c
+	}
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return nil, err
+	}
+	return client.New(cfg, client.Options{Scheme: scheme})
+}
