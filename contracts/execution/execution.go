@@ -36,7 +36,9 @@ const (
 	// the stop's Reason). Repeatable.
 	OpCancel = "Cancel"
 	// OpDelete removes the execution's backend resources once it stopped
-	// (payload ExecutionIntent). Succeeds only when they are gone.
+	// (payload ExecutionIntent). Its Observation is NotFound once nothing
+	// of the Job's is left, Stopping while the deletion is in progress
+	// (the projector asks again).
 	OpDelete = "Delete"
 )
 
