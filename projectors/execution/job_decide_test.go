@@ -856,3 +856,68 @@ func TestObserveBackoffGrowsAndResets(t *testing.T) {
 		t.Fatalf("gaps %v", gaps)
 	}
 }
+
+// compact replaces the sim's journal by what a checkpoint keeps
+// (journal.Compact), as a long-running Job's reads see it.
+func (s *sim) compact() {
+	s.recs = journal.Compact(s.recs)
+}
+
+// The deadline and a failing execution's reason must survive journal
+// compaction: a Job that runs for long is observed many times, and the
+// checkpoint keeps only the latest few Observes.
+func TestDeadlineSurvivesCompaction(t *testing.T) {
+	s := newSim(t)
+	ads := int64(600)
+	s.job.Spec.ActiveDeadlineSeconds = &ads
+	s.accept()
+	s.ok(execution.OpEnsure, obs(execution.StatePending))
+	// The first Observe sees the pod pending: the checkpoint keeps that
+	// first success, not the first Running one.
+	s.until(execution.OpObserve)
+	s.ok(execution.OpObserve, obs(execution.StatePending))
+	s.until(execution.OpObserve)
+	started := s.now
+	s.ok(execution.OpObserve, obs(execution.StateRunning))
+	for {
+		d := s.pass()
+		if d.Intent != nil && d.Intent.Operation == execution.OpCancel {
+			break
+		}
+		if d.Intent != nil {
+			s.ok(execution.OpObserve, obs(execution.StateRunning))
+			s.compact()
+			continue
+		}
+		if s.now.Sub(started) > 2*time.Duration(ads)*time.Second {
+			t.Fatalf("no Cancel %v after the start, deadline %ds", s.now.Sub(started), ads)
+		}
+		s.advance(max(d.RequeueAfter, time.Second))
+	}
+	if late := s.now.Sub(started) - time.Duration(ads)*time.Second; late < 0 || late > testPolicy.ObserveMax {
+		t.Fatalf("cancelled %v after the deadline", late)
+	}
+}
+
+func TestFailingReasonSurvivesCompaction(t *testing.T) {
+	s := newSim(t)
+	s.accept()
+	s.ok(execution.OpEnsure, obs(execution.StatePending))
+	s.until(execution.OpObserve)
+	s.ok(execution.OpObserve, obs(execution.StatePending))
+	s.until(execution.OpObserve)
+	f := obs(execution.StatePending)
+	f.Failing, f.Reason, f.Message = true, v1alpha1.ReasonImagePullFailed, "image can not be pulled"
+	s.ok(execution.OpObserve, f)
+	s.until(execution.OpCancel)
+	s.ok(execution.OpCancel, obs(execution.StateStopping))
+	for range 12 {
+		s.until(execution.OpObserve)
+		s.ok(execution.OpObserve, obs(execution.StateStopping))
+		s.compact()
+	}
+	s.until(execution.OpObserve)
+	s.ok(execution.OpObserve, obs(execution.StateCancelled))
+	s.rest()
+	s.wantSucceeded("False/ImagePullFailed")
+}
