@@ -49,7 +49,19 @@ const (
 	// the execution of a Job in ResultUnknown is lost (payload
 	// BackendLostNote).
 	NoteBackendLostConfirmed = "BackendLostConfirmed"
+	// NoteDeadlineStarted marks when the projector first observed the
+	// execution of a Job with activeDeadlineSeconds running (payload
+	// DeadlineNote): the deadline counts from this note's local observation
+	// time. A checkpoint keeps the latest note of every operation, so the
+	// start survives any compaction of Observes.
+	NoteDeadlineStarted = "DeadlineStarted"
 )
+
+// DeadlineNote is the payload of a NoteDeadlineStarted note.
+type DeadlineNote struct {
+	// ActiveDeadlineSeconds is the Job's deadline in seconds.
+	ActiveDeadlineSeconds int64 `json:"activeDeadlineSeconds"`
+}
 
 // Operations every adapter executes.
 var Operations = []string{OpEnsure, OpObserve, OpCancel, OpDelete}
@@ -120,6 +132,12 @@ type ExecutionIntent struct {
 	References []Reference `json:"references,omitempty"`
 	// Reason of a Cancel.
 	Reason StopReason `json:"reason,omitempty"`
+	// FailingReason and FailingMessage are, for a Cancel with Reason
+	// StopFailing, the failure the backend reported (Observation.Reason and
+	// Message): the terminal reason once the stop is confirmed, kept in the
+	// intent so no compaction of older Observes can lose it.
+	FailingReason  string `json:"failingReason,omitempty"`
+	FailingMessage string `json:"failingMessage,omitempty"`
 }
 
 // BackendLostNote is the payload of a NoteBackendLostConfirmed note.

@@ -121,6 +121,7 @@ func init() {
 		journal.RegisterPayload(Domain, op, journal.TypeOutcome, Observation{})
 	}
 	journal.RegisterPayload(Domain, NoteBackendLostConfirmed, journal.TypeNote, BackendLostNote{})
+	journal.RegisterPayload(Domain, NoteDeadlineStarted, journal.TypeNote, DeadlineNote{})
 	// The created execution's outcome stays in every checkpoint: the
 	// projector reads from it that an execution exists.
 	journal.KeepSucceeded(Domain, OpEnsure)

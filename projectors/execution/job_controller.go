@@ -158,7 +158,7 @@ func (k jobKind) Plan(ctx context.Context, j *v1alpha1.Job, h journaled.History)
 	case d.Note != "":
 		note := journal.Record{ID: fmt.Sprintf("%s/g%d/note/%s/%d", j.UID, j.Generation, d.Note, h.State.LastSequence),
 			Type: journal.TypeNote, Operation: d.Note, Object: ref, Attempt: 1}
-		if err := note.SetPayload(execution.BackendLostNote{Annotation: v1alpha1.AnnotationBackendLost}); err != nil {
+		if err := note.SetPayload(d.NotePayload); err != nil {
 			return p, err
 		}
 		p.Record = &note

@@ -78,8 +78,10 @@ type JobDecision struct {
 	// Intent, when set, is appended (and then nothing else changes until
 	// its outcome arrives).
 	Intent *JobIntent
-	// Note, when set, is a journal note to append (NoteBackendLostConfirmed).
-	Note string
+	// Note, when set, is a journal note to append (NoteBackendLostConfirmed,
+	// NoteDeadlineStarted) with payload NotePayload.
+	Note        string
+	NotePayload any
 	// RemoveFinalizer: the Job's backend resources are gone.
 	RemoveFinalizer bool
 	// Requeue asks for another pass at once; RequeueAfter after a delay.
@@ -228,8 +230,8 @@ func (d *decider) stoppedReason(reason execution.StopReason) string {
 	case execution.StopDeadlineExceeded:
 		return v1alpha1.ReasonDeadlineExceeded
 	case execution.StopFailing:
-		if d.l.failing != nil && d.l.failing.obs.Reason != "" {
-			return d.l.failing.obs.Reason
+		if r := d.l.firstCancel().FailingReason; r != "" {
+			return r
 		}
 		return v1alpha1.ReasonBackendFailed
 	}
@@ -241,14 +243,27 @@ func (d *decider) stoppedMessage(reason execution.StopReason) string {
 	case execution.StopDeadlineExceeded:
 		return fmt.Sprintf("activeDeadlineSeconds (%ds) passed; the execution was stopped", deref(d.job.Spec.ActiveDeadlineSeconds))
 	case execution.StopFailing:
-		if d.l.failing != nil && d.l.failing.obs.Message != "" {
-			return d.l.failing.obs.Message + "; the execution was stopped"
+		if m := d.failingMessage(); m != "" {
+			return m + "; the execution was stopped"
 		}
 		return "the backend reported a failure; the execution was stopped"
 	case execution.StopDeleted:
 		return "the Job was deleted; the execution was stopped"
 	}
 	return "cancelled; the backend confirmed the execution stopped"
+}
+
+// failingMessage is the failure of a Cancel decided for a failing
+// execution: from the first Cancel's payload, else the latest failing
+// observation (before the Cancel is decided).
+func (d *decider) failingMessage() string {
+	if m := d.l.firstCancel().FailingMessage; m != "" {
+		return m
+	}
+	if d.l.failing != nil {
+		return d.l.failing.obs.Message
+	}
+	return ""
 }
 
 func deref(p *int64) int64 {
@@ -304,6 +319,19 @@ func (d *decider) executionIntent(reason execution.StopReason) execution.Executi
 	return in
 }
 
+// cancelIntent is the payload of a Cancel for reason: a repeated Cancel
+// carries the first one's reason and failure; a Cancel for a failing
+// execution carries the failure the backend reported.
+func (d *decider) cancelIntent(reason execution.StopReason) execution.ExecutionIntent {
+	in := d.executionIntent(reason)
+	if first := d.l.firstCancel(); first.Reason != "" {
+		in.Reason, in.FailingReason, in.FailingMessage = first.Reason, first.FailingReason, first.FailingMessage
+	} else if reason == execution.StopFailing && d.l.failing != nil {
+		in.FailingReason, in.FailingMessage = d.l.failing.obs.Reason, d.l.failing.obs.Message
+	}
+	return in
+}
+
 func (d *decider) adapter() string {
 	if d.l.adapter != "" {
 		return d.l.adapter
@@ -333,6 +361,14 @@ func (d *decider) decide() {
 	}
 	if d.st.ResolvedJobClass == nil {
 		d.decideAcceptance()
+		return
+	}
+	if ads := d.job.Spec.ActiveDeadlineSeconds; ads != nil && d.l.deadlineFrom.IsZero() && !d.l.runningSince.IsZero() && len(d.l.cancels) == 0 {
+		// The execution runs: the deadline starts now, journaled so that
+		// it survives compaction of the Observes and restarts.
+		d.describeProgress()
+		d.out.Note, d.out.NotePayload = execution.NoteDeadlineStarted, execution.DeadlineNote{ActiveDeadlineSeconds: *ads}
+		d.requeueAfter(0)
 		return
 	}
 	if reason, ok := d.stopWanted(); ok {
@@ -421,8 +457,8 @@ func (d *decider) stopWanted() (execution.StopReason, bool) {
 	if last := l.last(); last != nil && !last.ambiguous && last.obs.Failing {
 		return execution.StopFailing, true
 	}
-	if ads := d.job.Spec.ActiveDeadlineSeconds; ads != nil && !l.runningSince.IsZero() {
-		left := d.due(l.runningSince, time.Duration(*ads)*time.Second)
+	if ads := d.job.Spec.ActiveDeadlineSeconds; ads != nil && !l.deadlineFrom.IsZero() {
+		left := d.due(l.deadlineFrom, time.Duration(*ads)*time.Second)
 		if left <= 0 {
 			return execution.StopDeadlineExceeded, true
 		}
@@ -440,14 +476,14 @@ func (d *decider) decideStop(reason execution.StopReason) {
 	}
 	lastCancel := l.lastOf(execution.OpCancel)
 	if len(l.cancels) == 0 || lastCancel == nil {
-		d.intent(execution.OpCancel, string(reason), d.executionIntent(reason))
+		d.intent(execution.OpCancel, string(reason), d.cancelIntent(reason))
 		return
 	}
 	last := l.last()
 	if !last.ambiguous && (last.obs.State == execution.StatePending || last.obs.State == execution.StateRunning) && last.rec.Sequence > lastCancel.rec.Sequence {
 		// Running again after the stop request (an Ensure that ran after
 		// it): ask again.
-		d.intent(execution.OpCancel, string(l.firstCancelReason()), d.executionIntent(l.firstCancelReason()))
+		d.intent(execution.OpCancel, string(l.firstCancelReason()), d.cancelIntent(l.firstCancelReason()))
 		return
 	}
 	d.observeLater()
@@ -544,6 +580,7 @@ func (d *decider) decideObservation() {
 	lost := last != nil && (last.ambiguous || last.obs.State == execution.StateNotFound)
 	if lost && d.job.Annotations[v1alpha1.AnnotationBackendLost] == string(d.job.UID) && !l.backendLost {
 		d.out.Note = execution.NoteBackendLostConfirmed
+		d.out.NotePayload = execution.BackendLostNote{Annotation: v1alpha1.AnnotationBackendLost}
 		d.requeueAfter(0)
 		return
 	}

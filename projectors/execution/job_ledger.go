@@ -46,6 +46,9 @@ type ledger struct {
 	failing *observed
 	// backendLost: an administrator's confirmation was journaled.
 	backendLost bool
+	// deadlineFrom is the local observation time of the DeadlineStarted
+	// note (zero: none).
+	deadlineFrom time.Time
 }
 
 // readLedger folds recs (one Job UID, stream order).
@@ -60,8 +63,13 @@ func readLedger(recs []journal.Record) *ledger {
 	for _, r := range recs {
 		switch r.Type {
 		case journal.TypeNote:
-			if r.Operation == execution.NoteBackendLostConfirmed {
+			switch r.Operation {
+			case execution.NoteBackendLostConfirmed:
 				l.backendLost = true
+			case execution.NoteDeadlineStarted:
+				if l.deadlineFrom.IsZero() {
+					l.deadlineFrom = r.Time
+				}
 			}
 		case journal.TypeIntent:
 			switch r.Operation {
@@ -135,15 +143,17 @@ func (l *ledger) lastOf(op string) *observed {
 	return nil
 }
 
-// firstCancelReason is the reason of the first Cancel intent ("" when none).
-func (l *ledger) firstCancelReason() execution.StopReason {
-	if len(l.cancels) == 0 {
-		return ""
-	}
+// firstCancel is the payload of the first Cancel intent (zero when none).
+func (l *ledger) firstCancel() execution.ExecutionIntent {
 	var in execution.ExecutionIntent
-	_ = l.cancels[0].DecodePayload(&in)
-	return in.Reason
+	if len(l.cancels) > 0 {
+		_ = l.cancels[0].DecodePayload(&in)
+	}
+	return in
 }
+
+// firstCancelReason is the reason of the first Cancel intent ("" when none).
+func (l *ledger) firstCancelReason() execution.StopReason { return l.firstCancel().Reason }
 
 // stopped reports whether the latest decidable outcome after the first
 // Cancel proves the execution will not continue.
