@@ -169,6 +169,9 @@ func (k jobKind) Plan(ctx context.Context, j *v1alpha1.Job, h journaled.History)
 			return p, err
 		}
 		p.Record = &rec
+		// A running Job is observed every few seconds: those intents are
+		// in the journal, not in Events.
+		p.Quiet = d.Intent.Operation == execution.OpObserve
 	}
 	return p, nil
 }

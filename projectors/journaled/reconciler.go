@@ -51,6 +51,9 @@ type Plan[D any] struct {
 	// OnRelease runs just before the finalizer is removed (an Event naming
 	// what was left in place, for example).
 	OnRelease func()
+	// Quiet: the Record is routine (a periodic observation) and is not
+	// announced with an IntentAppended Event.
+	Quiet bool
 	// StatusLost: the decision rests on an empty status. The skeleton
 	// re-reads the object from the API server (Deps.APIReader) and repeats
 	// the pass when the status is only missing from the cache.
@@ -160,7 +163,9 @@ func Reconcile[O client.Object, D any](ctx context.Context, req reconcile.Reques
 			if !res.Duplicate {
 				ctrl.LoggerFrom(ctx).V(1).Info("intent appended", "operation", rec.Operation, "attempt", rec.Attempt, "seq", res.Sequence)
 			}
-			AnnounceIntent(deps.Recorder, obj, rec.Operation, rec.Attempt, res)
+			if !p.Quiet {
+				AnnounceIntent(deps.Recorder, obj, rec.Operation, rec.Attempt, res)
+			}
 		}
 	}
 	if p.RemoveFinalizer {
