@@ -86,9 +86,11 @@ dev: postgres tools ## Like demo, but keep the stack up and print how to explore
 	@bin/ayatori-demo -keep
 
 .PHONY: bench
-bench: postgres tools ## Scale benchmark: N=100 and N=1000 Tenants on one Instance (N=1000 then idles through three re-check intervals), N=100 with a leader hand-over (SIGTERM, SIGKILL) mid-run, N=100 on a three-node JetStream cluster (figures in docs/journal.md).
+bench: postgres tools ## Scale benchmark: N=100 and N=1000 Tenants on one Instance (N=1000 then idles through three re-check intervals), N=100 with a leader hand-over (SIGTERM, SIGKILL) mid-run, N=100 on a three-node JetStream cluster (figures in docs/journal.md); then 100 Ayatori Jobs against 100 plain batch/v1 Jobs, with kube-controller-manager's default API rate limit and with 500 QPS (figures in docs/execution/operations.md "Scale").
 	go run ./integration/bench -n 100
 	go run ./integration/bench -n 1000 -resync 2m -idle 6m10s
 	go run ./integration/bench -n 100 -handover term
 	go run ./integration/bench -n 100 -handover kill
 	go run ./integration/bench -n 100 -nats-cluster
+	go run ./integration/bench -jobs 100
+	go run ./integration/bench -jobs 100 -kcm-qps 500

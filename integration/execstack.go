@@ -38,6 +38,13 @@ type ExecutionStackOptions struct {
 	ManagerArgs []string
 	// Nodes is the number of fake nodes (default 1).
 	Nodes int
+	// DefaultTimings runs the manager with its default back-offs and
+	// intervals instead of the tests' short ones (--retry-base 1s,
+	// --retry-max 5s, --job-resolve-interval 2s,
+	// --job-observe-max-interval 2s): for benchmarks.
+	DefaultTimings bool
+	// ControllerManagerArgs are extra kube-controller-manager flags.
+	ControllerManagerArgs []string
 }
 
 // StartExecutionStack starts an ExecutionStack for the test; Close runs
@@ -80,7 +87,7 @@ func NewExecutionStack(ctx context.Context, opts ExecutionStackOptions) (_ *Exec
 	if s.CP, err = NewControlPlane(ControlPlaneOptions{}); err != nil {
 		return nil, err
 	}
-	if s.Workload, err = NewWorkload(s.CP, WorkloadOptions{Nodes: opts.Nodes}); err != nil {
+	if s.Workload, err = NewWorkload(s.CP, WorkloadOptions{Nodes: opts.Nodes, ControllerManagerArgs: opts.ControllerManagerArgs}); err != nil {
 		return nil, err
 	}
 	if s.NATS, err = NewNATS(NATSOptions{}); err != nil {
@@ -92,10 +99,12 @@ func NewExecutionStack(ctx context.Context, opts ExecutionStackOptions) (_ *Exec
 	}
 	s.ManagerLog = filepath.Join(s.Dir, "manager.log")
 	s.MetricsURL = fmt.Sprintf("http://127.0.0.1:%d/metrics", port)
-	s.args = append([]string{"--kubeconfig", s.CP.KubeconfigPath, "--namespace", ControllerNamespace, "--nats-url", s.NATS.URL,
-		"--metrics-bind-address", fmt.Sprintf("127.0.0.1:%d", port), "--health-probe-bind-address", "0",
-		"--retry-base", "1s", "--retry-max", "5s", "--job-resolve-interval", "2s", "--job-observe-max-interval", "2s",
-		"--projectors", "job,jobclass", "--executors", "kubernetes"}, opts.ManagerArgs...)
+	s.args = []string{"--kubeconfig", s.CP.KubeconfigPath, "--namespace", ControllerNamespace, "--nats-url", s.NATS.URL,
+		"--metrics-bind-address", fmt.Sprintf("127.0.0.1:%d", port), "--health-probe-bind-address", "0"}
+	if !opts.DefaultTimings {
+		s.args = append(s.args, "--retry-base", "1s", "--retry-max", "5s", "--job-resolve-interval", "2s", "--job-observe-max-interval", "2s")
+	}
+	s.args = append(append(s.args, "--projectors", "job,jobclass", "--executors", "kubernetes"), opts.ManagerArgs...)
 	if err := s.StartManager(nil); err != nil {
 		return nil, err
 	}

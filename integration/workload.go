@@ -64,6 +64,9 @@ type WorkloadOptions struct {
 	// Nodes is the number of fake nodes (default 1). Each has 4 CPUs,
 	// 8Gi of memory and room for 110 pods.
 	Nodes int
+	// ControllerManagerArgs are extra kube-controller-manager flags (e.g.
+	// --kube-api-qps for benchmarks).
+	ControllerManagerArgs []string
 }
 
 // Workload makes a ControlPlane run workloads without Docker or a kubelet:
@@ -120,13 +123,13 @@ func NewWorkload(cp *ControlPlane, opts WorkloadOptions) (_ *Workload, err error
 		return nil, err
 	}
 	specs := []processSpec{
-		{name: "kube-controller-manager", path: bins["kube-controller-manager"], args: []string{
+		{name: "kube-controller-manager", path: bins["kube-controller-manager"], args: append([]string{
 			"--kubeconfig=" + kc,
 			"--controllers=" + strings.Join(WorkloadControllers, ","),
 			"--leader-elect=false",
 			"--secure-port=0",
 			"--v=1",
-		}},
+		}, opts.ControllerManagerArgs...)},
 		{name: "kube-scheduler", path: bins["kube-scheduler"], args: []string{
 			"--kubeconfig=" + kc,
 			"--leader-elect=false",

@@ -15,6 +15,10 @@
 // With -nats-cluster the journal runs on a three-node JetStream cluster
 // (stream replicas 3, sync_interval always on every node, the manager with
 // every node's URL); the run then checks the journal as after a hand-over.
+//
+// With -jobs N it benchmarks the execution domain instead (jobs.go): N
+// Ayatori Jobs, then N plain batch/v1 Jobs with the same pod, on the
+// execution stack (kube-controller-manager, kube-scheduler, kwok nodes).
 package main
 
 import (
@@ -58,7 +62,20 @@ func main() {
 	cluster := flag.Bool("nats-cluster", false, "run the journal on a three-node JetStream cluster with stream replicas 3")
 	resync := flag.Duration("resync", 24*time.Hour, "the manager's --tenant-resync-interval")
 	idle := flag.Duration("idle", 0, "after all are Ready, keep them idling this long and report records appended per hour and reconcile latency")
+	jobs := flag.Int("jobs", 0, "instead of Tenants: N Ayatori Jobs, then N plain batch/v1 Jobs, on the execution stack (see jobs.go)")
+	kcmQPS := flag.Int("kcm-qps", 0, "with -jobs: kube-controller-manager --kube-api-qps (burst twice that); 0: its default (20, burst 30)")
 	flag.Parse()
+	if *jobs != 0 {
+		if *jobs < 1 || *handover != "" || *cluster {
+			fmt.Fprintln(os.Stderr, "bench: -jobs must be positive and goes without -handover and -nats-cluster")
+			os.Exit(2)
+		}
+		if err := runJobs(*jobs, *kcmQPS, *timeout); err != nil {
+			fmt.Fprintln(os.Stderr, "bench FAILED:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	var sig syscall.Signal
 	switch *handover {
 	case "":
@@ -194,7 +211,7 @@ func run(n int, timeout time.Duration, handover syscall.Signal, cluster bool, re
 		lat = append(lat, at.Sub(created[name]))
 	}
 	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
-	pct := func(q float64) time.Duration { return lat[int(q*float64(len(lat)-1))].Round(10 * time.Millisecond) }
+	pct := func(q float64) time.Duration { return quantile(lat, q).Round(10 * time.Millisecond) }
 	var appendSum, appendCount, deliverySum, deliveryCount float64
 	for _, m := range managers {
 		if m.PID() == 0 {
@@ -400,7 +417,11 @@ func sample(s *integration.Stack, pids func() []int, mu *sync.Mutex, rss, conns 
 }
 
 // readRSS returns VmRSS of a process in KiB.
-func readRSS(pid int) int64 {
+func readRSS(pid int) int64 { return procStatus(pid, "VmRSS") }
+
+// procStatus returns a KiB field of /proc/<pid>/status (VmRSS, VmHWM: the
+// peak resident set), 0 when unreadable.
+func procStatus(pid int, field string) int64 {
 	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return 0
@@ -408,13 +429,18 @@ func readRSS(pid int) int64 {
 	defer f.Close()
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
-		if strings.HasPrefix(sc.Text(), "VmRSS:") {
+		if strings.HasPrefix(sc.Text(), field+":") {
 			fields := strings.Fields(sc.Text())
 			v, _ := strconv.ParseInt(fields[1], 10, 64)
 			return v
 		}
 	}
 	return 0
+}
+
+// quantile returns the q-quantile of sorted latencies (nearest rank below).
+func quantile(sorted []time.Duration, q float64) time.Duration {
+	return sorted[int(q*float64(len(sorted)-1))]
 }
 
 func journalMetrics(url string) (appendSum, appendCount, deliverySum, deliveryCount float64) {

@@ -1,0 +1,416 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1alpha1 "git.ddupan.top/panxiao81/ayatori/api/execution/v1alpha1"
+	"git.ddupan.top/panxiao81/ayatori/contracts/execution"
+	"git.ddupan.top/panxiao81/ayatori/integration"
+	"git.ddupan.top/panxiao81/ayatori/journal"
+)
+
+const (
+	jobsNamespace = "bench-jobs"
+	// jobsSA is the JobClass parameters' ServiceAccount, also used by the
+	// plain Jobs.
+	jobsSA = "ayatori-job"
+	// createWorkers create the objects of a phase concurrently.
+	createWorkers = 8
+	// plainLabel marks the plain batch/v1 Jobs (the native Jobs of the
+	// Ayatori Jobs live in the same namespace).
+	plainLabel = "bench.ayatori.ddupan.top/plain"
+)
+
+// phase is what one row of the Jobs table measured.
+type phase struct {
+	createdIn, allDone time.Duration
+	// lat is each object's create call returning → done seen by a watch,
+	// sorted.
+	lat []time.Duration
+}
+
+// runJobs is -jobs N: an ExecutionStack (manager with its default
+// timings) runs N Ayatori Jobs of ayatori.test/succeed (the pod runs
+// 0.5 s), then, on the same cluster, N plain batch/v1 Jobs with the same
+// pod; it prints both rows and the overhead, the journal records per Job,
+// the manager's memory, and checks one native Job per Ayatori Job.
+func runJobs(n, kcmQPS int, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	// Room for both phases' pods (each node takes 110) even if finished
+	// pods still counted.
+	nodes := (2*n + 109) / 110
+	opts := integration.ExecutionStackOptions{Nodes: nodes, DefaultTimings: true}
+	kcm := "kube-controller-manager with its default API rate limit (20 QPS, burst 30)"
+	if kcmQPS > 0 {
+		opts.ControllerManagerArgs = []string{fmt.Sprintf("--kube-api-qps=%d", kcmQPS), fmt.Sprintf("--kube-api-burst=%d", 2*kcmQPS)}
+		kcm = fmt.Sprintf("kube-controller-manager --kube-api-qps=%d --kube-api-burst=%d", kcmQPS, 2*kcmQPS)
+	}
+	s, err := integration.NewExecutionStack(ctx, opts)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	c := s.CP.Client
+	wc, err := client.NewWithWatch(s.CP.Config, client.Options{Scheme: s.CP.Scheme})
+	if err != nil {
+		return err
+	}
+	for _, o := range []client.Object{
+		&v1alpha1.KubernetesExecutionParameters{ObjectMeta: metav1.ObjectMeta{Name: "std"},
+			Spec: v1alpha1.KubernetesExecutionParametersSpec{ServiceAccountName: jobsSA}},
+		&v1alpha1.JobClass{ObjectMeta: metav1.ObjectMeta{Name: "std", Annotations: map[string]string{v1alpha1.AnnotationIsDefaultJobClass: "true"}},
+			Spec: v1alpha1.JobClassSpec{ControllerName: v1alpha1.ControllerKubernetes,
+				ParametersRef: v1alpha1.ParametersReference{Group: v1alpha1.GroupVersion.Group, Kind: "KubernetesExecutionParameters", Name: "std"}}},
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: jobsNamespace}},
+		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: jobsNamespace, Name: jobsSA}},
+	} {
+		if err := c.Create(ctx, o); err != nil {
+			return err
+		}
+	}
+	// The manager is up and the class usable before the clock starts.
+	for {
+		jc := &v1alpha1.JobClass{}
+		if err := c.Get(ctx, types.NamespacedName{Name: "std"}, jc); err == nil && meta.IsStatusConditionTrue(jc.Status.Conditions, v1alpha1.JobClassConditionReady) {
+			break
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("JobClass std not Ready: %w\n%s", ctx.Err(), integration.Tail(s.ManagerLog, 20))
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	pid := s.ManagerPID()
+	rssBefore := procStatus(pid, "VmRSS")
+
+	ayatori, err := measure(ctx, "Ayatori Jobs", wc, &v1alpha1.JobList{}, nil, n, func(i int) client.Object {
+		return &v1alpha1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: jobsNamespace, Name: fmt.Sprintf("j%05d", i)},
+			Spec: v1alpha1.JobSpec{Task: v1alpha1.TaskSpec{Image: integration.ImageSucceed, Command: []string{"/bin/task"}}}}
+	}, func(o client.Object) (bool, error) {
+		j := o.(*v1alpha1.Job)
+		cond := meta.FindStatusCondition(j.Status.Conditions, v1alpha1.JobConditionSucceeded)
+		if cond != nil && cond.Status == metav1.ConditionFalse {
+			return false, fmt.Errorf("Job %s ended Succeeded=False/%s: %s", j.Name, cond.Reason, cond.Message)
+		}
+		return cond != nil && cond.Status == metav1.ConditionTrue, nil
+	})
+	if err != nil {
+		return fmt.Errorf("Ayatori Jobs: %w\n%s", err, integration.Tail(s.ManagerLog, 20))
+	}
+	hwm, rss := procStatus(pid, "VmHWM"), procStatus(pid, "VmRSS")
+	appendSum, appendCount, deliverySum, deliveryCount := journalMetrics(s.MetricsURL)
+	reconciles, busy := metricPair(s.MetricsURL, "controller_runtime_reconcile_time_seconds", `controller="job"`)
+	queued, queueWait := metricPair(s.MetricsURL, "workqueue_queue_duration_seconds", `name="job"`)
+	uids, err := oneNativeEach(ctx, c, n)
+	if err != nil {
+		return err
+	}
+	recs, err := journalPerJob(ctx, s.NATS.URL, uids)
+	if err != nil {
+		return err
+	}
+
+	plain, err := measure(ctx, "plain batch/v1 Jobs", wc, &batchv1.JobList{}, []client.ListOption{client.HasLabels{plainLabel}}, n, func(i int) client.Object {
+		return &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: jobsNamespace, Name: fmt.Sprintf("plain-%05d", i), Labels: map[string]string{plainLabel: "true"}},
+			Spec: batchv1.JobSpec{BackoffLimit: new(int32), Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{
+				RestartPolicy: corev1.RestartPolicyNever, ServiceAccountName: jobsSA,
+				Containers: []corev1.Container{{Name: "task", Image: integration.ImageSucceed, Command: []string{"/bin/task"}}}}}}}
+	}, func(o client.Object) (bool, error) {
+		j := o.(*batchv1.Job)
+		for _, cond := range j.Status.Conditions {
+			if cond.Type == batchv1.JobFailed && cond.Status == corev1.ConditionTrue {
+				return false, fmt.Errorf("batch/v1 Job %s failed: %s", j.Name, cond.Reason)
+			}
+			if cond.Type == batchv1.JobComplete && cond.Status == corev1.ConditionTrue {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		return fmt.Errorf("plain Jobs: %w", err)
+	}
+
+	r := func(d time.Duration) time.Duration { return d.Round(10 * time.Millisecond) }
+	row := func(name string, p phase) {
+		fmt.Printf("  %-22s %10s %10s %10s %10s %10s\n", name, r(p.createdIn), r(p.allDone), r(quantile(p.lat, 0.5)), r(quantile(p.lat, 0.99)), r(p.lat[len(p.lat)-1]))
+	}
+	ratio := func(f func(phase) time.Duration) string {
+		return fmt.Sprintf("%.1fx", f(ayatori).Seconds()/f(plain).Seconds())
+	}
+	fmt.Printf("\nN=%d Jobs of %s (pod runs 0.5 s) on %d kwok nodes, manager with default timings, %s (local execution stack, 2 vCPU, load average %s)\n",
+		n, integration.ImageSucceed, nodes, kcm, loadAverage())
+	fmt.Printf("  %-22s %10s %10s %10s %10s %10s\n", "", "created in", "all done", "p50", "p99", "max")
+	row("Ayatori Job", ayatori)
+	row("plain batch/v1 Job", plain)
+	fmt.Printf("  %-22s %10s %10s %10s %10s\n", "overhead Ayatori/plain", "", ratio(func(p phase) time.Duration { return p.allDone }),
+		ratio(func(p phase) time.Duration { return quantile(p.lat, 0.5) }), ratio(func(p phase) time.Duration { return quantile(p.lat, 0.99) }))
+	fmt.Printf("  (all done: first create call → last done seen; p50/p99/max per Job: its create call returning → Succeeded=True / Complete=True seen by a watch)\n")
+	fmt.Printf("  native Jobs              exactly one per Ayatori Job (%d)\n", len(uids))
+	fmt.Printf("  journal records per Job  %s\n", recs)
+	fmt.Printf("  journal appends          %d, mean %.2f ms; intent delivery %d, mean %.2f ms\n",
+		int(appendCount), 1000*appendSum/max(appendCount, 1), int(deliveryCount), 1000*deliverySum/max(deliveryCount, 1))
+	fmt.Printf("  Job projector            %d reconciles, %.1f s busy (one worker); %d queued, mean wait %.2f s\n",
+		int(reconciles), busy, int(queued), queueWait/max(queued, 1))
+	fmt.Printf("  manager memory           VmHWM %.1f MiB, VmRSS %.1f MiB after the Ayatori Jobs (VmRSS %.1f MiB before)\n",
+		float64(hwm)/1024, float64(rss)/1024, float64(rssBefore)/1024)
+	return nil
+}
+
+// measure (a phase, what) watches list (in jobsNamespace, with opts), creates n objects
+// made by obj (createWorkers at a time) and waits until done holds for
+// each of them (an error from done ends the phase).
+func measure(ctx context.Context, what string, wc client.WithWatch, list client.ObjectList, opts []client.ListOption, n int,
+	obj func(int) client.Object, done func(client.Object) (bool, error)) (phase, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	opts = append([]client.ListOption{client.InNamespace(jobsNamespace)}, opts...)
+	var mu sync.Mutex
+	createdAt, doneAt := map[string]time.Time{}, map[string]time.Time{}
+	finished := make(chan error, 1)
+	w, err := wc.Watch(ctx, list, opts...)
+	if err != nil {
+		return phase{}, err
+	}
+	go func() { finished <- follow(ctx, wc, list, opts, w, n, done, &mu, doneAt) }()
+
+	start := time.Now()
+	next := make(chan int)
+	errs := make(chan error, createWorkers)
+	var wg sync.WaitGroup
+	for range createWorkers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				o := obj(i)
+				if err := wc.Create(ctx, o); err != nil {
+					errs <- err
+					cancel()
+					return
+				}
+				now := time.Now()
+				mu.Lock()
+				createdAt[o.GetName()] = now
+				mu.Unlock()
+			}
+		}()
+	}
+send:
+	for i := range n {
+		select {
+		case next <- i:
+		case <-ctx.Done():
+			break send
+		}
+	}
+	close(next)
+	wg.Wait()
+	createdIn := time.Since(start)
+	select {
+	case err := <-errs:
+		return phase{}, fmt.Errorf("create: %w", err)
+	default:
+	}
+	fmt.Printf("created %d %s in %s\n", n, what, createdIn.Round(time.Millisecond))
+	if err := <-finished; err != nil {
+		mu.Lock()
+		defer mu.Unlock()
+		return phase{}, fmt.Errorf("%d of %d done: %w", len(doneAt), n, err)
+	}
+	p := phase{createdIn: createdIn}
+	var last time.Time
+	for name, at := range doneAt {
+		p.lat = append(p.lat, max(0, at.Sub(createdAt[name])))
+		if at.After(last) {
+			last = at
+		}
+	}
+	p.allDone = last.Sub(start)
+	sort.Slice(p.lat, func(i, j int) bool { return p.lat[i] < p.lat[j] })
+	return p, nil
+}
+
+// follow records when each object is first seen done, until n are. A
+// watch that ends is opened again from the last resourceVersion (from
+// now after an error event: objects that finished meanwhile are then
+// seen in its initial ADDED events).
+func follow(ctx context.Context, wc client.WithWatch, list client.ObjectList, opts []client.ListOption, w watch.Interface, n int,
+	done func(client.Object) (bool, error), mu *sync.Mutex, doneAt map[string]time.Time) error {
+	rv := ""
+	for {
+		for ev := range w.ResultChan() {
+			if ev.Type == watch.Error {
+				rv = ""
+				break
+			}
+			o, ok := ev.Object.(client.Object)
+			if !ok {
+				continue
+			}
+			rv = o.GetResourceVersion()
+			if ev.Type == watch.Bookmark || ev.Type == watch.Deleted {
+				continue
+			}
+			ok, err := done(o)
+			if err != nil {
+				w.Stop()
+				return err
+			}
+			if !ok {
+				continue
+			}
+			now := time.Now()
+			mu.Lock()
+			if _, seen := doneAt[o.GetName()]; !seen {
+				doneAt[o.GetName()] = now
+			}
+			count := len(doneAt)
+			mu.Unlock()
+			if count == n {
+				w.Stop()
+				return nil
+			}
+		}
+		w.Stop()
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		var err error
+		if w, err = wc.Watch(ctx, list, append(opts, &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: rv}})...); err != nil {
+			return err
+		}
+	}
+}
+
+// oneNativeEach checks that every Ayatori Job has exactly one native
+// batch/v1 Job (by the UID label) and returns the Jobs' UIDs.
+func oneNativeEach(ctx context.Context, c client.Client, n int) (map[string]bool, error) {
+	var jobs v1alpha1.JobList
+	if err := c.List(ctx, &jobs, client.InNamespace(jobsNamespace)); err != nil {
+		return nil, err
+	}
+	var natives batchv1.JobList
+	if err := c.List(ctx, &natives, client.InNamespace(jobsNamespace), client.HasLabels{execution.LabelJobUID}); err != nil {
+		return nil, err
+	}
+	per := map[string]int{}
+	for _, nj := range natives.Items {
+		per[nj.Labels[execution.LabelJobUID]]++
+	}
+	uids := map[string]bool{}
+	for _, j := range jobs.Items {
+		uids[string(j.UID)] = true
+		if per[string(j.UID)] != 1 {
+			return nil, fmt.Errorf("Job %s has %d native Jobs, want 1", j.Name, per[string(j.UID)])
+		}
+	}
+	if len(jobs.Items) != n || len(natives.Items) != n {
+		return nil, fmt.Errorf("%d Ayatori Jobs and %d native Jobs, want %d of each", len(jobs.Items), len(natives.Items), n)
+	}
+	return uids, nil
+}
+
+// journalPerJob counts the journal records of each Job UID and describes
+// their distribution and the intents per Job by operation.
+func journalPerJob(ctx context.Context, url string, uids map[string]bool) (string, error) {
+	nc, err := nats.Connect(url)
+	if err != nil {
+		return "", err
+	}
+	defer nc.Close()
+	store, err := journal.OpenExisting(ctx, nc, journal.Config{})
+	if err != nil {
+		return "", err
+	}
+	per := map[string]int{}
+	intents := map[string]int{}
+	total, other := 0, 0
+	if _, err := integration.ScanJournal(ctx, store, func(r journal.Record, err error) error {
+		if err != nil {
+			return err
+		}
+		if !uids[r.Object.UID] {
+			other++
+			return nil
+		}
+		per[r.Object.UID]++
+		total++
+		if r.Type == journal.TypeIntent {
+			intents[r.Operation]++
+		}
+		return nil
+	}); err != nil {
+		return "", err
+	}
+	counts := make([]int, 0, len(uids))
+	for uid := range uids {
+		counts = append(counts, per[uid])
+	}
+	sort.Ints(counts)
+	n := float64(len(counts))
+	ops := make([]string, 0, len(intents))
+	for op := range intents {
+		ops = append(ops, op)
+	}
+	sort.Strings(ops)
+	desc := fmt.Sprintf("mean %.1f, p50 %d, min %d, max %d (%d records; %d of other objects); intents per Job:",
+		float64(total)/n, counts[len(counts)/2], counts[0], counts[len(counts)-1], total, other)
+	for _, op := range ops {
+		desc += fmt.Sprintf(" %s %.2f", op, float64(intents[op])/n)
+	}
+	return desc, nil
+}
+
+// metricPair returns count and sum of a Prometheus histogram or summary
+// name on the lines holding label (e.g. `controller="job"`).
+func metricPair(url, name, label string) (count, sum float64) {
+	resp, err := http.Get(url)
+	if err != nil {
+		return
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	for _, line := range strings.Split(string(b), "\n") {
+		i := strings.LastIndex(line, " ")
+		if i < 0 || !strings.Contains(line, label) {
+			continue
+		}
+		v, _ := strconv.ParseFloat(line[i+1:], 64)
+		switch {
+		case strings.HasPrefix(line, name+"_count{"):
+			count += v
+		case strings.HasPrefix(line, name+"_sum{"):
+			sum += v
+		}
+	}
+	return
+}
+
+// loadAverage is the 1-minute load average ("?" when unreadable): the
+// figures are only comparable on an otherwise idle machine.
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	return strings.Fields(string(b))[0]
+}
