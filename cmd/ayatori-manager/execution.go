@@ -42,6 +42,7 @@ const (
 // executionOptions are the execution domain's flags.
 type executionOptions struct {
 	workloadKubeconfig string
+	jobWorkers         int
 	observeMax         time.Duration
 	resolveRecheck     time.Duration
 }
@@ -61,6 +62,7 @@ func newExecutionDomain() *domain {
 
 func (o *executionOptions) bind(fs *flag.FlagSet) {
 	fs.StringVar(&o.workloadKubeconfig, "execution-kubeconfig", "", "kubeconfig of the cluster the kubernetes executor runs native batch/v1 Jobs in (default: the management cluster)")
+	fs.IntVar(&o.jobWorkers, "job-workers", 4, "how many Jobs the job projector reconciles at once (> 0)")
 	fs.DurationVar(&o.observeMax, "job-observe-max-interval", exprojector.DefaultJobPolicy.ObserveMax, "longest pause between two Observes of a running Job whose state does not change (> 0; the pause starts at 1s and doubles)")
 	fs.DurationVar(&o.resolveRecheck, "job-resolve-interval", exprojector.DefaultJobPolicy.ResolveRecheck, "how often a Job that waits for a class, Secret, ConfigMap or ServiceAccount looks again (> 0; class and namespace changes wake it at once)")
 }
@@ -69,6 +71,9 @@ func (o *executionOptions) validate(on selection) []error {
 	var errs []error
 	if o.observeMax <= 0 {
 		errs = append(errs, fmt.Errorf("--job-observe-max-interval must be a positive duration, got %s", o.observeMax))
+	}
+	if o.jobWorkers <= 0 {
+		errs = append(errs, fmt.Errorf("--job-workers must be positive, got %d", o.jobWorkers))
 	}
 	if o.resolveRecheck <= 0 {
 		errs = append(errs, fmt.Errorf("--job-resolve-interval must be a positive duration, got %s", o.resolveRecheck))
@@ -102,7 +107,7 @@ func (o *executionOptions) setup(_ context.Context, mgr manager.Manager, store *
 		policy.ObserveMax, policy.ResolveRecheck = o.observeMax, o.resolveRecheck
 		policy.RetryBase, policy.RetryMax = sh.retryBase, sh.retryMax
 		r := &exprojector.JobReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Journal: store, Recorder: rec,
-			Policy: policy, Controllers: []string{v1alpha1.ControllerKubernetes}}
+			Policy: policy, Controllers: []string{v1alpha1.ControllerKubernetes}, Workers: o.jobWorkers}
 		if err := r.SetupWithManager(mgr, router.For(exprojector.KindJob)); err != nil {
 			return nil, fmt.Errorf("set up the Job projector: %w", err)
 		}

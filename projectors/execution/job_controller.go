@@ -16,6 +16,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -60,6 +61,9 @@ type JobReconciler struct {
 	// Controllers are the class controller names this manager runs an
 	// adapter for (a class of another controller is not accepted here).
 	Controllers []string
+	// Workers is how many Jobs are reconciled at once (default 4; one Job
+	// is never reconciled by two workers at once).
+	Workers int
 
 	observed *journaled.Observations
 }
@@ -81,8 +85,12 @@ func (r *JobReconciler) SetupWithManager(mgr ctrl.Manager, outcomes <-chan recon
 	waiting := handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
 		return r.waitingJobs(ctx, "")
 	})
+	if r.Workers <= 0 {
+		r.Workers = 4
+	}
 	b := ctrl.NewControllerManagedBy(mgr).
 		Named("job").
+		WithOptions(controller.Options{MaxConcurrentReconciles: r.Workers}).
 		For(&v1alpha1.Job{}, builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
 		Watches(&v1alpha1.JobClass{}, waiting).
 		Watches(&v1alpha1.KubernetesExecutionParameters{}, waiting).
