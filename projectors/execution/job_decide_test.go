@@ -921,3 +921,28 @@ func TestFailingReasonSurvivesCompaction(t *testing.T) {
 	s.rest()
 	s.wantSucceeded("False/ImagePullFailed")
 }
+
+// TestHugeDeadlineNeverFiresEarly: activeDeadlineSeconds beyond what a
+// time.Duration holds (the CRD accepts any int64 ≥ 1) is a deadline
+// centuries away, never one that already passed.
+func TestHugeDeadlineNeverFiresEarly(t *testing.T) {
+	for _, ads := range []int64{9_300_000_000, 1 << 62, 1<<63 - 1} {
+		s := newSim(t)
+		s.job.Spec.ActiveDeadlineSeconds = &ads
+		s.run()
+		for range 20 {
+			d := s.pass()
+			if d.Intent != nil {
+				if d.Intent.Operation == execution.OpCancel {
+					t.Fatalf("activeDeadlineSeconds %d: Cancel %s right after the start", ads, d.Intent.Step)
+				}
+				s.ok(execution.OpObserve, obs(execution.StateRunning))
+				continue
+			}
+			if d.RequeueAfter <= 0 {
+				t.Fatalf("activeDeadlineSeconds %d: requeue %v", ads, d.RequeueAfter)
+			}
+			s.advance(min(d.RequeueAfter, time.Minute))
+		}
+	}
+}
