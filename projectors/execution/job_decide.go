@@ -2,6 +2,7 @@ package execution
 
 import (
 	"fmt"
+	"math"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -457,7 +458,10 @@ func (d *decider) stopWanted() (execution.StopReason, bool) {
 	if last := l.last(); last != nil && !last.ambiguous && last.obs.Failing {
 		return execution.StopFailing, true
 	}
-	if ads := d.job.Spec.ActiveDeadlineSeconds; ads != nil && !l.deadlineFrom.IsZero() {
+	// A deadline beyond what a time.Duration holds (~292 years; the CRD
+	// accepts any int64 ≥ 1) never passes: it must not overflow into one
+	// that passed already.
+	if ads := d.job.Spec.ActiveDeadlineSeconds; ads != nil && *ads <= int64(math.MaxInt64/time.Second) && !l.deadlineFrom.IsZero() {
 		left := d.due(l.deadlineFrom, time.Duration(*ads)*time.Second)
 		if left <= 0 {
 			return execution.StopDeadlineExceeded, true
