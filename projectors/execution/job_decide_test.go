@@ -946,3 +946,27 @@ func TestHugeDeadlineNeverFiresEarly(t *testing.T) {
 		}
 	}
 }
+
+// TestM11ConfirmLostAfterAmbiguousEnsure: a Job whose Ensure never got an
+// answer (the backend unreachable for good) is in ResultUnknown too; the
+// administrator's confirmation ends it as BackendLost, like a Job whose
+// execution disappeared.
+func TestM11ConfirmLostAfterAmbiguousEnsure(t *testing.T) {
+	s := newSim(t)
+	s.accept()
+	s.answer(execution.OpEnsure, journal.ResultUnknown, nil)
+	for range 3 {
+		s.until(execution.OpObserve)
+		s.answer(execution.OpObserve, journal.Failed, nil) // RetriesExhausted
+	}
+	s.pass()
+	s.wantSucceeded("Unknown/ResultUnknown")
+	s.job.Annotations = map[string]string{v1alpha1.AnnotationBackendLost: string(s.job.UID)}
+	d := s.pass()
+	if d.Note != execution.NoteBackendLostConfirmed {
+		t.Fatalf("want the confirmation journaled, got %+v (status %s)", d, s.succeeded())
+	}
+	s.rest()
+	s.wantSucceeded("False/BackendLost")
+	s.verify()
+}
