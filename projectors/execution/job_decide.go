@@ -510,6 +510,9 @@ func (d *decider) decideScheduling() {
 		// The Ensure (or an Observe after it) can not tell whether the
 		// execution was created: find it by UID before anything else.
 		d.running(v1alpha1.ReasonResultUnknown, resultUnknownMessage)
+		if d.confirmLost() {
+			return
+		}
 		d.observeLater()
 		return
 	case last != nil && last.rec.Operation == execution.OpEnsure && last.rec.Result != nil && last.rec.Result.Class != journal.Succeeded:
@@ -582,13 +585,25 @@ func (d *decider) decideObservation() {
 	last := l.last()
 	d.describeProgress()
 	lost := last != nil && (last.ambiguous || last.obs.State == execution.StateNotFound)
-	if lost && d.job.Annotations[v1alpha1.AnnotationBackendLost] == string(d.job.UID) && !l.backendLost {
-		d.out.Note = execution.NoteBackendLostConfirmed
-		d.out.NotePayload = execution.BackendLostNote{Annotation: v1alpha1.AnnotationBackendLost}
-		d.requeueAfter(0)
+	if lost && d.confirmLost() {
 		return
 	}
 	d.observeLater()
+}
+
+// confirmLost journals the administrator's confirmation that the
+// execution of a Job in ResultUnknown is lost, when the Job carries it
+// (with its own UID, so a copied manifest confirms nothing); true when the
+// note is decided. Every ResultUnknown state honours it: an execution
+// that disappeared, and one whose Ensure or Observe never got an answer.
+func (d *decider) confirmLost() bool {
+	if d.job.Annotations[v1alpha1.AnnotationBackendLost] != string(d.job.UID) || d.l.backendLost {
+		return false
+	}
+	d.out.Note = execution.NoteBackendLostConfirmed
+	d.out.NotePayload = execution.BackendLostNote{Annotation: v1alpha1.AnnotationBackendLost}
+	d.requeueAfter(0)
+	return true
 }
 
 // observeLater appends an Observe once the back-off since the latest
