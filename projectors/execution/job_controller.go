@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -355,6 +356,9 @@ func (r *JobReconciler) parametersUID(ctx context.Context, ref v1alpha1.Paramete
 // presence and dropped at once; messages name objects and keys, never
 // values.
 func (r *JobReconciler) checkEnv(ctx context.Context, j *v1alpha1.Job) (string, string, error) {
+	if reason, msg := invalidReferences(j); reason != "" {
+		return reason, msg, nil
+	}
 	for _, e := range j.Spec.Task.Env {
 		if e.ValueFrom == nil {
 			continue
@@ -407,6 +411,42 @@ func (r *JobReconciler) checkEnv(ctx context.Context, j *v1alpha1.Job) (string, 
 		}
 	}
 	return "", "", nil
+}
+
+// invalidReferences refuses references the schema accepts but no object
+// can satisfy (an empty or malformed Secret/ConfigMap name, a malformed
+// key): they are never read (a read of an empty name is an error, not a
+// NotFound) and would make the native Job invalid even when optional.
+func invalidReferences(j *v1alpha1.Job) (string, string) {
+	bad := func(format string, args ...any) (string, string) {
+		return v1alpha1.ReasonInvalidEnvReference, fmt.Sprintf(format, args...) + "; recreate the Job with a valid reference"
+	}
+	for i, s := range j.Spec.Task.ImagePullSecrets {
+		if len(validation.IsDNS1123Subdomain(s.Name)) > 0 {
+			return bad("imagePullSecrets[%d]: %q is not a valid Secret name", i, s.Name)
+		}
+	}
+	for _, e := range j.Spec.Task.Env {
+		if e.ValueFrom == nil {
+			continue
+		}
+		var kind, name, key string
+		switch {
+		case e.ValueFrom.SecretKeyRef != nil:
+			kind, name, key = "Secret", e.ValueFrom.SecretKeyRef.Name, e.ValueFrom.SecretKeyRef.Key
+		case e.ValueFrom.ConfigMapKeyRef != nil:
+			kind, name, key = "ConfigMap", e.ValueFrom.ConfigMapKeyRef.Name, e.ValueFrom.ConfigMapKeyRef.Key
+		default:
+			continue
+		}
+		if len(validation.IsDNS1123Subdomain(name)) > 0 {
+			return bad("env %s: %q is not a valid %s name", e.Name, name, kind)
+		}
+		if len(validation.IsConfigMapKey(key)) > 0 {
+			return bad("env %s: %q is not a valid %s key", e.Name, key, kind)
+		}
+	}
+	return "", ""
 }
 
 // classReadiness says why no new execution may start for the pinned

@@ -25,6 +25,11 @@ const (
 	// ReasonEnvReferenceNotFound: a Secret or ConfigMap (or its key) an env
 	// variable references is missing; the Job waits for it.
 	ReasonEnvReferenceNotFound = "EnvReferenceNotFound"
+	// ReasonInvalidEnvReference: an env variable's Secret or ConfigMap
+	// reference, or an image pull Secret, has a name or key no object can
+	// have (the schema accepts, for example, an empty name); it never
+	// resolves, so the Job is refused until it is recreated.
+	ReasonInvalidEnvReference = "InvalidEnvReference"
 
 	// Scheduled reasons.
 
