@@ -385,14 +385,14 @@ func TestJobAdmission(t *testing.T) {
 		if err := e.c.Delete(ctx, first); err != nil {
 			t.Fatal(err)
 		}
-		for {
+		for deadline := time.Now().Add(60 * time.Second); ; {
 			cur := &v1alpha1.JobClass{}
 			err := e.c.Get(ctx, client.ObjectKeyFromObject(first), cur)
 			if apierrors.IsNotFound(err) {
 				break
 			}
-			if err != nil {
-				t.Fatal(err)
+			if err != nil || time.Now().After(deadline) {
+				t.Fatalf("JobClass %s not gone: %v", first.Name, err)
 			}
 			if controllerutil.RemoveFinalizer(cur, v1alpha1.JobClassFinalizer) {
 				if err := e.c.Update(ctx, cur); err != nil && !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
