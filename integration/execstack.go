@@ -16,6 +16,12 @@ import (
 // kube-scheduler, kwok fake nodes), JetStream, and the ayatori-manager
 // process built from this checkout running only the execution domain
 // (--projectors=job,jobclass --executors=kubernetes).
+//
+// With ExecutionStackOptions.WorkloadProxy the Kubernetes executor reaches
+// the (same) cluster through Proxy, a cuttable TCP forwarder: CutWorkload
+// and RestoreWorkload take its backend away and give it back while the
+// projectors, the controller-manager, the scheduler and kwok keep the
+// control plane.
 type ExecutionStack struct {
 	CP       *ControlPlane
 	Workload *Workload
@@ -25,6 +31,11 @@ type ExecutionStack struct {
 	// ManagerLog is the manager's log file; MetricsURL its Prometheus
 	// endpoint; JournalBin the built ayatori-journal.
 	ManagerLog, MetricsURL, JournalBin string
+	// Proxy is the executor's way to the cluster (nil without
+	// ExecutionStackOptions.WorkloadProxy); WorkloadKubeconfig the
+	// kubeconfig through it, passed as --execution-kubeconfig.
+	Proxy              *Forwarder
+	WorkloadKubeconfig string
 
 	managerBin string
 	args       []string
@@ -45,6 +56,13 @@ type ExecutionStackOptions struct {
 	DefaultTimings bool
 	// ControllerManagerArgs are extra kube-controller-manager flags.
 	ControllerManagerArgs []string
+	// WorkloadProxy starts a Forwarder on 127.0.0.1 (a random free port)
+	// to the kube-apiserver, writes a kubeconfig for it (the admin
+	// kubeconfig's CA and credentials, the server replaced) and passes it
+	// to the manager as --execution-kubeconfig: only the Kubernetes
+	// executor goes through it, so CutWorkload takes the backend away from
+	// the executor alone (the projectors keep the management cluster).
+	WorkloadProxy bool
 }
 
 // StartExecutionStack starts an ExecutionStack for the test; Close runs
@@ -97,6 +115,14 @@ func NewExecutionStack(ctx context.Context, opts ExecutionStackOptions) (_ *Exec
 	if err != nil {
 		return nil, err
 	}
+	var workload []string
+	if opts.WorkloadProxy {
+		s.WorkloadKubeconfig = filepath.Join(s.Dir, "workload.kubeconfig")
+		if s.Proxy, err = writeForwardedKubeconfig(s.CP.KubeconfigPath, s.WorkloadKubeconfig); err != nil {
+			return nil, fmt.Errorf("workload proxy: %w", err)
+		}
+		workload = []string{"--execution-kubeconfig", s.WorkloadKubeconfig}
+	}
 	s.ManagerLog = filepath.Join(s.Dir, "manager.log")
 	s.MetricsURL = fmt.Sprintf("http://127.0.0.1:%d/metrics", port)
 	s.args = []string{"--kubeconfig", s.CP.KubeconfigPath, "--namespace", ControllerNamespace, "--nats-url", s.NATS.URL,
@@ -104,7 +130,7 @@ func NewExecutionStack(ctx context.Context, opts ExecutionStackOptions) (_ *Exec
 	if !opts.DefaultTimings {
 		s.args = append(s.args, "--retry-base", "1s", "--retry-max", "5s", "--job-resolve-interval", "2s", "--job-observe-max-interval", "2s")
 	}
-	s.args = append(append(s.args, "--projectors", "job,jobclass", "--executors", "kubernetes"), opts.ManagerArgs...)
+	s.args = append(append(append(s.args, "--projectors", "job,jobclass", "--executors", "kubernetes"), workload...), opts.ManagerArgs...)
 	if err := s.StartManager(nil); err != nil {
 		return nil, err
 	}
@@ -125,6 +151,14 @@ func (s *ExecutionStack) StartManager(env []string, extra ...string) error {
 	s.manager = p
 	return nil
 }
+
+// CutWorkload takes the executor's cluster away: every open connection of
+// the workload proxy is reset and new ones are closed at once, until
+// RestoreWorkload. It panics without ExecutionStackOptions.WorkloadProxy.
+func (s *ExecutionStack) CutWorkload() { s.Proxy.Cut() }
+
+// RestoreWorkload lets the executor reach its cluster again.
+func (s *ExecutionStack) RestoreWorkload() { s.Proxy.Restore() }
 
 // KillManager sends SIGKILL to the manager and waits for it to end.
 func (s *ExecutionStack) KillManager() {
@@ -165,6 +199,9 @@ func (s *ExecutionStack) ManagerPID() int {
 // Close stops everything and removes the stack's files.
 func (s *ExecutionStack) Close() {
 	s.StopManager()
+	if s.Proxy != nil {
+		s.Proxy.Close()
+	}
 	if s.NATS != nil {
 		s.NATS.Close()
 	}
