@@ -52,6 +52,7 @@ type fixture struct {
 	ctx    context.Context
 	ns     string
 	params *executionv1alpha1.KubernetesExecutionParameters
+	class  *executionv1alpha1.JobClass
 }
 
 func (s *suite) fixture(t *testing.T, ns string, saName string, createSA bool) *fixture {
@@ -74,7 +75,13 @@ func (s *suite) fixture(t *testing.T, ns string, saName string, createSA bool) *
 	if err := s.c.Create(ctx, p); err != nil {
 		t.Fatal(err)
 	}
-	return &fixture{suite: s, t: t, ctx: ctx, ns: ns, params: p}
+	class := &executionv1alpha1.JobClass{ObjectMeta: metav1.ObjectMeta{Name: "class-" + ns},
+		Spec: executionv1alpha1.JobClassSpec{ControllerName: executionv1alpha1.ControllerKubernetes,
+			ParametersRef: executionv1alpha1.ParametersReference{Group: executionv1alpha1.GroupVersion.Group, Kind: kexec.ParametersKind, Name: p.Name}}}
+	if err := s.c.Create(ctx, class); err != nil {
+		t.Fatal(err)
+	}
+	return &fixture{suite: s, t: t, ctx: ctx, ns: ns, params: p, class: class}
 }
 
 // job creates an Ayatori Job running image with env.
@@ -104,7 +111,7 @@ func (f *fixture) ensurePayload(j *executionv1alpha1.Job) execution.EnsureIntent
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	return execution.EnsureIntent{Adapter: execution.AdapterKubernetes, JobClass: "test", JobClassUID: "class-uid",
+	return execution.EnsureIntent{Adapter: execution.AdapterKubernetes, JobClass: f.class.Name, JobClassUID: string(f.class.UID),
 		ParametersKind: kexec.ParametersKind, ParametersName: f.params.Name, ParametersUID: string(f.params.UID),
 		Image: j.Spec.Task.Image, TaskDigest: d,
 		Resources: execution.Resources{RequestsCPU: "100m", RequestsMemory: "64Mi", LimitsCPU: "1", LimitsMemory: "128Mi"}}

@@ -43,8 +43,8 @@ func ensureRecord(t *testing.T, aj *executionv1alpha1.Job, mut ...func(*executio
 	if err != nil {
 		t.Fatal(err)
 	}
-	in := execution.EnsureIntent{Adapter: execution.AdapterKubernetes, ParametersKind: ParametersKind, ParametersName: "params",
-		ParametersUID: "params-uid", TaskDigest: d}
+	in := execution.EnsureIntent{Adapter: execution.AdapterKubernetes, JobClass: "class", JobClassUID: "class-uid",
+		ParametersKind: ParametersKind, ParametersName: "params", ParametersUID: "params-uid", TaskDigest: d}
 	for _, m := range mut {
 		m(&in)
 	}
@@ -65,6 +65,8 @@ func fakeExecutor(t *testing.T, createErr error, objs ...client.Object) (*Execut
 	if err := executionv1alpha1.AddToScheme(s); err != nil {
 		t.Fatal(err)
 	}
+	// The class every fixture's Job was accepted with.
+	objs = append(objs, &executionv1alpha1.JobClass{ObjectMeta: metav1.ObjectMeta{Name: "class", UID: "class-uid"}})
 	c := fake.NewClientBuilder().WithScheme(s).WithObjects(objs...).WithInterceptorFuncs(interceptor.Funcs{
 		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
 			if createErr != nil {
@@ -95,6 +97,8 @@ func TestEnsureErrors(t *testing.T) {
 		{name: "parameters kind", mutate: func(in *execution.EnsureIntent) { in.ParametersKind = "OpenSandboxExecutionParameters" },
 			reason: executionv1alpha1.ReasonInvalidParametersReference},
 		{name: "parameters UID", mutate: func(in *execution.EnsureIntent) { in.ParametersUID = "old" }, reason: executionv1alpha1.ReasonParametersChanged},
+		{name: "class UID", mutate: func(in *execution.EnsureIntent) { in.JobClassUID = "old" }, reason: executionv1alpha1.ReasonJobClassNotFound},
+		{name: "class gone", mutate: func(in *execution.EnsureIntent) { in.JobClass = "gone" }, reason: executionv1alpha1.ReasonJobClassNotFound},
 		{name: "parameters gone", mutate: func(in *execution.EnsureIntent) { in.ParametersName = "gone" }, reason: executionv1alpha1.ReasonParametersChanged},
 		{name: "other adapter", mutate: func(in *execution.EnsureIntent) { in.Adapter = "opensandbox" }, reason: ReasonInvalidIntent},
 		{name: "no digest", mutate: func(in *execution.EnsureIntent) { in.TaskDigest = "" }, reason: ReasonInvalidIntent},

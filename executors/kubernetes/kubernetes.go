@@ -78,6 +78,7 @@ import (
 // +kubebuilder:rbac:groups=batch,resources=jobs,verbs=get;list;watch;create;patch;delete
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=serviceaccounts,verbs=get
+// +kubebuilder:rbac:groups=execution.ayatori.ddupan.top,resources=jobclasses,verbs=get;list;watch
 // +kubebuilder:rbac:groups=execution.ayatori.ddupan.top,resources=jobs;kubernetesexecutionparameters,verbs=get;list;watch
 
 // Reasons of Failed outcomes the executor decides itself (besides the API
@@ -441,6 +442,17 @@ func (e *Executor) admit(ctx context.Context, rec journal.Record, in execution.E
 	if err != nil || digest != in.TaskDigest {
 		return nil, nil, &refusal{Reason: ReasonTaskChanged, State: execution.StateNotFound,
 			Message: "the Job's task does not match the digest of the Ensure intent; no execution was created"}
+	}
+	class := &executionv1alpha1.JobClass{}
+	err = e.Management.Get(ctx, types.NamespacedName{Name: in.JobClass}, class)
+	switch {
+	case isNotFound(err) || err == nil && string(class.UID) != in.JobClassUID:
+		// The class the Job was accepted with is gone (or was recreated):
+		// never run under another class's policy.
+		return nil, nil, &refusal{Reason: executionv1alpha1.ReasonJobClassNotFound, State: execution.StateNotFound,
+			Message: fmt.Sprintf("JobClass %s the Job was accepted with no longer exists; no execution was created", in.JobClass)}
+	case err != nil:
+		return nil, nil, notCreated(err)
 	}
 	if in.ParametersKind != ParametersKind || in.ParametersName == "" {
 		return nil, nil, &refusal{Reason: executionv1alpha1.ReasonInvalidParametersReference, State: execution.StateNotFound,
