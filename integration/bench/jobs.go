@@ -381,7 +381,8 @@ func journalPerJob(ctx context.Context, url string, uids map[string]bool) (strin
 }
 
 // metricPair returns count and sum of a Prometheus histogram or summary
-// name on the lines holding label (e.g. `controller="job"`).
+// name, added up over the lines holding label (e.g. `controller="job"`;
+// "" for every line).
 func metricPair(url, name, label string) (count, sum float64) {
 	resp, err := http.Get(url)
 	if err != nil {
@@ -391,14 +392,15 @@ func metricPair(url, name, label string) (count, sum float64) {
 	b, _ := io.ReadAll(resp.Body)
 	for _, line := range strings.Split(string(b), "\n") {
 		i := strings.LastIndex(line, " ")
-		if i < 0 || !strings.Contains(line, label) {
+		if i < 0 || strings.HasPrefix(line, "#") || !strings.Contains(line, label) {
 			continue
 		}
+		metric, _, _ := strings.Cut(line[:i], "{")
 		v, _ := strconv.ParseFloat(line[i+1:], 64)
-		switch {
-		case strings.HasPrefix(line, name+"_count{"):
+		switch metric {
+		case name + "_count":
 			count += v
-		case strings.HasPrefix(line, name+"_sum{"):
+		case name + "_sum":
 			sum += v
 		}
 	}

@@ -444,29 +444,8 @@ func quantile(sorted []time.Duration, q float64) time.Duration {
 }
 
 func journalMetrics(url string) (appendSum, appendCount, deliverySum, deliveryCount float64) {
-	resp, err := http.Get(url)
-	if err != nil {
-		return
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line)
-		if len(f) != 2 {
-			continue
-		}
-		v, _ := strconv.ParseFloat(f[1], 64)
-		switch f[0] {
-		case "ayatori_journal_append_seconds_sum":
-			appendSum = v
-		case "ayatori_journal_append_seconds_count":
-			appendCount = v
-		case "ayatori_journal_intent_delivery_seconds_sum":
-			deliverySum = v
-		case "ayatori_journal_intent_delivery_seconds_count":
-			deliveryCount = v
-		}
-	}
+	appendCount, appendSum = metricPair(url, "ayatori_journal_append_seconds", "")
+	deliveryCount, deliverySum = metricPair(url, "ayatori_journal_intent_delivery_seconds", "")
 	return
 }
 
