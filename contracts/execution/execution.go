@@ -55,7 +55,31 @@ const (
 	// time. A checkpoint keeps the latest note of every operation, so the
 	// start survives any compaction of Observes.
 	NoteDeadlineStarted = "DeadlineStarted"
+	// NoteFinished records the Job's terminal result as the projector
+	// decided it, before it writes the terminal status (payload
+	// FinishedNote): the journal names every Job's end, also one that
+	// never had an execution (cancelled before any Ensure).
+	NoteFinished = "Finished"
+	// NoteTTLExpired records the TTL controller's decision to delete a
+	// finished Job, before the delete (payload TTLNote).
+	NoteTTLExpired = "TTLExpired"
 )
+
+// FinishedNote is the payload of a NoteFinished note.
+type FinishedNote struct {
+	// Succeeded is the Succeeded condition's status (true: success).
+	Succeeded bool `json:"succeeded"`
+	// Reason is the Succeeded condition's reason.
+	Reason string `json:"reason"`
+	// ExitCode of the main process, when known.
+	ExitCode *int32 `json:"exitCode,omitempty"`
+}
+
+// TTLNote is the payload of a NoteTTLExpired note.
+type TTLNote struct {
+	// TTLSecondsAfterFinished is the TTL in force at the delete.
+	TTLSecondsAfterFinished int32 `json:"ttlSecondsAfterFinished"`
+}
 
 // DeadlineNote is the payload of a NoteDeadlineStarted note.
 type DeadlineNote struct {

@@ -13,6 +13,9 @@ const (
 	RuleEnsureAfterTerminal = "ensure-after-terminal-job-outcome"
 	// RuleEnsureAfterCancel: no Ensure intent after a Cancel intent.
 	RuleEnsureAfterCancel = "ensure-after-cancel"
+	// RuleTTLBeforeFinished: the TTL controller's delete (a TTLExpired
+	// note) comes only after the Job's Finished note.
+	RuleTTLBeforeFinished = "ttl-delete-before-terminal"
 	// RuleSecondExecution: at most one execution per Job UID — at most one
 	// outcome reports Created, and every outcome names the same backend
 	// resource for a reference type.
@@ -37,6 +40,31 @@ var Invariants = []journal.Invariant{{
 				var o Observation
 				if terminalSeq == 0 && json.Unmarshal(r.Payload, &o) == nil && o.Terminal {
 					terminalSeq = r.Sequence
+				}
+			case journal.TypeNote:
+				if terminalSeq == 0 && r.Operation == NoteFinished {
+					terminalSeq = r.Sequence
+				}
+			}
+			return nil
+		}
+	},
+}, {
+	Rule:        RuleTTLBeforeFinished,
+	Description: "a TTL delete only after the Job's terminal result",
+	New: func() journal.InvariantCheck {
+		finished := false
+		return func(r journal.Record) []journal.Violation {
+			if r.Type != journal.TypeNote {
+				return nil
+			}
+			switch r.Operation {
+			case NoteFinished:
+				finished = true
+			case NoteTTLExpired:
+				if !finished {
+					return []journal.Violation{{Rule: RuleTTLBeforeFinished, Sequences: []uint64{r.Sequence},
+						Detail: "TTL delete of a Job whose terminal result is not in the journal"}}
 				}
 			}
 			return nil
@@ -122,6 +150,8 @@ func init() {
 	}
 	journal.RegisterPayload(Domain, NoteBackendLostConfirmed, journal.TypeNote, BackendLostNote{})
 	journal.RegisterPayload(Domain, NoteDeadlineStarted, journal.TypeNote, DeadlineNote{})
+	journal.RegisterPayload(Domain, NoteFinished, journal.TypeNote, FinishedNote{})
+	journal.RegisterPayload(Domain, NoteTTLExpired, journal.TypeNote, TTLNote{})
 	// The created execution's outcome stays in every checkpoint: the
 	// projector reads from it that an execution exists.
 	journal.KeepSucceeded(Domain, OpEnsure)

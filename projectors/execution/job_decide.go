@@ -5,6 +5,7 @@ import (
 	"math"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1alpha1 "git.ddupan.top/panxiao81/ayatori/api/execution/v1alpha1"
@@ -351,6 +352,19 @@ func (d *decider) decide() {
 		// One intent in flight: its outcome wakes the Job.
 		d.describeWaiting()
 		d.requeueAfter(d.p.PendingRecheck)
+		return
+	}
+	if d.terminal() && !d.l.finished {
+		// The result goes into the journal first (with this pass's
+		// terminal status): every Job's end is there, for forensics and for
+		// the TTL controller's invariant.
+		c := meta.FindStatusCondition(d.st.Conditions, v1alpha1.JobConditionSucceeded)
+		n := execution.FinishedNote{Succeeded: c.Status == metav1.ConditionTrue, Reason: c.Reason}
+		if d.st.Result != nil {
+			n.ExitCode = d.st.Result.ExitCode
+		}
+		d.out.Note, d.out.NotePayload = execution.NoteFinished, n
+		d.requeueAfter(0)
 		return
 	}
 	if deleting {

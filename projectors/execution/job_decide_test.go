@@ -59,7 +59,11 @@ func (s *sim) pass() JobDecision {
 	ref := objectRef(s.job)
 	switch {
 	case d.Note != "":
-		s.add(journal.Record{ID: string(s.job.UID) + "/note/" + d.Note, Type: journal.TypeNote, Operation: d.Note, Object: ref, Attempt: 1})
+		note := journal.Record{ID: string(s.job.UID) + "/note/" + d.Note, Type: journal.TypeNote, Operation: d.Note, Object: ref, Attempt: 1}
+		if err := note.SetPayload(d.NotePayload); err != nil {
+			s.t.Fatal(err)
+		}
+		s.add(note)
 	case d.Intent != nil:
 		rec, err := journal.NewIntent(ref, d.Intent.Operation, d.Intent.Step, journaled.NextAttempt(journal.Fold(s.recs), d.Intent.Operation, s.job.Generation), d.Intent.Payload)
 		if err != nil {
@@ -264,7 +268,26 @@ func TestM1CreateStartExitZero(t *testing.T) {
 	if r := s.job.Status.Result; r == nil || r.ExitCode == nil || *r.ExitCode != 0 || r.Reason != v1alpha1.ReasonCompleted {
 		t.Fatalf("result %+v", r)
 	}
+	s.wantFinishedNote(true, v1alpha1.ReasonCompleted)
 	s.verify()
+}
+
+// wantFinishedNote checks the journal names the Job's end exactly once.
+func (s *sim) wantFinishedNote(succeeded bool, reason string) {
+	s.t.Helper()
+	var notes []execution.FinishedNote
+	for _, r := range s.recs {
+		if r.Type == journal.TypeNote && r.Operation == execution.NoteFinished {
+			var n execution.FinishedNote
+			if err := r.DecodePayload(&n); err != nil {
+				s.t.Fatal(err)
+			}
+			notes = append(notes, n)
+		}
+	}
+	if len(notes) != 1 || notes[0].Succeeded != succeeded || notes[0].Reason != reason {
+		s.t.Fatalf("Finished notes %+v, want one {%v %s}", notes, succeeded, reason)
+	}
 }
 
 func TestM2ProcessFailedKeepsExitCode(t *testing.T) {
@@ -558,6 +581,7 @@ func TestM12CancelInEveryStage(t *testing.T) {
 		if s.count(execution.OpEnsure) != 0 {
 			t.Fatal("Ensure after cancel")
 		}
+		s.wantFinishedNote(false, v1alpha1.ReasonCancelled)
 	})
 	t.Run("SchedulingBeforeEnsure", func(t *testing.T) {
 		s := newSim(t)

@@ -49,6 +49,8 @@ type ledger struct {
 	// deadlineFrom is the local observation time of the DeadlineStarted
 	// note (zero: none).
 	deadlineFrom time.Time
+	// finished: the Finished note was journaled.
+	finished bool
 }
 
 // readLedger folds recs (one Job UID, stream order).
@@ -66,6 +68,8 @@ func readLedger(recs []journal.Record) *ledger {
 			switch r.Operation {
 			case execution.NoteBackendLostConfirmed:
 				l.backendLost = true
+			case execution.NoteFinished:
+				l.finished = true
 			case execution.NoteDeadlineStarted:
 				if l.deadlineFrom.IsZero() {
 					l.deadlineFrom = r.Time
