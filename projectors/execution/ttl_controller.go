@@ -88,6 +88,9 @@ func TTLDue(j *v1alpha1.Job, finishedSeen, now time.Time) (eligible bool, left t
 	return true, finishedSeen.Add(time.Duration(*j.Spec.TTLSecondsAfterFinished) * time.Second).Sub(now)
 }
 
+// maxTTLTracked bounds the finished Jobs whose first sight is remembered.
+var maxTTLTracked = 200_000
+
 // finishedSeen returns when this process first saw uid finished (now, the
 // first time).
 func (r *TTLReconciler) finishedSeen(uid types.UID, now time.Time) time.Time {
@@ -98,6 +101,12 @@ func (r *TTLReconciler) finishedSeen(uid types.UID, now time.Time) time.Time {
 	}
 	at, ok := r.seen[uid]
 	if !ok {
+		if len(r.seen) >= maxTTLTracked {
+			// Jobs deleted without this process seeing their deletion
+			// stay in the map; past the bound it starts over (every Job
+			// then counts from now again: later, never earlier).
+			r.seen = map[types.UID]time.Time{}
+		}
 		at = now
 		r.seen[uid] = at
 	}
