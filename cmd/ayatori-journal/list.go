@@ -16,6 +16,7 @@ func newListCommand(g *globalOptions) *cobra.Command {
 		Use:   "list",
 		Short: "List the objects in the journal, newest activity first",
 		Example: `  ayatori-journal list --kind PostgreSQLTenant --since 2h
+  ayatori-journal list --kind Job -n ci
   ayatori-journal list --result Failed -o json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -52,7 +53,7 @@ func newListCommand(g *globalOptions) *cobra.Command {
 			var rows []journal.ObjectSummary
 			for _, s := range journal.Summaries(recs) {
 				switch {
-				case kind != "" && s.Object.Kind != kind,
+				case kind != "" && !strings.EqualFold(s.Object.Kind, kind),
 					namespace != "" && s.Object.Namespace != namespace,
 					untilT != nil && s.FirstTime.After(*untilT),
 					result == "pending" && s.Pending == 0,
@@ -81,7 +82,7 @@ func newListCommand(g *globalOptions) *cobra.Command {
 			return tw.Flush()
 		},
 	}
-	cmd.Flags().StringVar(&kind, "kind", "", "only objects of this kind")
+	cmd.Flags().StringVar(&kind, "kind", "", "only objects of this kind (case-insensitive), e.g. Job or PostgreSQLTenant")
 	cmd.Flags().StringVarP(&namespace, "namespace", "n", "", "only objects in this namespace")
 	cmd.Flags().StringVar(&since, "since", "", "only records at or after this time (RFC 3339, or a duration ago such as 2h)")
 	cmd.Flags().StringVar(&until, "until", "", "only objects whose first record is at or before this time")
