@@ -29,3 +29,12 @@ func compareDomainLive(o journal.ObjectRef, live *unstructured.Unstructured, rec
 	}
 	return nil, false
 }
+
+// summarizeObject is the domain's one line on an object's state from its
+// records ("" if none).
+func summarizeObject(o journal.ObjectRef, recs []journal.Record) string {
+	if d, _ := journal.Domain(o.Group); d == execution.Domain {
+		return execution.Summary(recs)
+	}
+	return ""
+}

@@ -205,6 +205,7 @@ func TestGoldenJobs(t *testing.T) {
 		{"verify", []string{"verify"}, 0, "jobs-verify.txt", ""},
 		{"list --kind Job", []string{"list", "--kind", "Job"}, 0, "jobs-list.txt", ""},
 		{"list --kind is case-insensitive", []string{"list", "--kind", "job"}, 0, "jobs-list.txt", ""},
+		{"list json", []string{"list", "--kind", "Job", "-n", "ci", "--result", "Succeeded", "-o", "json"}, 0, "jobs-list.json", ""},
 		{"both argument and --name", []string{"timeline", "--kind", "Job", "--name", "build", "ci/build"}, 2, "", "not both"},
 		{"no such Job", []string{"timeline", "--kind", "Job", "ci/deploy"}, 3, "", "no records for Job ci/deploy"},
 	}

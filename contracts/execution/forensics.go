@@ -335,3 +335,22 @@ func dashed(s string) string {
 	}
 	return s
 }
+
+// Summary is one line on a Job's state as its records (stream order) tell
+// it, for `ayatori-journal list`: the Finished note's result and how the
+// Job went ("deleted by TTL", "deleted"), or while it runs the last
+// observed state. "" when the records say nothing of it.
+func Summary(recs []journal.Record) string {
+	a := AccountOf(recs)
+	switch {
+	case a.Finished != nil && a.TTL != nil:
+		return DescribeFinished(*a.Finished) + ", deleted by TTL"
+	case a.Finished != nil && a.DeleteSeq != 0:
+		return DescribeFinished(*a.Finished) + ", deleted"
+	case a.Finished != nil:
+		return DescribeFinished(*a.Finished)
+	case a.LastObservation != nil:
+		return DescribeObservation(*a.LastObservation)
+	}
+	return ""
+}
