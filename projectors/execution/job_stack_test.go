@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -20,6 +21,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/json"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -40,6 +42,28 @@ type jobEnv struct {
 	s  *integration.ExecutionStack
 	c  client.Client
 	ns atomic.Int32
+
+	mu sync.Mutex
+	// gone are UIDs of Jobs deleted during the tests (replayed at the end).
+	gone []types.UID
+}
+
+func (e *jobEnv) deleted(uids ...types.UID) {
+	e.mu.Lock()
+	e.gone = append(e.gone, uids...)
+	e.mu.Unlock()
+}
+
+// replay runs `ayatori-journal replay <uid> --kubeconfig` and fails on a
+// mismatch between the live object (or its absence) and the journal.
+func (e *jobEnv) replay(t *testing.T, uid types.UID) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, e.s.JournalBin, "--server", e.s.NATS.URL, "replay", string(uid), "--kubeconfig", e.s.CP.KubeconfigPath).CombinedOutput()
+	if err != nil {
+		t.Fatalf("ayatori-journal replay %s: %v\n%s", uid, err, out)
+	}
 }
 
 func skipShort(t *testing.T) {
@@ -319,6 +343,7 @@ func (e *jobEnv) matrix(t *testing.T) {
 		if err := e.c.Delete(context.Background(), running); err != nil {
 			t.Fatal(err)
 		}
+		e.deleted(running.UID)
 		// The Job stays (finalizer) until its native Job is gone.
 		deadline := time.Now().Add(90 * time.Second)
 		for {
@@ -440,6 +465,7 @@ func (e *jobEnv) matrix(t *testing.T) {
 		if err := e.c.Delete(context.Background(), &lost, &client.DeleteOptions{PropagationPolicy: &bg}); err != nil {
 			t.Fatal(err)
 		}
+		e.deleted(ok.UID, bad.UID, cancelled.UID)
 		for _, j := range []*v1alpha1.Job{ok, bad, cancelled} {
 			e.waitGone(t, j)
 			if n := e.natives(t, j); len(n) != 0 {
@@ -469,6 +495,7 @@ func (e *jobEnv) matrix(t *testing.T) {
 		if err := e.c.Delete(context.Background(), done); err != nil {
 			t.Fatal(err)
 		}
+		e.deleted(done.UID)
 		e.waitGone(t, done)
 		second := e.create(t, newJob(ns, "again", "ayatori.test/succeed"))
 		got := e.waitSucceeded(t, second, "True/Completed")
@@ -513,6 +540,24 @@ func TestJobStack(t *testing.T) {
 		named := newJob(ns, "named", "ayatori.test/succeed")
 		named.Spec.JobClassName = "std-too"
 		e.waitSucceeded(t, e.create(t, named), "True/Completed")
+	})
+
+	t.Run("ReplayEveryJob", func(t *testing.T) {
+		// Every live Job agrees with its journal, and every Job deleted
+		// by its TTL or by hand is explained by it.
+		var list v1alpha1.JobList
+		if err := e.c.List(context.Background(), &list); err != nil {
+			t.Fatal(err)
+		}
+		for _, j := range list.Items {
+			if j.Status.CompletionTime == nil && !meta.IsStatusConditionTrue(j.Status.Conditions, v1alpha1.JobConditionScheduled) {
+				continue // never accepted (ambiguous default): nothing journaled yet
+			}
+			e.replay(t, j.UID)
+		}
+		for _, uid := range e.gone {
+			e.replay(t, uid)
+		}
 	})
 
 	t.Run("JournalVerifyAndCanary", func(t *testing.T) {
