@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"encoding/json"
+	"strings"
 
 	"github.com/spf13/cobra"
 )
@@ -11,7 +12,7 @@ func newExportCommand(g *globalOptions) *cobra.Command {
 	var sel objectSelector
 	var since, until string
 	cmd := &cobra.Command{
-		Use:   "export",
+		Use:   "export " + selectorUse,
 		Short: "Write records as NDJSON (one object, a filter, or the whole stream) for offline analysis",
 		Long: `export writes one JSON record per line, in stream order, with its stream sequence ("seq").
 An undecodable stream message is written as {"seq":N,"invalid":true}. Every command reads
@@ -19,8 +20,8 @@ such a file back with --from-file.`,
 		Example: `  ayatori-journal export > journal.ndjson
   ayatori-journal export --uid 3f0c... > tenant.ndjson
   ayatori-journal timeline --from-file tenant.ndjson --uid 3f0c...`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
 			sinceT, err := parseTimeFlag("since", since)
 			if err != nil {
 				return err
@@ -29,7 +30,7 @@ such a file back with --from-file.`,
 			if err != nil {
 				return err
 			}
-			l, err := g.load(cmd, &sel, true, false, sinceT)
+			l, err := g.load(cmd, args, &sel, true, false, sinceT)
 			if err != nil {
 				return err
 			}
@@ -43,7 +44,7 @@ such a file back with --from-file.`,
 					_ = enc.Encode(map[string]any{"seq": bad[bi], "invalid": true})
 					bi++
 				}
-				if sel.kind != "" && sel.name == "" && r.Object.Kind != sel.kind ||
+				if sel.kind != "" && sel.name == "" && !strings.EqualFold(r.Object.Kind, sel.kind) ||
 					sel.namespace != "" && sel.name == "" && r.Object.Namespace != sel.namespace ||
 					sinceT != nil && r.Time.Before(*sinceT) || untilT != nil && r.Time.After(*untilT) {
 					continue

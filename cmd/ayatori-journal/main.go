@@ -12,7 +12,9 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	// Every domain's contract: its payload types and the invariants verify
-	// checks. The CLI itself has no domain code.
+	// checks. The CLI itself has no domain code: domains.go hands a record
+	// or a live object to its domain's contract (contracts/execution
+	// describes Job records and compares a live Job with its journal).
 	_ "git.ddupan.top/panxiao81/ayatori/contracts"
 )
 

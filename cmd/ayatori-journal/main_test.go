@@ -170,7 +170,8 @@ func TestGolden(t *testing.T) {
 }
 
 // TestVerifyCatchesEachViolation runs verify on a fixture that breaks every
-// invariant once, with an undecodable message in the live stream too.
+// invariant once (the journal's own, the database and the execution
+// domains'), with an undecodable message in the live stream too.
 func TestVerifyCatchesEachViolation(t *testing.T) {
 	n := integration.StartNATS(t)
 	nc, err := nats.Connect(n.URL)
@@ -231,6 +232,31 @@ func TestVerifyCatchesEachViolation(t *testing.T) {
 	app(e1)
 	app(mustOutcome(e1, journal.Result{Class: journal.Succeeded}, `{"terminal":true}`))
 	app(e2)
+	// An Ensure after a Cancel (the Cancel's outcome is not terminal yet).
+	jobObj := func(name, uid string) journal.ObjectRef {
+		return journal.ObjectRef{Group: "execution.ayatori.ddupan.top", Kind: "Job", Namespace: "ci", Name: name, UID: uid, Generation: 1}
+	}
+	cj := jobObj("cancelled", "7d3c0e52-1c1a-4b8e-9a53-000000000004")
+	ce1, cc, ce2 := mustIntent(cj, execution.OpEnsure, 1), mustIntent(cj, execution.OpCancel, 1), mustIntent(cj, execution.OpEnsure, 2)
+	app(ce1)
+	app(mustOutcome(ce1, journal.Result{Class: journal.Succeeded}, `{"terminal":false,"state":"Pending","created":true,"references":[{"type":"Job","id":"n-4"}]}`))
+	app(cc)
+	app(mustOutcome(cc, journal.Result{Class: journal.Succeeded}, `{"terminal":false,"state":"Stopping","references":[{"type":"Job","id":"n-4"}]}`))
+	app(ce2)
+	// A second created execution (another backend Job) for one Job UID.
+	dj := jobObj("twice", "7d3c0e52-1c1a-4b8e-9a53-000000000005")
+	de1, de2 := mustIntent(dj, execution.OpEnsure, 1), mustIntent(dj, execution.OpEnsure, 2)
+	app(de1)
+	app(mustOutcome(de1, journal.Result{Class: journal.Succeeded}, `{"terminal":false,"state":"Pending","created":true,"references":[{"type":"Job","id":"n-5"}]}`))
+	app(de2)
+	app(mustOutcome(de2, journal.Result{Class: journal.Succeeded}, `{"terminal":false,"state":"Pending","created":true,"references":[{"type":"Job","id":"n-5b"}]}`))
+	// A TTL delete of a Job whose Finished note is not in the journal.
+	tj := jobObj("early", "7d3c0e52-1c1a-4b8e-9a53-000000000006")
+	te := mustIntent(tj, execution.OpEnsure, 1)
+	app(te)
+	app(mustOutcome(te, journal.Result{Class: journal.Succeeded}, `{"terminal":false,"state":"Running","created":true,"references":[{"type":"Job","id":"n-6"}]}`))
+	app(journal.Record{ID: tj.UID + "/g1/note/TTLExpired/1", Type: journal.TypeNote, Operation: execution.NoteTTLExpired, Object: tj, Attempt: 1,
+		Payload: json.RawMessage(`{"ttlSecondsAfterFinished":60}`)})
 	// An undecodable message.
 	m := nats.NewMsg("ayatori.journal.database." + tenantUID + ".note")
 	m.Data = []byte("garbage")
@@ -245,7 +271,8 @@ func TestVerifyCatchesEachViolation(t *testing.T) {
 	}
 	golden(t, "verify-violations.txt", out)
 	for _, rule := range []string{dbcontract.RuleSecondPasswordWrite, journal.RuleOutcomeWithoutIntent, journal.RuleConflictingOutcomes,
-		execution.RuleEnsureAfterTerminal, journal.RuleUndecodableRecord} {
+		execution.RuleEnsureAfterTerminal, execution.RuleEnsureAfterCancel, execution.RuleSecondExecution, execution.RuleTTLBeforeFinished,
+		journal.RuleUndecodableRecord} {
 		if !strings.Contains(out, rule) {
 			t.Errorf("verify did not report %s", rule)
 		}

@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"git.ddupan.top/panxiao81/ayatori/contracts/execution"
 	"git.ddupan.top/panxiao81/ayatori/journal"
 )
 
@@ -68,15 +69,23 @@ func newReplayCommand(g *globalOptions) *cobra.Command {
 	var sel objectSelector
 	var kubeconfig string
 	cmd := &cobra.Command{
-		Use:   "replay",
+		Use:   "replay " + selectorUse,
 		Short: "Fold one object's records in order and print the derived state after each; optionally diff against the live CR",
 		Long: `replay applies an object's records one by one and prints, after each, the pending
 intents, the last outcome per step and an object-level summary. With --kubeconfig it then
 reads the live object and reports where its status disagrees with what the journal says
-(for example Ready=True while intents are pending, or a failure the status does not show).`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			l, err := g.load(cmd, &sel, false, true, nil)
+(for example Ready=True while intents are pending, or a failure the status does not show).
+
+For a Job the comparison is of its result: the live Succeeded condition (status and
+reason), status.result.exitCode and status.execution.references against the journal's
+Finished note and the references its outcomes reported. A Job that is gone (or whose name
+now belongs to another UID) is no mismatch when its journal says why: a TTLExpired note
+("deleted by TTL") or a Finished note and a Delete ("deleted"). Exit status 1 on a mismatch.`,
+		Example: `  ayatori-journal replay --kind PostgreSQLTenant -n netbox --name netbox --kubeconfig ~/.kube/config
+  ayatori-journal replay --kind Job ci/build --kubeconfig ~/.kube/config`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			l, err := g.load(cmd, args, &sel, false, true, nil)
 			if err != nil {
 				return err
 			}
@@ -97,7 +106,7 @@ reads the live object and reports where its status disagrees with what the journ
 			}
 			var diff *liveDiff
 			if kubeconfig != "" {
-				diff, err = diffLive(ctx, kubeconfig, st)
+				diff, err = diffLive(ctx, kubeconfig, st, recs)
 				if err != nil {
 					return err
 				}
@@ -129,6 +138,9 @@ func printReplay(w io.Writer, steps []replayStep) {
 		line := fmt.Sprintf("#%d %s %s %s%s a%d gen=%d actor=%s", r.Sequence, fmtTime(r.Time), r.Type, r.Operation, stepSuffix(r.Step), r.Attempt, r.Object.Generation, r.Actor)
 		if r.Type == journal.TypeOutcome {
 			line += " result=" + resultText(r)
+		}
+		if d := describe(r); d != "" {
+			line += " (" + d + ")"
 		}
 		fmt.Fprintln(w, line)
 		pending := "none"
@@ -166,9 +178,11 @@ type liveDiff struct {
 	ObservedGeneration int64    `json:"observedGeneration,omitempty"`
 	Generation         int64    `json:"generation,omitempty"`
 	Mismatches         []string `json:"mismatches"`
+	// Job is the execution domain's comparison of a Job's result.
+	Job *execution.LiveComparison `json:"job,omitempty"`
 }
 
-func diffLive(ctx context.Context, kubeconfig string, st *journal.State) (*liveDiff, error) {
+func diffLive(ctx context.Context, kubeconfig string, st *journal.State, recs []journal.Record) (*liveDiff, error) {
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {
 		return nil, fmt.Errorf("--kubeconfig: %w", err)
@@ -185,10 +199,13 @@ func diffLive(ctx context.Context, kubeconfig string, st *journal.State) (*liveD
 	u := &unstructured.Unstructured{}
 	u.SetGroupVersionKind(mapping.GroupVersionKind)
 	if err := c.Get(ctx, client.ObjectKey{Namespace: o.Namespace, Name: o.Name}, u); err != nil {
-		if apierrors.IsNotFound(err) {
-			return compareLive(nil, st), nil
+		if !apierrors.IsNotFound(err) {
+			return nil, err
 		}
-		return nil, err
+		u = nil
+	}
+	if jc, ok := compareDomainLive(o, u, recs); ok {
+		return &liveDiff{Found: jc.Found, Mismatches: jc.Mismatches, Job: jc}, nil
 	}
 	return compareLive(u, st), nil
 }
@@ -235,7 +252,9 @@ func compareLive(u *unstructured.Unstructured, st *journal.State) *liveDiff {
 
 func printDiff(w io.Writer, d *liveDiff) {
 	fmt.Fprintln(w, "live object:")
-	if d.Found {
+	if d.Job != nil {
+		printJobDiff(w, d.Job)
+	} else if d.Found {
 		fmt.Fprintf(w, "    phase=%s ready=%s reason=%s generation=%d observedGeneration=%d\n", dash(d.Phase), dash(d.Ready), dash(d.ReadyReason), d.Generation, d.ObservedGeneration)
 	}
 	if len(d.Mismatches) == 0 {
@@ -244,4 +263,57 @@ func printDiff(w io.Writer, d *liveDiff) {
 	for _, m := range d.Mismatches {
 		fmt.Fprintf(w, "    MISMATCH: %s\n", m)
 	}
+}
+
+func printJobDiff(w io.Writer, c *execution.LiveComparison) {
+	a := c.Journal
+	switch {
+	case c.Found:
+		exit := "-"
+		if c.ExitCode != nil {
+			exit = fmt.Sprint(*c.ExitCode)
+		}
+		fmt.Fprintf(w, "    succeeded=%s reason=%s exitCode=%s references=%s", dash(c.Succeeded), dash(c.SucceededReason), exit, refsText(c.References))
+		if c.Deleting {
+			fmt.Fprint(w, " deleting")
+		}
+		fmt.Fprintln(w)
+	case c.OtherUID != "":
+		fmt.Fprintf(w, "    not found: the Job of that name is another object (uid %s)\n", c.OtherUID)
+	default:
+		fmt.Fprintln(w, "    not found")
+	}
+	var j []string
+	if a.Finished != nil {
+		j = append(j, fmt.Sprintf("Finished #%d %s", a.FinishedSeq, execution.DescribeFinished(*a.Finished)))
+	} else {
+		j = append(j, "no Finished note")
+	}
+	if a.LastObservation != nil {
+		j = append(j, fmt.Sprintf("last observation #%d %s", a.LastObservationSeq, execution.DescribeObservation(*a.LastObservation)))
+	}
+	if len(a.References) > 0 {
+		j = append(j, "references "+refsText(a.References))
+	}
+	if a.TTL != nil {
+		j = append(j, fmt.Sprintf("TTLExpired #%d ttl=%ds", a.TTLSeq, a.TTL.TTLSecondsAfterFinished))
+	}
+	if a.DeleteSeq != 0 {
+		j = append(j, fmt.Sprintf("Delete #%d (done=%t)", a.DeleteSeq, a.DeleteDone))
+	}
+	fmt.Fprintf(w, "    journal: %s\n", strings.Join(j, "; "))
+	if c.Verdict != "" {
+		fmt.Fprintf(w, "    %s\n", c.Verdict)
+	}
+}
+
+func refsText(refs []execution.Reference) string {
+	if len(refs) == 0 {
+		return "-"
+	}
+	parts := make([]string, len(refs))
+	for i, r := range refs {
+		parts[i] = r.Type + "/" + r.ID
+	}
+	return strings.Join(parts, ",")
 }

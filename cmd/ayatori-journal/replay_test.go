@@ -5,9 +5,11 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 
+	"git.ddupan.top/panxiao81/ayatori/contracts/execution"
 	"git.ddupan.top/panxiao81/ayatori/journal"
 )
 
@@ -75,6 +77,95 @@ func TestCompareLive(t *testing.T) {
 				t.Fatalf("unexpected mismatches %q", d.Mismatches)
 			case tc.want != "" && (len(d.Mismatches) != 1 || !strings.Contains(d.Mismatches[0], tc.want)):
 				t.Fatalf("mismatches %q, want one containing %q", d.Mismatches, tc.want)
+			}
+		})
+	}
+}
+
+// The execution domain's comparison of a live Job with its journal: the
+// cases the recorded Job stream (TestReplayLiveJobs) does not reach.
+func TestCompareLiveJob(t *testing.T) {
+	obj := journal.ObjectRef{Group: "execution.ayatori.ddupan.top", Kind: "Job", Namespace: "ci", Name: "x", UID: "job-uid", Generation: 1}
+	var recs []journal.Record
+	add := func(r journal.Record) journal.Record {
+		r.Sequence, r.Time = uint64(len(recs)+1), time.Date(2026, 12, 2, 9, 0, len(recs), 0, time.UTC)
+		recs = append(recs, r)
+		return r
+	}
+	do := func(op string, obs execution.Observation) {
+		in, err := journal.NewIntent(obj, op, "", 1, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		add(in)
+		out, err := journal.NewOutcome(in, journal.Result{Class: journal.Succeeded}, obs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		add(out)
+	}
+	note := func(op string, payload any) {
+		n := journal.Record{ID: obj.UID + "/note/" + op, Type: journal.TypeNote, Operation: op, Object: obj, Attempt: 1}
+		if err := n.SetPayload(payload); err != nil {
+			t.Fatal(err)
+		}
+		add(n)
+	}
+	refs := []execution.Reference{{Type: "Job", ID: "native"}}
+	do(execution.OpEnsure, execution.Observation{State: execution.StatePending, Created: true, References: refs})
+	running := append([]journal.Record(nil), recs...)
+	zero := int32(0)
+	do(execution.OpObserve, execution.Observation{State: execution.StateSucceeded, Terminal: true, ExitCode: &zero, Reason: "Completed", References: refs})
+	observedEnd := append([]journal.Record(nil), recs...)
+	note(execution.NoteFinished, execution.FinishedNote{Succeeded: true, Reason: "Completed", ExitCode: &zero})
+	finished := append([]journal.Record(nil), recs...)
+	note(execution.NoteTTLExpired, execution.TTLNote{TTLSecondsAfterFinished: 30})
+	ttl := append([]journal.Record(nil), recs...)
+	recs = append([]journal.Record(nil), finished...)
+	do(execution.OpDelete, execution.Observation{State: execution.StateNotFound})
+	deleted := recs
+
+	live := func(succeeded, reason string, deleting bool) *unstructured.Unstructured {
+		u := &unstructured.Unstructured{Object: map[string]any{}}
+		u.SetUID(types.UID(obj.UID))
+		if deleting {
+			now := metav1.Now()
+			u.SetDeletionTimestamp(&now)
+		}
+		_ = unstructured.SetNestedSlice(u.Object, []any{map[string]any{"type": "Succeeded", "status": succeeded, "reason": reason}}, "status", "conditions")
+		if succeeded == "True" {
+			_ = unstructured.SetNestedField(u.Object, int64(0), "status", "result", "exitCode")
+		}
+		_ = unstructured.SetNestedSlice(u.Object, []any{map[string]any{"type": "Job", "id": "native"}}, "status", "execution", "references")
+		return u
+	}
+	cases := []struct {
+		name    string
+		u       *unstructured.Unstructured
+		recs    []journal.Record
+		want    string // substring of the only mismatch; "" for none
+		verdict string
+	}{
+		{"deleted after Finished and Delete", nil, deleted, "", "deleted after it finished"},
+		{"deleted by TTL", nil, ttl, "", "deleted by TTL"},
+		{"gone while running", nil, running, "no Finished note and no Delete", ""},
+		{"terminal live, no Finished note", live("True", "Completed", false), running, "no Finished note for this Job", ""},
+		{"terminal observation not decided", live("Unknown", "Running", false), observedEnd, "has not decided the end", ""},
+		{"TTLExpired, not being deleted", live("True", "Completed", false), ttl, "not being deleted", ""},
+		{"agreement: TTL delete in progress", live("True", "Completed", true), ttl, "", ""},
+		{"agreement: running", live("Unknown", "Running", false), running, "", ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := execution.CompareLive(tc.u, obj.UID, tc.recs)
+			switch {
+			case tc.want == "" && len(c.Mismatches) != 0:
+				t.Fatalf("unexpected mismatches %q", c.Mismatches)
+			case tc.want != "" && (len(c.Mismatches) != 1 || !strings.Contains(c.Mismatches[0], tc.want)):
+				t.Fatalf("mismatches %q, want one containing %q", c.Mismatches, tc.want)
+			}
+			if !strings.Contains(c.Verdict, tc.verdict) {
+				t.Fatalf("verdict %q, want %q", c.Verdict, tc.verdict)
 			}
 		})
 	}

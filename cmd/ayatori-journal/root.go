@@ -293,14 +293,49 @@ func (f *fileSource) close() {}
 type objectSelector struct {
 	uid, kind, namespace, name string
 	uidSet                     func() bool // --uid was given (even empty)
+	// showsOlder: the command prints the older objects with the same name
+	// itself (timeline); otherwise resolve notes them on stderr.
+	showsOlder bool
 }
+
+// selectorUse is the argument part of the Use line of a command that
+// selects one object.
+const selectorUse = "[UID | --kind KIND [NAMESPACE/]NAME]"
 
 func (o *objectSelector) flags(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&o.uid, "uid", "", "object UID (1-64 letters, digits or '-'; no NATS wildcards)")
 	o.uidSet = func() bool { return cmd.Flags().Changed("uid") }
-	cmd.Flags().StringVar(&o.kind, "kind", "", "object kind (with --name), e.g. PostgreSQLTenant")
+	cmd.Flags().StringVar(&o.kind, "kind", "", "object kind (with --name or a NAMESPACE/NAME argument), e.g. PostgreSQLTenant or Job; case-insensitive")
 	cmd.Flags().StringVarP(&o.namespace, "namespace", "n", "", "object namespace (with --name; empty for cluster-scoped)")
 	cmd.Flags().StringVar(&o.name, "name", "", "object name (with --kind)")
+}
+
+// positional applies the optional argument: with --kind it is the
+// object's [NAMESPACE/]NAME, without it a UID.
+func (o *objectSelector) positional(args []string) error {
+	if len(args) == 0 {
+		return nil
+	}
+	a := args[0]
+	if o.kind == "" {
+		if o.uid != "" || o.uidSet != nil && o.uidSet() {
+			return errors.New("give the UID either as --uid or as the argument, not both")
+		}
+		o.uid = a
+		return nil
+	}
+	if o.name != "" || o.namespace != "" {
+		return errors.New("give the object either as [NAMESPACE/]NAME or with --name/--namespace, not both")
+	}
+	ns, name, ok := strings.Cut(a, "/")
+	if !ok {
+		ns, name = "", a
+	}
+	if name == "" || strings.Contains(name, "/") {
+		return fmt.Errorf("want [NAMESPACE/]NAME, got %q", a)
+	}
+	o.namespace, o.name = ns, name
+	return nil
 }
 
 // validate rejects a --uid that is not a UID before anything is read: the
@@ -317,40 +352,45 @@ func (o *objectSelector) validate() error {
 	return nil
 }
 
-// resolve returns the UID to show. By name, the most recently active UID of
-// that kind/namespace/name wins (a recreated object has a new UID); the
-// others are listed on stderr.
-func (o *objectSelector) resolve(ctx context.Context, src source, stderr io.Writer) (string, error) {
+// resolve returns the UID to show and the older objects with the same
+// kind/namespace/name. By name, the most recently active UID of that
+// kind/namespace/name wins (a recreated object has a new UID); the others
+// are returned newest first, and noted on stderr unless the command shows
+// them itself.
+func (o *objectSelector) resolve(ctx context.Context, src source, stderr io.Writer) (string, []journal.ObjectSummary, error) {
 	if o.uid != "" {
 		if o.name != "" || o.kind != "" {
-			return "", errors.New("give either --uid or --kind/--name, not both")
+			return "", nil, errors.New("give either --uid or --kind/--name, not both")
 		}
-		return o.uid, nil
+		return o.uid, nil, nil
 	}
 	if o.name == "" || o.kind == "" {
-		return "", errors.New("select an object with --uid, or with --kind, --name and (for namespaced kinds) --namespace")
+		return "", nil, errors.New("select an object with --uid (or a UID argument), or with --kind and --name/--namespace (or a [NAMESPACE/]NAME argument)")
 	}
 	recs, _, err := src.all(ctx, nil)
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
 	var matches []journal.ObjectSummary
 	for _, s := range journal.Summaries(recs) {
-		if s.Object.Kind == o.kind && s.Object.Name == o.name && s.Object.Namespace == o.namespace {
+		if strings.EqualFold(s.Object.Kind, o.kind) && s.Object.Name == o.name && s.Object.Namespace == o.namespace {
 			matches = append(matches, s)
 		}
 	}
 	if len(matches) == 0 {
 		hint := ""
 		if o.namespace == "" {
-			hint = " (namespaced kinds need --namespace/-n)"
+			hint = " (namespaced kinds need --namespace/-n or NAMESPACE/NAME)"
 		}
-		return "", &exitError{code: 3, msg: fmt.Sprintf("no records for %s %s in the journal%s", o.kind, strings.TrimPrefix(o.namespace+"/"+o.name, "/"), hint)}
+		return "", nil, &exitError{code: 3, msg: fmt.Sprintf("no records for %s %s in the journal%s", o.kind, strings.TrimPrefix(o.namespace+"/"+o.name, "/"), hint)}
 	}
-	for _, m := range matches[1:] {
-		fmt.Fprintf(stderr, "note: older object with the same name: uid %s (last record %s)\n", m.Object.UID, m.LastTime.Format(time.RFC3339))
+	if !o.showsOlder {
+		for _, m := range matches[1:] {
+			fmt.Fprintf(stderr, "note: older object with the same name: uid %s (first record %s, last record %s)\n", m.Object.UID,
+				m.FirstTime.UTC().Format(time.RFC3339), m.LastTime.UTC().Format(time.RFC3339))
+		}
 	}
-	return matches[0].Object.UID, nil
+	return matches[0].Object.UID, matches[1:], nil
 }
 
 func parseTimeFlag(name, v string) (*time.Time, error) {
@@ -385,8 +425,11 @@ type loaded struct {
 	src  source
 	uid  string // "" when the whole stream was read
 	recs []journal.Record
-	bad  []uint64
-	stop func()
+	// older are the older objects with the selected kind/namespace/name
+	// (selected by name only), newest first.
+	older []journal.ObjectSummary
+	bad   []uint64
+	stop  func()
 }
 
 // close releases the source and the --timeout context.
@@ -396,10 +439,13 @@ func (l *loaded) close() {
 }
 
 // load opens the source (bounded by --timeout) and reads the object sel
-// names, or, when sel names none and whole is true, every record since
+// (with the optional positional argument args) names, or, when sel names none and whole is true, every record since
 // since. With requireRecords an object without records is exit status 3.
 // The caller closes the result.
-func (g *globalOptions) load(cmd *cobra.Command, sel *objectSelector, whole, requireRecords bool, since *time.Time) (*loaded, error) {
+func (g *globalOptions) load(cmd *cobra.Command, args []string, sel *objectSelector, whole, requireRecords bool, since *time.Time) (*loaded, error) {
+	if err := sel.positional(args); err != nil {
+		return nil, err
+	}
 	if err := sel.validate(); err != nil {
 		return nil, err
 	}
@@ -417,7 +463,7 @@ func (g *globalOptions) load(cmd *cobra.Command, sel *objectSelector, whole, req
 		}
 		return l, nil
 	}
-	if l.uid, err = sel.resolve(ctx, src, cmd.ErrOrStderr()); err == nil {
+	if l.uid, l.older, err = sel.resolve(ctx, src, cmd.ErrOrStderr()); err == nil {
 		l.recs, err = src.uid(ctx, l.uid)
 	}
 	if err == nil && requireRecords && len(l.recs) == 0 {

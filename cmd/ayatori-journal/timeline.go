@@ -21,23 +21,33 @@ func newTimelineCommand(g *globalOptions) *cobra.Command {
 	var sel objectSelector
 	var follow bool
 	cmd := &cobra.Command{
-		Use:   "timeline",
+		Use:   "timeline " + selectorUse,
 		Short: "Show one object's intents paired with their outcomes",
+		Long: `timeline pairs each intent of one object with its outcome, in order, with the notes in
+between. Select the object by UID (--uid or the argument) or by kind and name (--kind with
+--name/-n or a [NAMESPACE/]NAME argument); the journal keeps an object's records after it
+was deleted. By name, the most recently active UID is shown and the older objects that had
+the same name (a deleted and recreated object has a new UID) are listed after it, with their
+first and last record times, so you can ask for one with --uid.
+
+For Jobs the DETAIL column summarises the payload: an outcome's observation (state, exit
+code, reason), a Finished note's result, a TTLExpired note's TTL.`,
 		Example: `  ayatori-journal timeline --uid 3f0c...
-  ayatori-journal timeline --kind PostgreSQLTenant -n netbox --name netbox --follow`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
+  ayatori-journal timeline --kind PostgreSQLTenant -n netbox --name netbox --follow
+  ayatori-journal timeline --kind Job ci/build`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
 			if follow && g.fromFile != "" {
 				return errors.New("--follow needs a live server, not --from-file")
 			}
-			l, err := g.load(cmd, &sel, false, true, nil)
+			l, err := g.load(cmd, args, &sel, false, true, nil)
 			if err != nil {
 				return err
 			}
 			defer l.close()
 			src, uid, recs := l.src, l.uid, l.recs
 			out := cmd.OutOrStdout()
-			if err := printTimeline(out, g.output, recs); err != nil {
+			if err := printTimeline(out, g.output, recs, l.older); err != nil {
 				return err
 			}
 			if !follow {
@@ -51,26 +61,75 @@ func newTimelineCommand(g *globalOptions) *cobra.Command {
 					_ = writeJSON(out, r)
 					return
 				}
-				fmt.Fprintf(out, "%s  #%d  %-7s %s%s  a%d  %s\n", fmtTime(r.Time), r.Sequence, r.Type, r.Operation,
+				line := fmt.Sprintf("%s  #%d  %-7s %s%s  a%d  %s", fmtTime(r.Time), r.Sequence, r.Type, r.Operation,
 					stepSuffix(r.Step), r.Attempt, resultText(r))
+				if d := describe(r); d != "" {
+					line += "  " + d
+				}
+				fmt.Fprintln(out, strings.TrimRight(line, " "))
 			})
 		},
 	}
 	sel.flags(cmd)
+	sel.showsOlder = true
 	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing new records of the object until interrupted")
 	return cmd
 }
 
-func printTimeline(w io.Writer, output string, recs []journal.Record) error {
-	rows := journal.Timeline(recs)
+// timelineRow is a journal timeline row with the domain's summary of its
+// records' payloads.
+type timelineRow struct {
+	journal.TimelineRow
+	Detail string `json:"detail,omitempty"`
+}
+
+// olderObject is an older object with the same kind/namespace/name.
+type olderObject struct {
+	UID       string    `json:"uid"`
+	FirstTime time.Time `json:"firstTime"`
+	LastTime  time.Time `json:"lastTime"`
+	Records   int       `json:"records"`
+}
+
+func printTimeline(w io.Writer, output string, recs []journal.Record, older []journal.ObjectSummary) error {
+	bySeq := make(map[uint64]journal.Record, len(recs))
+	for _, r := range recs {
+		bySeq[r.Sequence] = r
+	}
+	detailed := false
+	rows := make([]timelineRow, 0, len(recs))
+	for _, r := range journal.Timeline(recs) {
+		row := timelineRow{TimelineRow: r}
+		if r.OutcomeSeq != 0 {
+			row.Detail = describe(bySeq[r.OutcomeSeq])
+		}
+		if row.Detail == "" && r.IntentSeq != 0 {
+			row.Detail = describe(bySeq[r.IntentSeq])
+		}
+		detailed = detailed || row.Detail != ""
+		rows = append(rows, row)
+	}
+	olderObjs := make([]olderObject, len(older))
+	for i, s := range older {
+		olderObjs[i] = olderObject{UID: s.Object.UID, FirstTime: s.FirstTime, LastTime: s.LastTime, Records: s.Records}
+	}
 	if output == "json" {
-		return writeJSON(w, map[string]any{"object": recs[len(recs)-1].Object, "rows": rows})
+		v := map[string]any{"object": recs[len(recs)-1].Object, "rows": rows}
+		if len(olderObjs) > 0 {
+			v["olderObjects"] = olderObjs
+		}
+		return writeJSON(w, v)
 	}
 	o := recs[len(recs)-1].Object
 	fmt.Fprintf(w, "%s  uid=%s  group=%s  records=%d\n", o.String(), o.UID, o.Group, len(recs))
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "TIME\tSEQ\tTYPE\tOPERATION\tGEN\tATTEMPT\tRESULT\tDURATION\tACTOR")
-	for _, r := range rows {
+	header := "TIME\tSEQ\tTYPE\tOPERATION\tGEN\tATTEMPT\tRESULT\tDURATION\tACTOR"
+	if detailed {
+		header += "\tDETAIL"
+	}
+	fmt.Fprintln(tw, header)
+	for _, row := range rows {
+		r := row.TimelineRow
 		seq := fmt.Sprintf("%d", r.IntentSeq)
 		typ := string(r.Type)
 		switch {
@@ -99,10 +158,26 @@ func printTimeline(w io.Writer, output string, recs []journal.Record) error {
 		if r.OutcomeActor != "" && r.OutcomeActor != r.Actor {
 			actor += " → " + r.OutcomeActor
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s%s\t%d\t%d\t%s\t%s\t%s\n", fmtTime(r.Time), seq, typ, r.Operation, stepSuffix(r.Step),
+		line := fmt.Sprintf("%s\t%s\t%s\t%s%s\t%d\t%d\t%s\t%s\t%s", fmtTime(r.Time), seq, typ, r.Operation, stepSuffix(r.Step),
 			r.Gen, r.Attempt, result, dur, actor)
+		if detailed {
+			line += "\t" + dash(row.Detail)
+		}
+		fmt.Fprintln(tw, line)
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(olderObjs) > 0 {
+		fmt.Fprintf(w, "\nOlder objects named %s (timeline --uid UID shows one):\n", o.String())
+		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "UID\tFIRST RECORD\tLAST RECORD\tRECORDS")
+		for _, s := range olderObjs {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\n", s.UID, fmtTime(s.FirstTime), fmtTime(s.LastTime), s.Records)
+		}
+		return tw.Flush()
+	}
+	return nil
 }
 
 func stepSuffix(step string) string {

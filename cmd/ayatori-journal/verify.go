@@ -14,9 +14,9 @@ import (
 func newVerifyCommand(g *globalOptions) *cobra.Command {
 	var sel objectSelector
 	cmd := &cobra.Command{
-		Use:   "verify",
+		Use:   "verify " + selectorUse,
 		Short: "Check journal invariants over one object or the whole stream; exit 1 on violation",
-		Long: `verify checks, over one UID (--uid / --kind --name) or the whole stream:
+		Long: `verify checks, over one object (a UID, or --kind with [NAMESPACE/]NAME) or the whole stream:
   - every outcome has its intent;
   - no intent executed twice with different results;
 ` + domainInvariants() + `  - no record ID stored twice, and every record decodes;
@@ -25,9 +25,9 @@ func newVerifyCommand(g *globalOptions) *cobra.Command {
     deciders (replicas, a stale leader) never both decide one step.
 Each violation is reported with the stream sequences involved. Exit status: 0 clean,
 1 violations, 2 the journal could not be read.`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			l, err := g.load(cmd, &sel, true, false, nil)
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			l, err := g.load(cmd, args, &sel, true, false, nil)
 			if err != nil {
 				return err
 			}

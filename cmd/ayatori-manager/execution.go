@@ -28,11 +28,13 @@ import (
 //   - job projector: nothing (it resolves classes, parameters and env
 //     references in the management cluster).
 //   - jobclass projector: nothing.
+//   - jobttl projector: the journal (it notes each TTL deletion).
 //   - kubernetes executor: the cluster the native batch/v1 Jobs run in,
 //     --execution-kubeconfig (default: the management cluster).
 const (
 	jobProjector       = "job"
 	jobClassProjector  = "jobclass"
+	jobTTLProjector    = "jobttl"
 	kubernetesExecutor = "kubernetes"
 
 	// executionDurable is the domain's durable consumer.
@@ -51,7 +53,7 @@ func newExecutionDomain() *domain {
 	o := &executionOptions{}
 	return &domain{
 		name:        execution.Domain,
-		projectors:  []string{jobProjector, jobClassProjector},
+		projectors:  []string{jobProjector, jobClassProjector, jobTTLProjector},
 		executors:   []string{kubernetesExecutor},
 		bind:        o.bind,
 		validate:    o.validate,
@@ -96,6 +98,12 @@ func (o *executionOptions) setup(_ context.Context, mgr manager.Manager, store *
 			Controllers: map[string][]string{v1alpha1.ControllerKubernetes: {"KubernetesExecutionParameters"}}}
 		if err := r.SetupWithManager(mgr); err != nil {
 			return nil, fmt.Errorf("set up the JobClass projector: %w", err)
+		}
+	}
+	if on.projector(jobTTLProjector) {
+		r := &exprojector.TTLReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Journal: store, Recorder: rec}
+		if err := r.SetupWithManager(mgr); err != nil {
+			return nil, fmt.Errorf("set up the Job TTL controller: %w", err)
 		}
 	}
 	if on.projector(jobProjector) {

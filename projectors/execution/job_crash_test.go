@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"git.ddupan.top/panxiao81/ayatori/contracts/execution"
 	"git.ddupan.top/panxiao81/ayatori/integration"
 )
 
@@ -37,6 +38,32 @@ func TestJobSurvivesManagerKill(t *testing.T) {
 			got := e.waitSucceeded(t, j, "True/Completed")
 			e.wantOneNative(t, got)
 		})
+	}
+	e.verifyJournal(t)
+}
+
+// TestTTLDeletesOnceAcrossARestart: a finished Job waiting for its TTL
+// when the manager is killed is deleted exactly once after the restart
+// (the informer's initial list rebuilds the timer).
+func TestTTLDeletesOnceAcrossARestart(t *testing.T) {
+	e := startJobEnv(t, integration.ExecutionStackOptions{ManagerArgs: []string{"--executor-ack-wait=3s"}})
+	ns := e.namespace(t, true)
+	j := newJob(ns, "ttl-restart", "ayatori.test/succeed")
+	ttl := int32(6)
+	j.Spec.TTLSecondsAfterFinished = &ttl
+	e.create(t, j)
+	e.waitSucceeded(t, j, "True/Completed")
+	e.s.KillManager()
+	time.Sleep(2 * time.Second)
+	if !e.exists(t, j) {
+		t.Fatal("deleted before its TTL")
+	}
+	if err := e.s.StartManager(nil); err != nil {
+		t.Fatal(err)
+	}
+	e.waitGone(t, j)
+	if n := e.countNotes(t, j, execution.NoteTTLExpired); n != 1 {
+		t.Fatalf("%d TTLExpired notes, want 1", n)
 	}
 	e.verifyJournal(t)
 }

@@ -418,6 +418,48 @@ func (e *jobEnv) matrix(t *testing.T) {
 		e.waitSucceeded(t, j, "False/BackendLost")
 	})
 
+	t.Run("M17_TTLDeletesEachTerminalStateThroughTheFinalizer", func(t *testing.T) {
+		t.Parallel()
+		ns := e.namespace(t, true)
+		code := "2"
+		ok := newJob(ns, "ttl-ok", "ayatori.test/succeed")
+		bad := newJob(ns, "ttl-bad", "ayatori.test/exit")
+		bad.Spec.Task.Env = []v1alpha1.EnvVar{{Name: "AYATORI_EXIT_CODE", Value: &code}}
+		cancelled := newJob(ns, "ttl-cancelled", "ayatori.test/hang")
+		unknown := newJob(ns, "ttl-unknown", "ayatori.test/hang")
+		for _, j := range []*v1alpha1.Job{ok, bad, cancelled, unknown} {
+			two := int32(2)
+			j.Spec.TTLSecondsAfterFinished = &two
+			e.create(t, j)
+		}
+		e.wait(t, cancelled, "Running", 60*time.Second, func(j *v1alpha1.Job) bool { return j.Status.StartTime != nil })
+		e.update(t, cancelled, func(j *v1alpha1.Job) { j.Spec.DesiredState = v1alpha1.JobDesiredStateCancelled })
+		running := e.wait(t, unknown, "Running", 60*time.Second, func(j *v1alpha1.Job) bool { return j.Status.StartTime != nil })
+		lost := e.wantOneNative(t, running)
+		bg := metav1.DeletePropagationBackground
+		if err := e.c.Delete(context.Background(), &lost, &client.DeleteOptions{PropagationPolicy: &bg}); err != nil {
+			t.Fatal(err)
+		}
+		for _, j := range []*v1alpha1.Job{ok, bad, cancelled} {
+			e.waitGone(t, j)
+			if n := e.natives(t, j); len(n) != 0 {
+				t.Fatalf("native Job of %s survived its TTL deletion", j.Name)
+			}
+			if n := e.countNotes(t, j, execution.NoteFinished); n != 1 {
+				t.Fatalf("%s: %d Finished notes, want 1", j.Name, n)
+			}
+			if n := e.countNotes(t, j, execution.NoteTTLExpired); n != 1 {
+				t.Fatalf("%s: %d TTLExpired notes, want 1", j.Name, n)
+			}
+		}
+		// ResultUnknown is not finished: never deleted by the TTL.
+		e.waitSucceeded(t, unknown, "Unknown/ResultUnknown")
+		time.Sleep(4 * time.Second)
+		if got := e.waitSucceeded(t, unknown, "Unknown/ResultUnknown"); !got.DeletionTimestamp.IsZero() {
+			t.Fatal("a ResultUnknown Job was deleted by its TTL")
+		}
+	})
+
 	t.Run("M20_SameNameNewUID", func(t *testing.T) {
 		t.Parallel()
 		ns := e.namespace(t, true)
@@ -524,4 +566,42 @@ func httpGet(url string) (string, error) {
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	return string(b), err
+}
+
+// exists reports whether the Job (this UID) is still there.
+func (e *jobEnv) exists(t *testing.T, j *v1alpha1.Job) bool {
+	t.Helper()
+	cur := &v1alpha1.Job{}
+	err := e.c.Get(context.Background(), client.ObjectKeyFromObject(j), cur)
+	if err != nil && !apierrors.IsNotFound(err) {
+		t.Fatal(err)
+	}
+	return err == nil && cur.UID == j.UID
+}
+
+// countNotes counts the journal notes op of the Job's UID.
+func (e *jobEnv) countNotes(t *testing.T, j *v1alpha1.Job, op string) int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	nc, err := nats.Connect(e.s.NATS.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	store, err := journal.OpenExisting(ctx, nc, journal.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs, err := store.Read(ctx, string(j.UID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, r := range recs {
+		if r.Type == journal.TypeNote && r.Operation == op {
+			n++
+		}
+	}
+	return n
 }

@@ -1,0 +1,186 @@
+package execution
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	v1alpha1 "git.ddupan.top/panxiao81/ayatori/api/execution/v1alpha1"
+	"git.ddupan.top/panxiao81/ayatori/contracts/execution"
+	"git.ddupan.top/panxiao81/ayatori/journal"
+)
+
+// RBAC of the TTL controller.
+// +kubebuilder:rbac:groups=execution.ayatori.ddupan.top,resources=jobs,verbs=get;list;watch;delete
+
+// EventTTLExpired is the reason of the Event the TTL controller emits
+// before it deletes a finished Job.
+const EventTTLExpired = "TTLExpired"
+
+// TTLReconciler deletes finished Jobs after spec.ttlSecondsAfterFinished
+// (docs/execution/decisions/0005-ephemeral-job-retention.md), modelled on
+// Kubernetes' ttlafterfinished controller: informer events and a delaying
+// queue (RequeueAfter), no periodic scan.
+//
+// Eligible: a Succeeded condition that is True or False, a completionTime,
+// a TTL, no deletionTimestamp. Never a non-terminal Job (ResultUnknown,
+// Cancelling, ...), never one without a TTL.
+//
+// Clock: the TTL counts on this controller's own clock from when it first
+// saw the Job finished (at most a watch delay after completionTime), so no
+// decision compares two hosts' clocks. After a restart or on a new leader
+// the informer's initial list starts the count again: a Job is deleted
+// late, never early.
+//
+// At expiry it reads the Job again from the API server (not the cache) and
+// re-checks UID, terminal state and the current TTL (a TTL extended near
+// expiry is honoured), journals a TTLExpired note (one per UID: the note's
+// ID derives from the UID), emits an Event, then deletes with a UID
+// precondition (a Job recreated under the same name is never deleted). The
+// Job's finalizer does the backend cleanup, as for a manual delete.
+type TTLReconciler struct {
+	Client client.Client
+	// APIReader reads the Job at expiry, bypassing the cache.
+	APIReader client.Reader
+	Journal   *journal.Store
+	Recorder  events.EventRecorder
+	// Clock is "now" (tests inject a fake one).
+	Clock clock.PassiveClock
+
+	mu   sync.Mutex
+	seen map[types.UID]time.Time
+}
+
+// SetupWithManager registers the controller.
+func (r *TTLReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if r.Clock == nil {
+		r.Clock = clock.RealClock{}
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("jobttl").
+		For(&v1alpha1.Job{}).
+		WithOptions(controller.Options{MaxConcurrentReconciles: 2}).
+		Complete(r)
+}
+
+// TTLDue says whether a Job is eligible for TTL deletion and, if so, how
+// long until it expires (≤ 0: expired), counting ttl from finishedSeen on
+// the caller's clock (now).
+func TTLDue(j *v1alpha1.Job, finishedSeen, now time.Time) (eligible bool, left time.Duration) {
+	if !j.DeletionTimestamp.IsZero() || !IsTerminal(&j.Status) || j.Status.CompletionTime == nil || j.Spec.TTLSecondsAfterFinished == nil {
+		return false, 0
+	}
+	if *j.Spec.TTLSecondsAfterFinished < 0 {
+		return false, 0
+	}
+	// An int32 of seconds always fits a time.Duration.
+	return true, finishedSeen.Add(time.Duration(*j.Spec.TTLSecondsAfterFinished) * time.Second).Sub(now)
+}
+
+// maxTTLTracked bounds the finished Jobs whose first sight is remembered.
+var maxTTLTracked = 200_000
+
+// finishedSeen returns when this process first saw uid finished (now, the
+// first time).
+func (r *TTLReconciler) finishedSeen(uid types.UID, now time.Time) time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.seen == nil {
+		r.seen = map[types.UID]time.Time{}
+	}
+	at, ok := r.seen[uid]
+	if !ok {
+		if len(r.seen) >= maxTTLTracked {
+			// Jobs deleted without this process seeing their deletion
+			// stay in the map; past the bound it starts over (every Job
+			// then counts from now again: later, never earlier).
+			r.seen = map[types.UID]time.Time{}
+		}
+		at = now
+		r.seen[uid] = at
+	}
+	return at
+}
+
+func (r *TTLReconciler) forget(uid types.UID) {
+	r.mu.Lock()
+	delete(r.seen, uid)
+	r.mu.Unlock()
+}
+
+// Reconcile handles one Job: forget it, wait for its expiry, or delete it.
+func (r *TTLReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	j := &v1alpha1.Job{}
+	if err := r.Client.Get(ctx, req.NamespacedName, j); err != nil {
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	now := r.Clock.Now()
+	eligible, _ := TTLDue(j, now, now)
+	if !eligible {
+		if !j.DeletionTimestamp.IsZero() || !IsTerminal(&j.Status) {
+			r.forget(j.UID)
+		}
+		return reconcile.Result{}, nil
+	}
+	seen := r.finishedSeen(j.UID, now)
+	if _, left := TTLDue(j, seen, now); left > 0 {
+		return reconcile.Result{RequeueAfter: left}, nil
+	}
+	// Expired by the cache: read the Job again from the API server.
+	fresh := &v1alpha1.Job{}
+	if err := r.APIReader.Get(ctx, req.NamespacedName, fresh); err != nil {
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	if fresh.UID != j.UID {
+		// Recreated under the same name: the new object has its own count.
+		r.forget(j.UID)
+		return reconcile.Result{Requeue: true}, nil
+	}
+	eligible, left := TTLDue(fresh, seen, r.Clock.Now())
+	switch {
+	case !eligible:
+		return reconcile.Result{}, nil
+	case left > 0:
+		// The TTL was extended meanwhile.
+		return reconcile.Result{RequeueAfter: left}, nil
+	}
+	if err := r.journalExpiry(ctx, fresh); err != nil {
+		return reconcile.Result{}, err
+	}
+	if r.Recorder != nil {
+		r.Recorder.Eventf(fresh, nil, corev1.EventTypeNormal, EventTTLExpired, "Delete",
+			"ttlSecondsAfterFinished (%ds) passed since the Job finished; deleting it", *fresh.Spec.TTLSecondsAfterFinished)
+	}
+	uid := fresh.UID
+	if err := r.Client.Delete(ctx, fresh, client.Preconditions{UID: &uid}); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		return reconcile.Result{}, fmt.Errorf("delete Job %s/%s: %w", fresh.Namespace, fresh.Name, err)
+	}
+	r.forget(uid)
+	ctrl.LoggerFrom(ctx).V(1).Info("finished Job deleted after its TTL", "ttlSecondsAfterFinished", *fresh.Spec.TTLSecondsAfterFinished)
+	return reconcile.Result{}, nil
+}
+
+// journalExpiry appends the TTLExpired note: once per Job UID (the ID
+// derives from the UID, and the journal drops a second append of an ID).
+func (r *TTLReconciler) journalExpiry(ctx context.Context, j *v1alpha1.Job) error {
+	note := journal.Record{ID: string(j.UID) + "/note/" + execution.NoteTTLExpired, Type: journal.TypeNote,
+		Operation: execution.NoteTTLExpired, Object: objectRef(j), Attempt: 1}
+	if err := note.SetPayload(execution.TTLNote{TTLSecondsAfterFinished: *j.Spec.TTLSecondsAfterFinished}); err != nil {
+		return err
+	}
+	if _, err := r.Journal.Append(ctx, &note); err != nil {
+		return fmt.Errorf("journal the TTL expiry: %w", err)
+	}
+	return nil
+}
