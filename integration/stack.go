@@ -57,13 +57,24 @@ type StackOptions struct {
 	// (NewNATSCluster) instead of one embedded server, and the manager
 	// with --journal-replicas=3 and every node's URL in --nats-url.
 	NATSCluster bool
+	// NoWorkload leaves the workload processes out (Stack.Workload stays
+	// nil): for users of the database domain alone, which then save the
+	// startup time and the CPU of kube-controller-manager, kube-scheduler
+	// and kwok.
+	NoWorkload bool
 }
 
-// Stack is the local stack: a real control plane, JetStream, PostgreSQL
-// with TLS, and the ayatori-manager process built from this checkout.
-// `make demo`, `make dev` and the stack test use it.
+// Stack is the local stack: a real control plane that also runs workloads
+// (kube-controller-manager, kube-scheduler, kwok fake nodes), JetStream,
+// PostgreSQL with TLS, the OpenBao-compatible server, External Secrets
+// Operator, and the ayatori-manager process built from this checkout
+// running every domain. `make demo`, `make dev` and the stack test use it.
 type Stack struct {
 	CP *ControlPlane
+	// Workload runs the native batch/v1 Jobs the Kubernetes executor
+	// creates for Ayatori Jobs, on the same control plane (nil with
+	// StackOptions.NoWorkload).
+	Workload *Workload
 	// NATS is the single JetStream server (nil with NATSCluster).
 	NATS *NATS
 	// NATSCluster is the three-node cluster (only with NATSCluster).
@@ -126,6 +137,14 @@ func StartStack(ctx context.Context, opts StackOptions) (_ *Stack, err error) {
 	s.logf("starting kube-apiserver + etcd (with the External Secrets CRDs)")
 	if s.CP, err = NewControlPlane(ControlPlaneOptions{ExternalSecretsCRDs: true}); err != nil {
 		return nil, err
+	}
+	if !opts.NoWorkload {
+		s.logf("starting kube-controller-manager, kube-scheduler and kwok (one fake node) for the execution domain")
+		ws := time.Now()
+		if s.Workload, err = NewWorkload(s.CP, WorkloadOptions{}); err != nil {
+			return nil, err
+		}
+		s.logf("workload processes up in %s", time.Since(ws).Round(100*time.Millisecond))
 	}
 	if opts.NATSCluster {
 		s.logf("starting a three-node NATS JetStream cluster (file storage, sync_interval always, stream replicas 3)")
@@ -305,6 +324,9 @@ func (s *Stack) Close() {
 	}
 	if s.NATSCluster != nil {
 		s.NATSCluster.Close()
+	}
+	if s.Workload != nil {
+		s.Workload.Close()
 	}
 	if s.CP != nil {
 		s.CP.Close()

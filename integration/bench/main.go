@@ -104,7 +104,7 @@ func run(n int, timeout time.Duration, handover syscall.Signal, cluster bool, re
 	if handover != 0 {
 		args = append(args, "--leader-elect")
 	}
-	s, err := integration.StartStack(ctx, integration.StackOptions{ManagerArgs: args, NATSCluster: cluster})
+	s, err := integration.StartStack(ctx, integration.StackOptions{ManagerArgs: args, NATSCluster: cluster, NoWorkload: true})
 	if err != nil {
 		return err
 	}

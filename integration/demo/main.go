@@ -1,12 +1,17 @@
 // Command demo is what `make demo` (and `make dev`) run: the product on
 // real input. It starts the local stack through the integration harness
-// (real kube-apiserver + etcd, NATS JetStream, PostgreSQL with TLS, the
-// ayatori-manager process built from this checkout), applies the samples
-// from deploy/samples with the Kubernetes API as a user would with kubectl,
-// waits for Ready with a progress line per phase transition, prints the
-// `kubectl get` tables, the journal timeline and `ayatori-journal verify`,
-// then deletes what it created and tears the stack down. It exits 0 only if
-// everything worked. With -keep (make dev) the stack stays up until Ctrl-C.
+// (real kube-apiserver + etcd, kube-controller-manager, kube-scheduler and
+// a kwok fake node, NATS JetStream, PostgreSQL with TLS, the
+// ayatori-manager process built from this checkout running both domains),
+// applies the samples from deploy/samples with the Kubernetes API as a user
+// would with kubectl, waits for Ready with a progress line per phase
+// transition, prints the `kubectl get` tables, the journal timeline and
+// `ayatori-journal verify`; then runs three Jobs (one succeeds, one exits
+// 3, one is cancelled) on the default JobClass and prints their table and a
+// Job's timeline; then deletes the Delete tenant, waits for the TTL
+// controller to delete the finished Jobs and tears the stack down. It
+// exits 0 only if everything worked. With -keep (make dev) the stack stays
+// up until Ctrl-C, the Tenants and Jobs in place.
 package main
 
 import (
@@ -132,11 +137,11 @@ func run(keep bool) error {
 	<-watched
 
 	section("kubectl get pginstance")
-	if err := printTable(ctx, s, "/apis/database.ayatori.ddupan.top/v1alpha1/postgresqlinstances"); err != nil {
+	if err := printTable(ctx, s, "/apis/database.ayatori.ddupan.top/v1alpha1/postgresqlinstances", false, false); err != nil {
 		return err
 	}
 	section("kubectl get pgtenant -A")
-	if err := printTable(ctx, s, "/apis/database.ayatori.ddupan.top/v1alpha1/postgresqltenants"); err != nil {
+	if err := printTable(ctx, s, "/apis/database.ayatori.ddupan.top/v1alpha1/postgresqltenants", true, false); err != nil {
 		return err
 	}
 
@@ -218,6 +223,11 @@ func run(keep bool) error {
 		return err
 	}
 
+	jobs, err := runJobs(ctx, s, samples, keep)
+	if err != nil {
+		return err
+	}
+
 	if keep {
 		section("the stack is up; explore it (Ctrl-C stops everything)")
 		fmt.Printf("    export KUBECONFIG=%s\n", s.CP.KubeconfigPath)
@@ -231,7 +241,21 @@ func run(keep bool) error {
 		fmt.Printf("    %s replay --kind PostgreSQLTenant -n netbox --name netbox --kubeconfig $KUBECONFIG\n", aj)
 		fmt.Printf("    %s verify\n", aj)
 		fmt.Printf("    %s export > journal.ndjson && %s --from-file journal.ndjson list\n", aj, aj)
+		fmt.Println("  the execution domain (Jobs run on the fake node kwok-node-0; ttlSecondsAfterFinished 3600):")
+		fmt.Printf("    kubectl get jobclass,ajob -A -o wide    # ajob: job.execution.ayatori.ddupan.top\n")
+		fmt.Printf("    kubectl describe ajob -n %s fail      # conditions, the exit code, the Events\n", jobsNamespace)
+		fmt.Printf("    kubectl get jobs.batch,pods -n %s -o wide   # the native Jobs the Kubernetes executor created\n", jobsNamespace)
+		fmt.Printf("    %s timeline --kind Job -n %s --name sleep\n", aj, jobsNamespace)
+		fmt.Printf("    echo '{\"apiVersion\":\"execution.ayatori.ddupan.top/v1alpha1\",\"kind\":\"Job\",\"metadata\":{\"name\":\"sleep2\",\"namespace\":\"%s\"},\"spec\":{\"task\":{\"image\":\"%s\"}}}' | kubectl create -f -\n", jobsNamespace, integration.ImageHang)
+		fmt.Printf("    kubectl wait --for=jsonpath='{.status.conditions[?(@.type==\"Succeeded\")].reason}'=Running ajob -n %s sleep2\n", jobsNamespace)
+		fmt.Printf("    kubectl patch ajob -n %s sleep2 --type merge -p '{\"spec\":{\"desiredState\":\"Cancelled\"}}'\n", jobsNamespace)
+		fmt.Printf("    kubectl wait --for=jsonpath='{.status.completionTime}' ajob -n %s sleep2 && kubectl get ajob -n %s sleep2 -o wide\n", jobsNamespace, jobsNamespace)
+		fmt.Printf("    kubectl patch ajob -n %s hello --type merge -p '{\"spec\":{\"ttlSecondsAfterFinished\":5}}'   # the TTL controller deletes it\n", jobsNamespace)
+		fmt.Printf("    (docs/execution/user-guide.md explains every condition and reason)\n")
 		fmt.Printf("    manager log: %s\n", s.ManagerLog)
+		for _, name := range []string{"kube-controller-manager", "kube-scheduler", "kwok"} {
+			fmt.Printf("    %s log: %s\n", name, s.Workload.LogPaths[name])
+		}
 		<-ctx.Done()
 		return nil
 	}
@@ -263,6 +287,14 @@ func run(keep bool) error {
 		dbs, roles, claims, gone(kvGone), gone(client.IgnoreNotFound(secErr) == nil && secErr != nil))
 	if dbs+roles+claims != 0 || !kvGone || secErr == nil {
 		return fmt.Errorf("the Delete tenant left resources behind")
+	}
+
+	if err := waitTTL(ctx, s, jobs); err != nil {
+		return err
+	}
+	section("ayatori-journal verify   (both domains, the TTL deletes included)")
+	if err := journalCLI(ctx, s, "verify"); err != nil {
+		return err
 	}
 	fmt.Println("\ndemo OK")
 	return nil
@@ -447,8 +479,9 @@ func printEvents(ctx context.Context, c client.Client, nn types.NamespacedName) 
 }
 
 // printTable prints what `kubectl get` prints: the server-side Table with
-// the CRD's printer columns.
-func printTable(ctx context.Context, s *integration.Stack, path string) error {
+// the CRD's printer columns; namespaced adds the NAMESPACE column (-A),
+// wide the priority > 0 columns (-o wide).
+func printTable(ctx context.Context, s *integration.Stack, path string, namespaced, wide bool) error {
 	hc, err := rest.HTTPClientFor(s.CP.Config)
 	if err != nil {
 		return err
@@ -467,7 +500,6 @@ func printTable(ctx context.Context, s *integration.Stack, path string) error {
 	if err := json.NewDecoder(resp.Body).Decode(&table); err != nil {
 		return err
 	}
-	namespaced := strings.Contains(path, "tenants")
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 3, ' ', 0)
 	var head []string
 	if namespaced {
@@ -475,7 +507,7 @@ func printTable(ctx context.Context, s *integration.Stack, path string) error {
 	}
 	var cols []int
 	for i, col := range table.ColumnDefinitions {
-		if col.Priority == 0 {
+		if col.Priority == 0 || wide {
 			head = append(head, strings.ToUpper(col.Name))
 			cols = append(cols, i)
 		}

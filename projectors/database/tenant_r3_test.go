@@ -50,7 +50,7 @@ func TestTenantsOnR3Cluster(t *testing.T) {
 	integration.Servers(t)
 	ctx := context.Background()
 	start := time.Now()
-	s, err := integration.StartStack(ctx, integration.StackOptions{NATSCluster: true, Log: t.Logf,
+	s, err := integration.StartStack(ctx, integration.StackOptions{NATSCluster: true, Log: t.Logf, NoWorkload: true,
 		ManagerArgs: []string{"--retry-base=300ms", "--retry-max=3s", "--tenant-resync-interval=1h", "--executor-ack-wait=3s"}})
 	if err != nil {
 		t.Fatal(err)

@@ -40,7 +40,7 @@ func getStack(t *testing.T) *integration.Stack {
 	t.Helper()
 	integration.Servers(t)
 	stackOnce.Do(func() {
-		stack, stackErr = integration.StartStack(context.Background(), integration.StackOptions{
+		stack, stackErr = integration.StartStack(context.Background(), integration.StackOptions{NoWorkload: true,
 			ManagerArgs: []string{"--retry-base=300ms", "--retry-max=3s", "--tenant-resync-interval=1h", "--executor-ack-wait=3s"}})
 		if stackErr == nil {
 			stackErr = applyInstance(stack)
