@@ -56,3 +56,38 @@ func TestCompareLiveExecutedGoneWithoutDeleteIsMismatch(t *testing.T) {
 		t.Fatalf("mismatches %q, want one", c.Mismatches)
 	}
 }
+
+// A Job whose backend Delete has not succeeded (the backend is unreachable:
+// the finalizer holds the Job) is being deleted, not deleted: list must
+// not tell the operator investigating it that it is gone.
+func TestSummaryDeleteNotDoneIsNotDeleted(t *testing.T) {
+	in, err := journal.NewIntent(fRef(), execution.OpEnsure, "", 1, execution.EnsureIntent{Adapter: execution.AdapterKubernetes, Image: "busybox"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in.Sequence = 1
+	del, err := journal.NewIntent(fRef(), execution.OpDelete, "", 1, execution.ExecutionIntent{Adapter: execution.AdapterKubernetes})
+	if err != nil {
+		t.Fatal(err)
+	}
+	del.Sequence = 4
+	out, err := journal.NewOutcome(del, journal.Result{Class: journal.ResultUnknown, Reason: "BackendUnavailable"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out.Sequence = 5
+	for _, ttlNote := range []bool{false, true} {
+		recs := []journal.Record{in, fNote(t, 2, execution.NoteFinished, execution.FinishedNote{Succeeded: true, Reason: "Completed"})}
+		if ttlNote {
+			recs = append(recs, fNote(t, 3, execution.NoteTTLExpired, execution.TTLNote{TTLSecondsAfterFinished: 60}))
+		}
+		recs = append(recs, del, out)
+		s := execution.Summary(recs)
+		if strings.HasSuffix(s, ", deleted") || strings.HasSuffix(s, ", deleted by TTL") {
+			t.Fatalf("summary %q for a Job whose backend Delete is not done", s)
+		}
+		if !strings.Contains(s, "being deleted") {
+			t.Fatalf("summary %q, want it to say the Job is being deleted", s)
+		}
+	}
+}
