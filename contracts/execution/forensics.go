@@ -355,9 +355,16 @@ func dashed(s string) string {
 // observed state. "" when the records say nothing of it.
 func Summary(recs []journal.Record) string {
 	a := AccountOf(recs)
+	// A Delete of the execution that is not done (the backend is
+	// unreachable) holds the Job's finalizer: it is being deleted.
+	pending := a.DeleteSeq != 0 && !a.DeleteDone
 	switch {
+	case a.Finished != nil && a.TTL != nil && pending:
+		return DescribeFinished(*a.Finished) + ", being deleted by TTL (its execution's Delete is not done)"
 	case a.Finished != nil && a.TTL != nil:
 		return DescribeFinished(*a.Finished) + ", deleted by TTL"
+	case a.Finished != nil && pending:
+		return DescribeFinished(*a.Finished) + ", being deleted (its execution's Delete is not done)"
 	case a.Finished != nil && a.DeleteSeq != 0:
 		return DescribeFinished(*a.Finished) + ", deleted"
 	case a.Finished != nil:
