@@ -80,7 +80,8 @@ For a Job the comparison is of its result: the live Succeeded condition (status 
 reason), status.result.exitCode and status.execution.references against the journal's
 Finished note and the references its outcomes reported. A Job that is gone (or whose name
 now belongs to another UID) is no mismatch when its journal says why: a TTLExpired note
-("deleted by TTL") or a Finished note and a Delete ("deleted"). Exit status 1 on a mismatch.`,
+("deleted by TTL"), a Finished note and a Delete ("deleted"), or a Finished note and no
+Ensure (finished without an execution: nothing to clean up). Exit status 1 on a mismatch.`,
 		Example: `  ayatori-journal replay --kind PostgreSQLTenant -n netbox --name netbox --kubeconfig ~/.kube/config
   ayatori-journal replay --kind Job ci/build --kubeconfig ~/.kube/config`,
 		Args: cobra.MaximumNArgs(1),

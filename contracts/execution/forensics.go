@@ -126,6 +126,10 @@ type Account struct {
 	// nothing left (NotFound).
 	DeleteSeq  uint64 `json:"deleteSeq,omitempty"`
 	DeleteDone bool   `json:"deleteDone,omitempty"`
+	// EnsureSeq is the sequence of the first Ensure intent (0: no
+	// execution was ever asked for, e.g. cancelled before it; deleting such
+	// a Job needs no Delete).
+	EnsureSeq uint64 `json:"ensureSeq,omitempty"`
 }
 
 // AccountOf folds one Job's records (stream order) into its Account.
@@ -147,8 +151,11 @@ func AccountOf(recs []journal.Record) Account {
 				}
 			}
 		case journal.TypeIntent:
-			if r.Operation == OpDelete {
+			switch {
+			case r.Operation == OpDelete:
 				a.DeleteSeq, a.DeleteDone = r.Sequence, false
+			case r.Operation == OpEnsure && a.EnsureSeq == 0:
+				a.EnsureSeq = r.Sequence
 			}
 		case journal.TypeOutcome:
 			var o Observation
@@ -226,6 +233,12 @@ func CompareLive(live *unstructured.Unstructured, uid string, recs []journal.Rec
 			mismatch("the TTL controller deleted the Job (TTLExpired #%d) but the journal has no Finished note: its result is unknown", a.TTLSeq)
 		case a.Finished != nil && a.DeleteSeq != 0:
 			c.Verdict = fmt.Sprintf("deleted after it finished (Finished #%d: %s; Delete #%d)", a.FinishedSeq, DescribeFinished(*a.Finished), a.DeleteSeq)
+		case a.Finished != nil && a.EnsureSeq == 0:
+			// No execution was ever asked for: the projector releases the
+			// finalizer without a Delete.
+			c.Verdict = fmt.Sprintf("deleted after it finished without an execution (Finished #%d: %s; nothing to clean up)", a.FinishedSeq, DescribeFinished(*a.Finished))
+		case a.Finished != nil:
+			mismatch("the Job no longer exists but the journal has no Delete of its execution after its Finished note (#%d): it went without the projector (a finalizer removed by hand?); the journal is the only record", a.FinishedSeq)
 		default:
 			mismatch("the Job no longer exists but the journal has no Finished note and no Delete: it went without the projector (a finalizer removed by hand?); the journal is the only record")
 		}
@@ -342,9 +355,16 @@ func dashed(s string) string {
 // observed state. "" when the records say nothing of it.
 func Summary(recs []journal.Record) string {
 	a := AccountOf(recs)
+	// A Delete of the execution that is not done (the backend is
+	// unreachable) holds the Job's finalizer: it is being deleted.
+	pending := a.DeleteSeq != 0 && !a.DeleteDone
 	switch {
+	case a.Finished != nil && a.TTL != nil && pending:
+		return DescribeFinished(*a.Finished) + ", being deleted by TTL (its execution's Delete is not done)"
 	case a.Finished != nil && a.TTL != nil:
 		return DescribeFinished(*a.Finished) + ", deleted by TTL"
+	case a.Finished != nil && pending:
+		return DescribeFinished(*a.Finished) + ", being deleted (its execution's Delete is not done)"
 	case a.Finished != nil && a.DeleteSeq != 0:
 		return DescribeFinished(*a.Finished) + ", deleted"
 	case a.Finished != nil:

@@ -162,9 +162,20 @@ func (r *TTLReconciler) Reconcile(ctx context.Context, req reconcile.Request) (r
 		r.Recorder.Eventf(fresh, nil, corev1.EventTypeNormal, EventTTLExpired, "Delete",
 			"ttlSecondsAfterFinished (%ds) passed since the Job finished; deleting it", *fresh.Spec.TTLSecondsAfterFinished)
 	}
-	uid := fresh.UID
-	if err := r.Client.Delete(ctx, fresh, client.Preconditions{UID: &uid}); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
-		return reconcile.Result{}, fmt.Errorf("delete Job %s/%s: %w", fresh.Namespace, fresh.Name, err)
+	// The delete is conditional on the object the decision was made on:
+	// its UID (a Job recreated under the same name is another object) and
+	// its resourceVersion (a TTL extended, or anything else changed, after
+	// the GET above is decided again, on the next pass).
+	uid, rv := fresh.UID, fresh.ResourceVersion
+	if err := r.Client.Delete(ctx, fresh, client.Preconditions{UID: &uid, ResourceVersion: &rv}); err != nil {
+		switch {
+		case apierrors.IsNotFound(err):
+		case apierrors.IsConflict(err):
+			// Changed (or gone and recreated) since the GET: read it again.
+			return reconcile.Result{Requeue: true}, nil
+		default:
+			return reconcile.Result{}, fmt.Errorf("delete Job %s/%s: %w", fresh.Namespace, fresh.Name, err)
+		}
 	}
 	r.forget(uid)
 	ctrl.LoggerFrom(ctx).V(1).Info("finished Job deleted after its TTL", "ttlSecondsAfterFinished", *fresh.Spec.TTLSecondsAfterFinished)

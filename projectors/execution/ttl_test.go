@@ -257,3 +257,57 @@ func TestTTLController(t *testing.T) {
 func namespaceObj(name string) *corev1.Namespace {
 	return &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
 }
+
+// extendAfterGet is an API reader whose Get of the Job is followed, before
+// the caller acts on it, by a user's update that extends the TTL (the
+// window between the final GET and the DELETE: the journal append and the
+// Event are in it).
+type extendAfterGet struct {
+	client.Client
+	to int32
+}
+
+func (x extendAfterGet) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	if err := x.Client.Get(ctx, key, obj, opts...); err != nil {
+		return err
+	}
+	if _, ok := obj.(*v1alpha1.Job); !ok {
+		return nil
+	}
+	cur := &v1alpha1.Job{}
+	if err := x.Client.Get(ctx, key, cur); err != nil {
+		return err
+	}
+	cur.Spec.TTLSecondsAfterFinished = ttl(x.to)
+	return x.Client.Update(ctx, cur)
+}
+
+// A TTL extended after the final GET but before the DELETE is honoured:
+// the delete is conditional on the object the decision was made on, not
+// only on its UID.
+func TestTTLExtendedBetweenGetAndDeleteIsHonoured(t *testing.T) {
+	e := startTTLEnv(t)
+	j := e.finished("extend-race", ttl(10), metav1.ConditionTrue, v1alpha1.ReasonCompleted)
+	r := &exprojector.TTLReconciler{Client: e.c, APIReader: extendAfterGet{Client: e.c, to: 3600}, Journal: e.store, Clock: e.clock}
+	e.reconcile(r, j)
+	e.clock.Step(10 * time.Second)
+	res, err := r.Reconcile(context.Background(), reconcile.Request{NamespacedName: client.ObjectKeyFromObject(j)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cur := &v1alpha1.Job{}
+	if err := e.c.Get(context.Background(), client.ObjectKeyFromObject(j), cur); err != nil {
+		t.Fatal(err)
+	}
+	if !cur.DeletionTimestamp.IsZero() {
+		t.Fatalf("the Job was deleted although its TTL was extended to %ds before the delete", *cur.Spec.TTLSecondsAfterFinished)
+	}
+	if !res.Requeue && res.RequeueAfter == 0 {
+		t.Fatal("the Job whose delete was refused must be looked at again")
+	}
+	// The next pass reads the extended TTL and waits for it.
+	r.APIReader = e.c
+	if res := e.reconcile(r, j); res.RequeueAfter != 3590*time.Second || !e.exists(j) {
+		t.Fatalf("extended TTL not honoured on the next pass: exists %v, RequeueAfter %v", e.exists(j), res.RequeueAfter)
+	}
+}
