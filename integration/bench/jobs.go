@@ -157,7 +157,7 @@ func runJobs(n, kcmQPS int, timeout time.Duration) error {
 	fmt.Printf("  journal records per Job  %s\n", recs.describe())
 	fmt.Printf("  journal appends          %d, mean %.2f ms; intent delivery %d, mean %.2f ms\n",
 		int(appendCount), 1000*appendSum/max(appendCount, 1), int(deliveryCount), 1000*deliverySum/max(deliveryCount, 1))
-	fmt.Printf("  Job projector            %d reconciles, %.1f s busy (one worker); %d queued, mean wait %.2f s\n",
+	fmt.Printf("  Job projector            %d reconciles, %.1f s busy (summed over its workers); %d queued, mean wait %.2f s\n",
 		int(reconciles), busy, int(queued), queueWait/max(queued, 1))
 	fmt.Printf("  manager memory           VmHWM %.1f MiB, VmRSS %.1f MiB after the Ayatori Jobs (VmRSS %.1f MiB before)\n",
 		float64(hwm)/1024, float64(rss)/1024, float64(rssBefore)/1024)
