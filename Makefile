@@ -69,7 +69,7 @@ test: postgres tools ## Unit + envtest + integration + stack tests on real serve
 ##@ Benchmarks
 
 .PHONY: bench-journal
-bench-journal: ## Journal benchmarks on an embedded JetStream and on a three-node cluster with stream replicas 3 (sync_interval always); figures go to docs/journal.md.
+bench-journal: ## Journal benchmarks on an embedded JetStream and on a three-node cluster with stream replicas 3 (sync_interval always); figures go to docs/journal.md (one Job's timeline in a 1,000,000-record execution stream: docs/execution/operations.md "Scale").
 	go test -run '^$$' -bench 'Append|Read|Fold' -benchtime 3000x ./journal/
 	AYATORI_BENCH_RECORDS=$${AYATORI_BENCH_RECORDS:-1000000} go test -run '^$$' -bench 'TimelineLargeStream' -benchtime 200x -timeout 60m ./journal/
 
@@ -86,7 +86,7 @@ dev: postgres tools ## Like demo, but keep the stack up and print how to explore
 	@bin/ayatori-demo -keep
 
 .PHONY: bench
-bench: postgres tools ## Scale benchmark: N=100 and N=1000 Tenants on one Instance (N=1000 then idles through three re-check intervals), N=100 with a leader hand-over (SIGTERM, SIGKILL) mid-run, N=100 on a three-node JetStream cluster (figures in docs/journal.md); then 100 Ayatori Jobs against 100 plain batch/v1 Jobs, with kube-controller-manager's default API rate limit and with 500 QPS (figures in docs/execution/operations.md "Scale").
+bench: postgres tools ## Scale benchmark: N=100 and N=1000 Tenants on one Instance (N=1000 then idles through three re-check intervals), N=100 with a leader hand-over (SIGTERM, SIGKILL) mid-run, N=100 on a three-node JetStream cluster (figures in docs/journal.md); then 100 Ayatori Jobs against 100 plain batch/v1 Jobs, with kube-controller-manager's default API rate limit and with 500 QPS, and 1,000 Ayatori Jobs with ttlSecondsAfterFinished 0 (throughput to the last TTL deletion, TTL deletion lag, journal records per Job, manager memory, one native Job and one TTLExpired per Job), also with a manager SIGKILL mid-run (figures in docs/execution/operations.md "Scale").
 	go run ./integration/bench -n 100
 	go run ./integration/bench -n 1000 -resync 2m -idle 6m10s
 	go run ./integration/bench -n 100 -handover term
@@ -94,3 +94,5 @@ bench: postgres tools ## Scale benchmark: N=100 and N=1000 Tenants on one Instan
 	go run ./integration/bench -n 100 -nats-cluster
 	go run ./integration/bench -jobs 100
 	go run ./integration/bench -jobs 100 -kcm-qps 500
+	go run ./integration/bench -jobs 1000 -ttl 0 -kcm-qps 500
+	go run ./integration/bench -jobs 1000 -ttl 0 -kcm-qps 500 -restart

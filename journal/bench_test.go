@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"git.ddupan.top/panxiao81/ayatori/contracts/execution"
 	"git.ddupan.top/panxiao81/ayatori/integration"
 	"git.ddupan.top/panxiao81/ayatori/journal"
 )
@@ -183,15 +184,32 @@ func BenchmarkFold(b *testing.B) {
 // The stream is populated with async publishes (population speed is not
 // what is measured).
 func BenchmarkTimelineLargeStream(b *testing.B) {
+	benchTimelineLarge(b, &tenantStream, tenantRecords, 5)
+}
+
+// BenchmarkTimelineLargeStreamJob: the same for one Ayatori Job in a
+// stream of execution-domain records only: every UID holds the 10 records
+// of a Job that ran, succeeded and was deleted after its TTL (Ensure,
+// Observe, Finished, TTLExpired, two Deletes, with their payloads: what
+// `go run ./integration/bench -jobs 1000 -ttl 0` journals per Job), so
+// 100,000 Jobs in 1,000,000 records. Its timeline has 6 rows.
+func BenchmarkTimelineLargeStreamJob(b *testing.B) {
+	benchTimelineLarge(b, &jobStream, jobRecords, 6)
+}
+
+// benchTimelineLarge populates ls once (records makes every UID's
+// records) and times reading one UID's records and pairing them into its
+// timeline, which must have rows rows.
+func benchTimelineLarge(b *testing.B, ls *largeStream, records func(journal.ObjectRef) []journal.Record, rows int) {
 	total := 1_000_000
 	if v := os.Getenv("AYATORI_BENCH_RECORDS"); v != "" {
 		total, _ = strconv.Atoi(v)
 	}
-	largeOnce.Do(func() { largeUID, largeErr = populateLarge(b, total) })
-	if largeErr != nil {
-		b.Fatal(largeErr)
+	ls.once.Do(func() { ls.uid, ls.err = populateLarge(b, ls, total, records) })
+	if ls.err != nil {
+		b.Fatal(ls.err)
 	}
-	nc, _ := nats.Connect(largeNATS.URL)
+	nc, _ := nats.Connect(ls.nats.URL)
 	defer nc.Close()
 	ctx := context.Background()
 	st, err := journal.Open(ctx, nc, journal.Config{Actor: "bench"})
@@ -202,12 +220,12 @@ func BenchmarkTimelineLargeStream(b *testing.B) {
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		start := time.Now()
-		recs, err := st.Read(ctx, largeUID)
+		recs, err := st.Read(ctx, ls.uid)
 		if err != nil {
 			b.Fatal(err)
 		}
-		if rows := journal.Timeline(recs); len(rows) != 5 {
-			b.Fatalf("timeline has %d rows", len(rows))
+		if got := journal.Timeline(recs); len(got) != rows {
+			b.Fatalf("timeline has %d rows, want %d", len(got), rows)
 		}
 		lat = append(lat, time.Since(start))
 	}
@@ -215,22 +233,73 @@ func BenchmarkTimelineLargeStream(b *testing.B) {
 	reportPercentiles(b, lat)
 }
 
-var (
-	largeOnce sync.Once
-	largeNATS *integration.NATS
-	largeUID  string
-	largeErr  error
-)
+// largeStream is one populated server of a large-stream benchmark; it
+// lives until the process ends.
+type largeStream struct {
+	once sync.Once
+	nats *integration.NATS
+	uid  string
+	err  error
+}
 
-// populateLarge bulk-loads total records with sync_interval always off, then
-// restarts the server on the same store with it on, so the measured reads
-// run with the production setting. The server lives until the process ends.
-func populateLarge(b *testing.B, total int) (string, error) {
+var tenantStream, jobStream largeStream
+
+// tenantRecords are a Tenant's 10 records: five intents with their
+// outcomes.
+func tenantRecords(o journal.ObjectRef) []journal.Record {
+	var recs []journal.Record
+	for k := 0; k < 5; k++ {
+		in, _ := journal.NewIntent(o, fmt.Sprintf("Op%d", k), "", 1, nil)
+		out, _ := journal.NewOutcome(in, journal.Result{Class: journal.Succeeded}, nil)
+		recs = append(recs, in, out)
+	}
+	return recs
+}
+
+// jobRecords are the 10 records of an Ayatori Job (o's group and kind
+// replaced) that succeeded and was deleted after its TTL: Ensure (created,
+// running), Observe (succeeded), Finished, TTLExpired, Delete (stopping),
+// Delete (not found).
+func jobRecords(o journal.ObjectRef) []journal.Record {
+	o.Group, o.Kind, o.Namespace, o.Name = "execution.ayatori.ddupan.top", "Job", "bench-jobs", "j"+o.UID[len(o.UID)-5:]
+	refs := []execution.Reference{{Type: "batch/v1/Job", ID: "bench-jobs/ayatori-" + o.UID}}
+	exit := int32(0)
+	var recs []journal.Record
+	step := func(op string, attempt int, payload any, obs execution.Observation) {
+		in, _ := journal.NewIntent(o, op, "", attempt, payload)
+		out, _ := journal.NewOutcome(in, journal.Result{Class: journal.Succeeded}, obs)
+		recs = append(recs, in, out)
+	}
+	note := func(op string, payload any) {
+		r := journal.Record{SchemaVersion: journal.SchemaVersion, ID: o.UID + "/note/" + op, Type: journal.TypeNote, Operation: op, Object: o, Attempt: 1}
+		_ = r.SetPayload(payload)
+		recs = append(recs, r)
+	}
+	step(execution.OpEnsure, 1, execution.EnsureIntent{Adapter: execution.AdapterKubernetes, JobClass: "std", JobClassUID: "c1a55000-0000-0000-0000-000000000001",
+		ParametersKind: "KubernetesExecutionParameters", ParametersName: "std", ParametersUID: "9a7a0000-0000-0000-0000-000000000001",
+		Image: "ayatori.test/succeed", TaskDigest: "sha256:0f1e2d3c4b5a69788796a5b4c3d2e1f00f1e2d3c4b5a69788796a5b4c3d2e1f0"},
+		execution.Observation{State: execution.StatePending, Adapter: execution.AdapterKubernetes, References: refs, Created: true})
+	step(execution.OpObserve, 1, execution.ExecutionIntent{Adapter: execution.AdapterKubernetes, References: refs},
+		execution.Observation{Terminal: true, State: execution.StateSucceeded, Adapter: execution.AdapterKubernetes, References: refs, ExitCode: &exit, Reason: "Completed"})
+	note(execution.NoteFinished, execution.FinishedNote{Succeeded: true, Reason: "Completed", ExitCode: &exit})
+	note(execution.NoteTTLExpired, execution.TTLNote{})
+	step(execution.OpDelete, 1, execution.ExecutionIntent{Adapter: execution.AdapterKubernetes, References: refs},
+		execution.Observation{Terminal: true, State: execution.StateStopping, Adapter: execution.AdapterKubernetes, References: refs})
+	step(execution.OpDelete, 2, execution.ExecutionIntent{Adapter: execution.AdapterKubernetes, References: refs},
+		execution.Observation{Terminal: true, State: execution.StateNotFound, Adapter: execution.AdapterKubernetes})
+	return recs
+}
+
+// populateLarge bulk-loads total records into a new server of ls, each
+// UID's made by records, with sync_interval always off, then restarts the
+// server on the same store with it on, so the measured reads run with the
+// production setting. It returns the UID in the middle of the stream.
+func populateLarge(b *testing.B, ls *largeStream, total int, records func(journal.ObjectRef) []journal.Record) (string, error) {
 	n, err := integration.NewNATS(integration.NATSOptions{NoSyncAlways: true})
 	if err != nil {
 		return "", err
 	}
-	largeNATS = n
+	ls.nats = n
 	nc, err := nats.Connect(n.URL)
 	if err != nil {
 		return "", err
@@ -242,25 +311,25 @@ func populateLarge(b *testing.B, total int) (string, error) {
 	}
 	js, _ := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(4096))
 	populateStart := time.Now()
-	var target journal.ObjectRef
-	for i := 0; i < total/10; i++ {
+	perUID := len(records(obj()))
+	var target string
+	for i := 0; i < total/perUID; i++ {
 		if i%200 == 0 {
 			<-js.PublishAsyncComplete()
 		}
 		o := obj()
-		if i == total/20 {
-			target = o
+		if i == total/perUID/2 {
+			target = o.UID
 		}
-		for k := 0; k < 5; k++ {
-			in, _ := journal.NewIntent(o, fmt.Sprintf("Op%d", k), "", 1, nil)
-			in.Time, in.Actor = time.Now(), "bench"
-			out, _ := journal.NewOutcome(in, journal.Result{Class: journal.Succeeded}, nil)
-			out.Time, out.Actor = time.Now(), "bench"
-			for _, r := range []journal.Record{in, out} {
-				data, _ := json.Marshal(r)
-				if _, err := js.PublishAsync("ayatori.journal.database."+o.UID+"."+string(r.Type), data); err != nil {
-					return "", err
-				}
+		for _, r := range records(o) {
+			r.Time, r.Actor = time.Now(), "bench"
+			domain, err := journal.Domain(r.Object.Group)
+			if err != nil {
+				return "", err
+			}
+			data, _ := json.Marshal(r)
+			if _, err := js.PublishAsync("ayatori.journal."+domain+"."+o.UID+"."+string(r.Type), data); err != nil {
+				return "", err
 			}
 		}
 	}
@@ -269,19 +338,21 @@ func populateLarge(b *testing.B, total int) (string, error) {
 	case <-time.After(30 * time.Minute):
 		return "", fmt.Errorf("population did not complete")
 	}
-	b.Logf("populated %d records in %s", total, time.Since(populateStart).Round(time.Second))
+	b.Logf("populated %d records (%d per UID) in %s", total, perUID, time.Since(populateStart).Round(time.Second))
 	nc.Close()
 	n.SetSyncAlways(true)
 	if err := n.Restart(); err != nil {
 		return "", err
 	}
-	return target.UID, nil
+	return target, nil
 }
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if largeNATS != nil {
-		largeNATS.Close()
+	for _, ls := range []*largeStream{&tenantStream, &jobStream} {
+		if ls.nats != nil {
+			ls.nats.Close()
+		}
 	}
 	os.Exit(code)
 }

@@ -45,6 +45,30 @@ type phase struct {
 	// lat is each object's create call returning → done seen by a watch,
 	// sorted.
 	lat []time.Duration
+	// start is the first create call; createdAt each object's create
+	// call returning, by name.
+	start     time.Time
+	createdAt map[string]time.Time
+	// doneAt is when a watch first saw each object done, by name.
+	doneAt map[string]time.Time
+}
+
+// ayatoriJob is the i-th Ayatori Job of ayatori.test/succeed, with
+// ttlSecondsAfterFinished ttl (nil: none).
+func ayatoriJob(i int, ttl *int32) *v1alpha1.Job {
+	return &v1alpha1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: jobsNamespace, Name: fmt.Sprintf("j%05d", i)},
+		Spec: v1alpha1.JobSpec{Task: v1alpha1.TaskSpec{Image: integration.ImageSucceed, Command: []string{"/bin/task"}},
+			TTLSecondsAfterFinished: ttl}}
+}
+
+// succeeded says whether the Job's Succeeded condition is True; False is
+// an error (ayatori.test/succeed must succeed).
+func succeeded(j *v1alpha1.Job) (bool, error) {
+	cond := meta.FindStatusCondition(j.Status.Conditions, v1alpha1.JobConditionSucceeded)
+	if cond != nil && cond.Status == metav1.ConditionFalse {
+		return false, fmt.Errorf("Job %s ended Succeeded=False/%s: %s", j.Name, cond.Reason, cond.Message)
+	}
+	return cond != nil && cond.Status == metav1.ConditionTrue, nil
 }
 
 // runJobs is -jobs N: an ExecutionStack (manager with its default
@@ -58,60 +82,22 @@ func runJobs(n, kcmQPS int, timeout time.Duration) error {
 	// Room for both phases' pods (each node takes 110) even if finished
 	// pods still counted.
 	nodes := (2*n + 109) / 110
-	opts := integration.ExecutionStackOptions{Nodes: nodes, DefaultTimings: true}
-	kcm := "kube-controller-manager with its default API rate limit (20 QPS, burst 30)"
-	if kcmQPS > 0 {
-		opts.ControllerManagerArgs = []string{fmt.Sprintf("--kube-api-qps=%d", kcmQPS), fmt.Sprintf("--kube-api-burst=%d", 2*kcmQPS)}
-		kcm = fmt.Sprintf("kube-controller-manager --kube-api-qps=%d --kube-api-burst=%d", kcmQPS, 2*kcmQPS)
-	}
-	s, err := integration.NewExecutionStack(ctx, opts)
+	s, wc, kcm, err := startJobsStack(ctx, nodes, kcmQPS)
 	if err != nil {
 		return err
 	}
 	defer s.Close()
 	c := s.CP.Client
-	wc, err := client.NewWithWatch(s.CP.Config, client.Options{Scheme: s.CP.Scheme})
-	if err != nil {
-		return err
-	}
-	for _, o := range []client.Object{
-		&v1alpha1.KubernetesExecutionParameters{ObjectMeta: metav1.ObjectMeta{Name: "std"},
-			Spec: v1alpha1.KubernetesExecutionParametersSpec{ServiceAccountName: jobsSA}},
-		&v1alpha1.JobClass{ObjectMeta: metav1.ObjectMeta{Name: "std", Annotations: map[string]string{v1alpha1.AnnotationIsDefaultJobClass: "true"}},
-			Spec: v1alpha1.JobClassSpec{ControllerName: v1alpha1.ControllerKubernetes,
-				ParametersRef: v1alpha1.ParametersReference{Group: v1alpha1.GroupVersion.Group, Kind: "KubernetesExecutionParameters", Name: "std"}}},
-		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: jobsNamespace}},
-		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: jobsNamespace, Name: jobsSA}},
-	} {
-		if err := c.Create(ctx, o); err != nil {
-			return err
-		}
-	}
-	// The manager is up and the class usable before the clock starts.
-	for {
-		jc := &v1alpha1.JobClass{}
-		if err := c.Get(ctx, types.NamespacedName{Name: "std"}, jc); err == nil && meta.IsStatusConditionTrue(jc.Status.Conditions, v1alpha1.JobClassConditionReady) {
-			break
-		}
-		if ctx.Err() != nil {
-			return fmt.Errorf("JobClass std not Ready: %w\n%s", ctx.Err(), integration.Tail(s.ManagerLog, 20))
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
 	pid := s.ManagerPID()
 	rssBefore := procStatus(pid, "VmRSS")
 
-	ayatori, err := measure(ctx, "Ayatori Jobs", wc, &v1alpha1.JobList{}, nil, n, func(i int) client.Object {
-		return &v1alpha1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: jobsNamespace, Name: fmt.Sprintf("j%05d", i)},
-			Spec: v1alpha1.JobSpec{Task: v1alpha1.TaskSpec{Image: integration.ImageSucceed, Command: []string{"/bin/task"}}}}
-	}, func(o client.Object) (bool, error) {
-		j := o.(*v1alpha1.Job)
-		cond := meta.FindStatusCondition(j.Status.Conditions, v1alpha1.JobConditionSucceeded)
-		if cond != nil && cond.Status == metav1.ConditionFalse {
-			return false, fmt.Errorf("Job %s ended Succeeded=False/%s: %s", j.Name, cond.Reason, cond.Message)
-		}
-		return cond != nil && cond.Status == metav1.ConditionTrue, nil
-	})
+	ayatori, err := measure(ctx, "Ayatori Jobs", wc, &v1alpha1.JobList{}, nil, n, func(i int) client.Object { return ayatoriJob(i, nil) },
+		func(ev watch.EventType, o client.Object) (bool, error) {
+			if ev == watch.Deleted {
+				return false, nil
+			}
+			return succeeded(o.(*v1alpha1.Job))
+		})
 	if err != nil {
 		return fmt.Errorf("Ayatori Jobs: %w\n%s", err, integration.Tail(s.ManagerLog, 20))
 	}
@@ -123,7 +109,7 @@ func runJobs(n, kcmQPS int, timeout time.Duration) error {
 	if err != nil {
 		return err
 	}
-	recs, err := journalPerJob(ctx, s.NATS.URL, uids)
+	recs, err := scanJobJournal(ctx, s.NATS.URL, uids)
 	if err != nil {
 		return err
 	}
@@ -133,7 +119,10 @@ func runJobs(n, kcmQPS int, timeout time.Duration) error {
 			Spec: batchv1.JobSpec{BackoffLimit: new(int32), Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{
 				RestartPolicy: corev1.RestartPolicyNever, ServiceAccountName: jobsSA,
 				Containers: []corev1.Container{{Name: "task", Image: integration.ImageSucceed, Command: []string{"/bin/task"}}}}}}}
-	}, func(o client.Object) (bool, error) {
+	}, func(ev watch.EventType, o client.Object) (bool, error) {
+		if ev == watch.Deleted {
+			return false, nil
+		}
 		j := o.(*batchv1.Job)
 		for _, cond := range j.Status.Conditions {
 			if cond.Type == batchv1.JobFailed && cond.Status == corev1.ConditionTrue {
@@ -165,21 +154,75 @@ func runJobs(n, kcmQPS int, timeout time.Duration) error {
 		ratio(func(p phase) time.Duration { return quantile(p.lat, 0.5) }), ratio(func(p phase) time.Duration { return quantile(p.lat, 0.99) }))
 	fmt.Printf("  (all done: first create call → last done seen; p50/p99/max per Job: its create call returning → Succeeded=True / Complete=True seen by a watch)\n")
 	fmt.Printf("  native Jobs              exactly one per Ayatori Job (%d)\n", len(uids))
-	fmt.Printf("  journal records per Job  %s\n", recs)
+	fmt.Printf("  journal records per Job  %s\n", recs.describe())
 	fmt.Printf("  journal appends          %d, mean %.2f ms; intent delivery %d, mean %.2f ms\n",
 		int(appendCount), 1000*appendSum/max(appendCount, 1), int(deliveryCount), 1000*deliverySum/max(deliveryCount, 1))
-	fmt.Printf("  Job projector            %d reconciles, %.1f s busy (one worker); %d queued, mean wait %.2f s\n",
+	fmt.Printf("  Job projector            %d reconciles, %.1f s busy (summed over its workers); %d queued, mean wait %.2f s\n",
 		int(reconciles), busy, int(queued), queueWait/max(queued, 1))
 	fmt.Printf("  manager memory           VmHWM %.1f MiB, VmRSS %.1f MiB after the Ayatori Jobs (VmRSS %.1f MiB before)\n",
 		float64(hwm)/1024, float64(rss)/1024, float64(rssBefore)/1024)
 	return nil
 }
 
+// startJobsStack starts an ExecutionStack with nodes kwok nodes, the
+// manager with its default timings and kube-controller-manager with
+// --kube-api-qps=kcmQPS (0: its default), creates the default JobClass
+// std, its parameters (ServiceAccount jobsSA) and the namespace
+// jobsNamespace, and waits until the class is Ready (the manager is up).
+// It returns the stack, a watching client and a description of
+// kube-controller-manager's rate limit.
+func startJobsStack(ctx context.Context, nodes, kcmQPS int) (*integration.ExecutionStack, client.WithWatch, string, error) {
+	opts := integration.ExecutionStackOptions{Nodes: nodes, DefaultTimings: true}
+	kcm := "kube-controller-manager with its default API rate limit (20 QPS, burst 30)"
+	if kcmQPS > 0 {
+		opts.ControllerManagerArgs = []string{fmt.Sprintf("--kube-api-qps=%d", kcmQPS), fmt.Sprintf("--kube-api-burst=%d", 2*kcmQPS)}
+		kcm = fmt.Sprintf("kube-controller-manager --kube-api-qps=%d --kube-api-burst=%d", kcmQPS, 2*kcmQPS)
+	}
+	s, err := integration.NewExecutionStack(ctx, opts)
+	if err != nil {
+		return nil, nil, "", err
+	}
+	c := s.CP.Client
+	wc, err := client.NewWithWatch(s.CP.Config, client.Options{Scheme: s.CP.Scheme})
+	if err != nil {
+		s.Close()
+		return nil, nil, "", err
+	}
+	for _, o := range []client.Object{
+		&v1alpha1.KubernetesExecutionParameters{ObjectMeta: metav1.ObjectMeta{Name: "std"},
+			Spec: v1alpha1.KubernetesExecutionParametersSpec{ServiceAccountName: jobsSA}},
+		&v1alpha1.JobClass{ObjectMeta: metav1.ObjectMeta{Name: "std", Annotations: map[string]string{v1alpha1.AnnotationIsDefaultJobClass: "true"}},
+			Spec: v1alpha1.JobClassSpec{ControllerName: v1alpha1.ControllerKubernetes,
+				ParametersRef: v1alpha1.ParametersReference{Group: v1alpha1.GroupVersion.Group, Kind: "KubernetesExecutionParameters", Name: "std"}}},
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: jobsNamespace}},
+		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: jobsNamespace, Name: jobsSA}},
+	} {
+		if err := c.Create(ctx, o); err != nil {
+			s.Close()
+			return nil, nil, "", err
+		}
+	}
+	// The manager is up and the class usable before the clock starts.
+	for {
+		jc := &v1alpha1.JobClass{}
+		if err := c.Get(ctx, types.NamespacedName{Name: "std"}, jc); err == nil && meta.IsStatusConditionTrue(jc.Status.Conditions, v1alpha1.JobClassConditionReady) {
+			return s, wc, kcm, nil
+		}
+		if ctx.Err() != nil {
+			err := fmt.Errorf("JobClass std not Ready: %w\n%s", ctx.Err(), integration.Tail(s.ManagerLog, 20))
+			s.Close()
+			return nil, nil, "", err
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
 // measure (a phase, what) watches list (in jobsNamespace, with opts), creates n objects
 // made by obj (createWorkers at a time) and waits until done holds for
-// each of them (an error from done ends the phase).
+// each of them (an error from done ends the phase). done sees every
+// watch event but bookmarks, deletions included.
 func measure(ctx context.Context, what string, wc client.WithWatch, list client.ObjectList, opts []client.ListOption, n int,
-	obj func(int) client.Object, done func(client.Object) (bool, error)) (phase, error) {
+	obj func(int) client.Object, done func(watch.EventType, client.Object) (bool, error)) (phase, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	opts = append([]client.ListOption{client.InNamespace(jobsNamespace)}, opts...)
@@ -236,7 +279,7 @@ send:
 		defer mu.Unlock()
 		return phase{}, fmt.Errorf("%d of %d done: %w", len(doneAt), n, err)
 	}
-	p := phase{createdIn: createdIn}
+	p := phase{createdIn: createdIn, start: start, createdAt: createdAt, doneAt: doneAt}
 	var last time.Time
 	for name, at := range doneAt {
 		p.lat = append(p.lat, max(0, at.Sub(createdAt[name])))
@@ -254,7 +297,7 @@ send:
 // now after an error event: objects that finished meanwhile are then
 // seen in its initial ADDED events).
 func follow(ctx context.Context, wc client.WithWatch, list client.ObjectList, opts []client.ListOption, w watch.Interface, n int,
-	done func(client.Object) (bool, error), mu *sync.Mutex, doneAt map[string]time.Time) error {
+	done func(watch.EventType, client.Object) (bool, error), mu *sync.Mutex, doneAt map[string]time.Time) error {
 	rv := ""
 	for {
 		for ev := range w.ResultChan() {
@@ -267,10 +310,10 @@ func follow(ctx context.Context, wc client.WithWatch, list client.ObjectList, op
 				continue
 			}
 			rv = o.GetResourceVersion()
-			if ev.Type == watch.Bookmark || ev.Type == watch.Deleted {
+			if ev.Type == watch.Bookmark {
 				continue
 			}
-			ok, err := done(o)
+			ok, err := done(ev.Type, o)
 			if err != nil {
 				w.Stop()
 				return err
@@ -329,55 +372,110 @@ func oneNativeEach(ctx context.Context, c client.Client, n int) (map[string]bool
 	return uids, nil
 }
 
-// journalPerJob counts the journal records of each Job UID and describes
-// their distribution and the intents per Job by operation.
-func journalPerJob(ctx context.Context, url string, uids map[string]bool) (string, error) {
+// jobJournal is what the journal holds of a set of Job UIDs.
+type jobJournal struct {
+	// per counts records by UID (every UID of the set, 0 included).
+	per map[string]int
+	// kinds counts records by "type operation" (e.g. "note TTLExpired"),
+	// perKind the same by UID.
+	kinds   map[string]int
+	perKind map[string]map[string]int
+	total   int
+	// other counts records of UIDs outside the set.
+	other int
+}
+
+// scanJobJournal reads the whole journal and counts the records of each
+// Job UID in uids.
+func scanJobJournal(ctx context.Context, url string, uids map[string]bool) (jobJournal, error) {
+	jj := jobJournal{per: map[string]int{}, kinds: map[string]int{}, perKind: map[string]map[string]int{}}
 	nc, err := nats.Connect(url)
 	if err != nil {
-		return "", err
+		return jj, err
 	}
 	defer nc.Close()
 	store, err := journal.OpenExisting(ctx, nc, journal.Config{})
 	if err != nil {
-		return "", err
+		return jj, err
 	}
-	per := map[string]int{}
-	intents := map[string]int{}
-	total, other := 0, 0
-	if _, err := integration.ScanJournal(ctx, store, func(r journal.Record, err error) error {
+	for uid := range uids {
+		jj.per[uid] = 0
+		jj.perKind[uid] = map[string]int{}
+	}
+	_, err = integration.ScanJournal(ctx, store, func(r journal.Record, err error) error {
 		if err != nil {
 			return err
 		}
 		if !uids[r.Object.UID] {
-			other++
+			jj.other++
 			return nil
 		}
-		per[r.Object.UID]++
-		total++
-		if r.Type == journal.TypeIntent {
-			intents[r.Operation]++
-		}
+		kind := string(r.Type) + " " + r.Operation
+		jj.per[r.Object.UID]++
+		jj.kinds[kind]++
+		jj.perKind[r.Object.UID][kind]++
+		jj.total++
 		return nil
-	}); err != nil {
-		return "", err
-	}
-	counts := make([]int, 0, len(uids))
-	for uid := range uids {
-		counts = append(counts, per[uid])
+	})
+	return jj, err
+}
+
+// describe gives the distribution of records per Job and the intents per
+// Job by operation.
+func (jj jobJournal) describe() string {
+	counts := make([]int, 0, len(jj.per))
+	for _, c := range jj.per {
+		counts = append(counts, c)
 	}
 	sort.Ints(counts)
 	n := float64(len(counts))
-	ops := make([]string, 0, len(intents))
-	for op := range intents {
-		ops = append(ops, op)
-	}
-	sort.Strings(ops)
 	desc := fmt.Sprintf("mean %.1f, p50 %d, min %d, max %d (%d records; %d of other objects); intents per Job:",
-		float64(total)/n, counts[len(counts)/2], counts[0], counts[len(counts)-1], total, other)
-	for _, op := range ops {
-		desc += fmt.Sprintf(" %s %.2f", op, float64(intents[op])/n)
+		float64(jj.total)/n, counts[len(counts)/2], counts[0], counts[len(counts)-1], jj.total, jj.other)
+	for _, k := range jj.sortedKinds() {
+		if op, ok := strings.CutPrefix(k, string(journal.TypeIntent)+" "); ok {
+			desc += fmt.Sprintf(" %s %.2f", op, float64(jj.kinds[k])/n)
+		}
 	}
-	return desc, nil
+	return desc
+}
+
+func (jj jobJournal) sortedKinds() []string {
+	kinds := make([]string, 0, len(jj.kinds))
+	for k := range jj.kinds {
+		kinds = append(kinds, k)
+	}
+	sort.Strings(kinds)
+	return kinds
+}
+
+// breakdown gives every record kind's mean per Job and its range over
+// the Jobs ("intent Observe 1.30 (1-3)").
+func (jj jobJournal) breakdown() []string {
+	var out []string
+	for _, k := range jj.sortedKinds() {
+		lo, hi := -1, 0
+		for _, m := range jj.perKind {
+			c := m[k]
+			if lo < 0 || c < lo {
+				lo = c
+			}
+			hi = max(hi, c)
+		}
+		out = append(out, fmt.Sprintf("%s %.2f (%d-%d)", k, float64(jj.kinds[k])/float64(len(jj.per)), lo, hi))
+	}
+	return out
+}
+
+// exactlyOne returns the UIDs that do not have exactly one record of kind.
+func (jj jobJournal) exactlyOne(kind string) []string {
+	var bad []string
+	for uid, m := range jj.perKind {
+		if m[kind] != 1 {
+			bad = append(bad, fmt.Sprintf("%s (%d)", uid, m[kind]))
+		}
+	}
+	sort.Strings(bad)
+	return bad
 }
 
 // metricPair returns count and sum of a Prometheus histogram or summary

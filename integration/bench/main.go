@@ -19,6 +19,9 @@
 // With -jobs N it benchmarks the execution domain instead (jobs.go): N
 // Ayatori Jobs, then N plain batch/v1 Jobs with the same pod, on the
 // execution stack (kube-controller-manager, kube-scheduler, kwok nodes).
+// With -jobs N -ttl T only the N Ayatori Jobs, with
+// ttlSecondsAfterFinished T, each done when the TTL controller deleted it
+// (ttl.go); -restart kills the manager half-way through.
 package main
 
 import (
@@ -64,13 +67,19 @@ func main() {
 	idle := flag.Duration("idle", 0, "after all are Ready, keep them idling this long and report records appended per hour and reconcile latency")
 	jobs := flag.Int("jobs", 0, "instead of Tenants: N Ayatori Jobs, then N plain batch/v1 Jobs, on the execution stack (see jobs.go)")
 	kcmQPS := flag.Int("kcm-qps", 0, "with -jobs: kube-controller-manager --kube-api-qps (burst twice that); 0: its default (20, burst 30)")
+	ttl := flag.Int("ttl", -1, "with -jobs: the Ayatori Jobs get this ttlSecondsAfterFinished and are done when deleted (no plain Jobs; see ttl.go); -1: no TTL")
+	restart := flag.Bool("restart", false, "with -jobs and -ttl: SIGKILL the manager and start it again once half the Jobs succeeded")
 	flag.Parse()
 	if *jobs != 0 {
-		if *jobs < 1 || *handover != "" || *cluster {
-			fmt.Fprintln(os.Stderr, "bench: -jobs must be positive and goes without -handover and -nats-cluster")
+		if *jobs < 1 || *handover != "" || *cluster || (*restart && *ttl < 0) {
+			fmt.Fprintln(os.Stderr, "bench: -jobs must be positive and goes without -handover and -nats-cluster; -restart needs -ttl")
 			os.Exit(2)
 		}
-		if err := runJobs(*jobs, *kcmQPS, *timeout); err != nil {
+		run := func() error { return runJobs(*jobs, *kcmQPS, *timeout) }
+		if *ttl >= 0 {
+			run = func() error { return runTTL(*jobs, *ttl, *kcmQPS, *restart, *timeout) }
+		}
+		if err := run(); err != nil {
 			fmt.Fprintln(os.Stderr, "bench FAILED:", err)
 			os.Exit(1)
 		}
@@ -304,16 +313,7 @@ func (h *handoverState) run(s *integration.Stack, sig syscall.Signal, ready int,
 // Together: zero duplicate intents.
 func checkJournal(ctx context.Context, s *integration.Stack) error {
 	fmt.Printf("\nayatori-journal verify\n")
-	var verr error
-	for attempt := 1; attempt <= 5; attempt++ {
-		cmd := exec.CommandContext(ctx, s.JournalBin, "--server", s.NATSURL, "verify")
-		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
-		// Exit 2 (could not read) on a cluster: the scan hit the
-		// consumer-interest race (integration.ScanJournal); read again.
-		if verr = cmd.Run(); verr == nil || cmd.ProcessState.ExitCode() != 2 {
-			break
-		}
-	}
+	verr := verifyJournal(ctx, s.JournalBin, s.NATSURL)
 
 	nc, err := nats.Connect(s.NATSURL)
 	if err != nil {
@@ -360,6 +360,22 @@ func checkJournal(ctx context.Context, s *integration.Stack) error {
 		return fmt.Errorf("%d duplicate intents", len(repeated))
 	}
 	return nil
+}
+
+// verifyJournal runs the built `ayatori-journal verify` on the journal at
+// url, its output to ours.
+func verifyJournal(ctx context.Context, bin, url string) error {
+	var err error
+	for attempt := 1; attempt <= 5; attempt++ {
+		cmd := exec.CommandContext(ctx, bin, "--server", url, "verify")
+		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+		// Exit 2 (could not read) on a cluster: the scan hit the
+		// consumer-interest race (integration.ScanJournal); read again.
+		if err = cmd.Run(); err == nil || cmd.ProcessState.ExitCode() != 2 {
+			break
+		}
+	}
+	return err
 }
 
 func meanSeconds(d []time.Duration) float64 {
