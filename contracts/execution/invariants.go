@@ -53,8 +53,15 @@ var Invariants = []journal.Invariant{{
 	Rule:        RuleTTLBeforeFinished,
 	Description: "a TTL delete only after the Job's terminal result",
 	New: func() journal.InvariantCheck {
-		finished := false
+		// Retention removes a UID's oldest records first: the Finished
+		// note goes before the TTLExpired note written one TTL later. A
+		// TTLExpired note that is the UID's first retained record says
+		// nothing; one after earlier records of the Job (which retention
+		// kept, so it kept the Finished note after them too) without a
+		// Finished note is a violation.
+		finished, earlier := false, false
 		return func(r journal.Record) []journal.Violation {
+			defer func() { earlier = true }()
 			if r.Type != journal.TypeNote {
 				return nil
 			}
@@ -62,7 +69,7 @@ var Invariants = []journal.Invariant{{
 			case NoteFinished:
 				finished = true
 			case NoteTTLExpired:
-				if !finished {
+				if !finished && earlier {
 					return []journal.Violation{{Rule: RuleTTLBeforeFinished, Sequences: []uint64{r.Sequence},
 						Detail: "TTL delete of a Job whose terminal result is not in the journal"}}
 				}
