@@ -140,7 +140,7 @@ func NewExecutionStack(ctx context.Context, opts ExecutionStackOptions) (_ *Exec
 // StartManager starts (or restarts) the manager with extra environment
 // variables (e.g. AYATORI_FAILPOINTS) and flags.
 func (s *ExecutionStack) StartManager(env []string, extra ...string) error {
-	if s.manager != nil && !s.manager.exited() {
+	if s.manager.running() {
 		return fmt.Errorf("manager already running")
 	}
 	p, err := startProcess(processSpec{name: "ayatori-manager", path: s.managerBin, args: append(append([]string(nil), s.args...), extra...),
@@ -161,40 +161,19 @@ func (s *ExecutionStack) CutWorkload() { s.Proxy.Cut() }
 func (s *ExecutionStack) RestoreWorkload() { s.Proxy.Restore() }
 
 // KillManager sends SIGKILL to the manager and waits for it to end.
-func (s *ExecutionStack) KillManager() {
-	if s.manager != nil {
-		s.manager.stop(syscall.SIGKILL, 15*time.Second)
-	}
-}
+func (s *ExecutionStack) KillManager() { s.manager.kill() }
 
 // StopManager stops the manager (SIGTERM, then SIGKILL).
-func (s *ExecutionStack) StopManager() {
-	if s.manager != nil {
-		s.manager.stop(syscall.SIGTERM, 15*time.Second)
-	}
-}
+func (s *ExecutionStack) StopManager() { s.manager.stop(syscall.SIGTERM, 15*time.Second) }
 
 // WaitManagerExit waits up to timeout for the manager to end (for example
 // killed by a failpoint) and reports whether it did.
 func (s *ExecutionStack) WaitManagerExit(timeout time.Duration) bool {
-	if s.manager == nil {
-		return true
-	}
-	select {
-	case <-s.manager.done:
-		return true
-	case <-time.After(timeout):
-		return false
-	}
+	return s.manager.waitExit(timeout)
 }
 
 // ManagerPID returns the manager's PID (0 when not running).
-func (s *ExecutionStack) ManagerPID() int {
-	if s.manager == nil || s.manager.exited() {
-		return 0
-	}
-	return s.manager.pid()
-}
+func (s *ExecutionStack) ManagerPID() int { return s.manager.livePID() }
 
 // Close stops everything and removes the stack's files.
 func (s *ExecutionStack) Close() {

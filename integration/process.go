@@ -75,6 +75,31 @@ func (p *process) exited() bool {
 	}
 }
 
+// running reports whether p was started and has not ended (nil: false).
+func (p *process) running() bool { return p != nil && !p.exited() }
+
+// livePID returns the PID of a running process (0: nil or ended).
+func (p *process) livePID() int {
+	if !p.running() {
+		return 0
+	}
+	return p.pid()
+}
+
+// waitExit waits up to timeout for the process to end and reports whether
+// it did (nil: true).
+func (p *process) waitExit(timeout time.Duration) bool {
+	if p == nil {
+		return true
+	}
+	select {
+	case <-p.done:
+		return true
+	case <-time.After(timeout):
+		return false
+	}
+}
+
 // stop sends sig, waits up to grace for exit, then SIGKILLs the process group.
 func (p *process) stop(sig syscall.Signal, grace time.Duration) {
 	if p == nil || p.exited() {

@@ -201,22 +201,12 @@ func (s *Stack) StartManager(extra ...string) error { return s.StartManagerEnv(n
 
 // WaitManagerExit waits up to timeout for the manager process to end (for
 // example killed by a failpoint) and reports whether it did.
-func (s *Stack) WaitManagerExit(timeout time.Duration) bool {
-	if s.manager == nil {
-		return true
-	}
-	select {
-	case <-s.manager.done:
-		return true
-	case <-time.After(timeout):
-		return false
-	}
-}
+func (s *Stack) WaitManagerExit(timeout time.Duration) bool { return s.manager.waitExit(timeout) }
 
 // StartManagerEnv starts the manager with extra environment variables
 // (e.g. AYATORI_FAILPOINTS) and flags.
 func (s *Stack) StartManagerEnv(env []string, extra ...string) error {
-	if s.manager != nil && !s.manager.exited() {
+	if s.manager.running() {
 		return fmt.Errorf("manager already running")
 	}
 	m, err := s.startManager("manager.log", env, extra)
@@ -290,19 +280,10 @@ func (s *Stack) Primary() *Manager {
 }
 
 // StopManager stops the manager (SIGTERM, then SIGKILL).
-func (s *Stack) StopManager() {
-	if s.manager != nil {
-		s.manager.stop(syscall.SIGTERM, 15*time.Second)
-	}
-}
+func (s *Stack) StopManager() { s.manager.stop(syscall.SIGTERM, 15*time.Second) }
 
 // ManagerPID returns the manager's PID (0 when not running).
-func (s *Stack) ManagerPID() int {
-	if s.manager == nil || s.manager.exited() {
-		return 0
-	}
-	return s.manager.pid()
-}
+func (s *Stack) ManagerPID() int { return s.manager.livePID() }
 
 // Close stops everything and removes the stack's files.
 func (s *Stack) Close() {
