@@ -63,6 +63,11 @@ type ConsumerConfig struct {
 	BackOff []time.Duration
 	// Concurrency is how many intents run at once (default 4).
 	Concurrency int
+	// PullExpiry is how long one pull request waits on the server for
+	// intents (default 30s, at least 1s). The server sends idle heartbeats
+	// every PullExpiry/2; two missed ones (a partitioned consumer leader)
+	// make Consume issue a new pull request.
+	PullExpiry time.Duration
 	// BeforeHandle, when set, runs after an intent is taken and before its
 	// handler (crash-test failpoint; nil in production).
 	BeforeHandle func(intent Record)
@@ -92,6 +97,12 @@ func (c *ConsumerConfig) defaults() {
 	}
 	if c.Concurrency == 0 {
 		c.Concurrency = 4
+	}
+	if c.PullExpiry == 0 {
+		c.PullExpiry = 30 * time.Second
+	}
+	if c.PullExpiry < time.Second {
+		c.PullExpiry = time.Second
 	}
 }
 
@@ -161,7 +172,7 @@ func (s *Store) Consume(ctx context.Context, cfg ConsumerConfig, d *Dispatcher) 
 		}
 		return err
 	}
-	iter, err := cons.Messages(jetstream.PullMaxMessages(cfg.Concurrency * 2))
+	iter, err := cons.Messages(jetstream.PullMaxMessages(cfg.Concurrency*2), jetstream.PullExpiry(cfg.PullExpiry))
 	if err != nil {
 		return fmt.Errorf("journal: consume: %w", err)
 	}
