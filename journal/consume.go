@@ -68,6 +68,9 @@ type ConsumerConfig struct {
 	// every PullExpiry/2; two missed ones (a partitioned consumer leader)
 	// make Consume issue a new pull request.
 	PullExpiry time.Duration
+	// OnPullError, when set, is told every error that ended a pull before
+	// Consume pulls again (for logs; the error carries no record data).
+	OnPullError func(err error)
 	// BeforeHandle, when set, runs after an intent is taken and before its
 	// handler (crash-test failpoint; nil in production).
 	BeforeHandle func(intent Record)
@@ -155,44 +158,92 @@ func (s *Store) DurableConsumer(ctx context.Context, domain string, cfg Consumer
 // is in the journal; a failed journal read or outcome append is retried in
 // place (with back-off) rather than handed back, so it spends no delivery.
 //
+// Consume outlives NATS faults: when the pull fails (the consumer's leader
+// is partitioned and its heartbeats stop, the consumer was deleted, a
+// leader election is under way) it reports the error to cfg.OnPullError,
+// waits (0.5 s, 1 s, 2 s, then 5 s between attempts) and creates the
+// consumer and a new pull again; intents it had buffered but not started
+// are redelivered after AckWait. It returns an error only when the NATS
+// connection is closed for good.
+//
 // When ctx ends it stops pulling and hands back (naks) every intent it
 // holds but has not finished, the buffered ones and those whose handler
 // was interrupted, so another replica's consumer gets them at once instead
 // of after AckWait. In-flight handlers see ctx cancelled; Consume returns
-// after they have.
+// nil after they have.
 func (s *Store) Consume(ctx context.Context, cfg ConsumerConfig, d *Dispatcher) error {
 	cfg.defaults()
 	if d == nil {
 		return errors.New("journal: consume without a dispatcher")
 	}
-	cons, err := s.DurableConsumer(ctx, d.Domain(), cfg)
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil
-		}
-		return err
-	}
-	iter, err := cons.Messages(jetstream.PullMaxMessages(cfg.Concurrency*2), jetstream.PullExpiry(cfg.PullExpiry))
-	if err != nil {
-		return fmt.Errorf("journal: consume: %w", err)
-	}
-	go func() {
-		<-ctx.Done()
-		// Drain: stop pulling, but let Next return what is buffered so it
-		// can be handed back below.
-		iter.Drain()
-	}()
 	sem := make(chan struct{}, cfg.Concurrency)
 	var wg sync.WaitGroup
 	defer wg.Wait()
+	failures := 0
+	for {
+		took, err := s.pull(ctx, cfg, d, sem, &wg)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if s.nc.IsClosed() {
+			return fmt.Errorf("journal: consume %s: connection closed: %w", cfg.Durable, err)
+		}
+		if took {
+			failures = 0
+		}
+		s.cfg.Metrics.countPullRestart()
+		if cfg.OnPullError != nil {
+			cfg.OnPullError(err)
+		}
+		wait := pullRestartBackOff[min(failures, len(pullRestartBackOff)-1)]
+		failures++
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(wait):
+		}
+	}
+}
+
+// pullRestartBackOff spaces the attempts of Consume to pull again after a
+// failed pull, indexed by consecutive failures (the last repeats).
+var pullRestartBackOff = []time.Duration{500 * time.Millisecond, time.Second, 2 * time.Second, 5 * time.Second}
+
+// pull creates the durable consumer and runs one pull iterator over it
+// until the iterator fails (the error) or ctx ends (nil, after handing
+// back what it buffered). took reports whether it received any intent.
+// Handlers it starts run under wg, at most cap(sem) at once, and may
+// outlive it.
+func (s *Store) pull(ctx context.Context, cfg ConsumerConfig, d *Dispatcher, sem chan struct{}, wg *sync.WaitGroup) (took bool, err error) {
+	cons, err := s.DurableConsumer(ctx, d.Domain(), cfg)
+	if err != nil {
+		return false, err
+	}
+	iter, err := cons.Messages(jetstream.PullMaxMessages(cfg.Concurrency*2), jetstream.PullExpiry(cfg.PullExpiry))
+	if err != nil {
+		return false, fmt.Errorf("journal: consume %s: %w", cfg.Durable, err)
+	}
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		select {
+		case <-ctx.Done():
+			// Drain: stop pulling, but let Next return what is buffered
+			// so it can be handed back below.
+			iter.Drain()
+		case <-done:
+		}
+	}()
 	for {
 		m, err := iter.Next()
 		if err != nil {
-			if ctx.Err() != nil || errors.Is(err, jetstream.ErrMsgIteratorClosed) {
-				return nil
+			if ctx.Err() != nil {
+				return took, nil
 			}
-			return fmt.Errorf("journal: consume: %w", err)
+			iter.Stop()
+			return took, fmt.Errorf("journal: consume %s: %w", cfg.Durable, err)
 		}
+		took = true
 		if ctx.Err() != nil {
 			_ = m.Nak()
 			continue

@@ -15,6 +15,9 @@ type Metrics struct {
 	DeliverySeconds prometheus.Histogram
 	// Outcomes counts outcomes appended by executors, by operation and result class.
 	Outcomes *prometheus.CounterVec
+	// PullRestarts counts pulls of an executor consumer that failed (a
+	// NATS fault) and were started again.
+	PullRestarts prometheus.Counter
 }
 
 // NewMetrics creates the metrics and registers them with reg (if not nil).
@@ -30,9 +33,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ayatori_journal_outcomes_total", Help: "Outcomes appended by executors.",
 		}, []string{"operation", "result"}),
+		PullRestarts: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ayatori_journal_consumer_pull_restarts_total", Help: "Executor consumer pulls that failed on a NATS fault and were started again.",
+		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.AppendSeconds, m.DeliverySeconds, m.Outcomes)
+		reg.MustRegister(m.AppendSeconds, m.DeliverySeconds, m.Outcomes, m.PullRestarts)
 	}
 	return m
 }
@@ -52,5 +58,11 @@ func (m *Metrics) observeDelivery(d time.Duration) {
 func (m *Metrics) countOutcome(op string, class ResultClass) {
 	if m != nil {
 		m.Outcomes.WithLabelValues(op, string(class)).Inc()
+	}
+}
+
+func (m *Metrics) countPullRestart() {
+	if m != nil {
+		m.PullRestarts.Inc()
 	}
 }

@@ -144,7 +144,10 @@ func run(args []string) error {
 
 	sh := shared{on: on, namespace: o.namespace, reconcileTimeout: o.reconcileTimeout, retryBase: o.retryBase, retryMax: o.retryMax,
 		consumer: journal.ConsumerConfig{AckWait: o.ackWait, Concurrency: o.executorConns,
-			BeforeHandle: failpoint("executor-before-handle"), BeforeOutcome: failpoint("executor-before-outcome"), AfterOutcome: failpoint("executor-after-outcome")}}
+			BeforeHandle: failpoint("executor-before-handle"), BeforeOutcome: failpoint("executor-before-outcome"), AfterOutcome: failpoint("executor-after-outcome"),
+			OnPullError: func(err error) {
+				ctrl.Log.WithName("executor").Info("intent pull failed; pulling again", "error", err.Error())
+			}}}
 	for _, d := range domains {
 		cleanup, err := d.setup(ctx, mgr, store, sh)
 		if cleanup != nil {
