@@ -93,7 +93,11 @@ var Operations = []string{OpEnsure, OpObserve, OpCancel, OpDelete}
 // Adapters (status.execution.adapter) and the controller names of the
 // JobClasses they own.
 const (
+	// AdapterKubernetes runs Jobs as batch/v1 Jobs (executors/kubernetes).
 	AdapterKubernetes = "kubernetes"
+	// AdapterOpenSandbox runs Jobs as commands in OpenSandbox sandboxes
+	// (executors/opensandbox).
+	AdapterOpenSandbox = "opensandbox"
 )
 
 // Resources are a Job's effective CPU and memory as Kubernetes quantity
@@ -154,6 +158,14 @@ type ExecutionIntent struct {
 	// References are the execution's references known to the projector
 	// (empty when none was reported yet: the adapter finds it by UID).
 	References []Reference `json:"references,omitempty"`
+	// ParametersName and ParametersUID are the class parameters the Job
+	// was accepted with (status.resolvedJobClass.parametersRef): an adapter
+	// whose backend is configured by them (OpenSandbox: endpoint, API key)
+	// reaches the execution through that object only while it keeps this
+	// UID. Empty in intents of older projectors (the adapter then reads
+	// the Job's status).
+	ParametersName string `json:"parametersName,omitempty"`
+	ParametersUID  string `json:"parametersUid,omitempty"`
 	// Reason of a Cancel.
 	Reason StopReason `json:"reason,omitempty"`
 	// FailingReason and FailingMessage are, for a Cancel with Reason

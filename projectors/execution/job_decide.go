@@ -318,6 +318,9 @@ func (d *decider) intent(op, step string, payload any) {
 func (d *decider) executionIntent(reason execution.StopReason) execution.ExecutionIntent {
 	in := execution.ExecutionIntent{Adapter: d.adapter(), Reason: reason}
 	in.References = append(in.References, d.l.refs...)
+	if rc := d.st.ResolvedJobClass; rc != nil {
+		in.ParametersName, in.ParametersUID = rc.ParametersRef.Name, string(rc.ParametersRef.UID)
+	}
 	return in
 }
 
