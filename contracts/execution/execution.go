@@ -93,7 +93,10 @@ var Operations = []string{OpEnsure, OpObserve, OpCancel, OpDelete}
 // Adapters (status.execution.adapter) and the controller names of the
 // JobClasses they own.
 const (
+	// AdapterKubernetes is the Kubernetes adapter (executors/kubernetes).
 	AdapterKubernetes = "kubernetes"
+	// AdapterOpenSandbox is the OpenSandbox adapter (executors/opensandbox).
+	AdapterOpenSandbox = "opensandbox"
 )
 
 // Resources are a Job's effective CPU and memory as Kubernetes quantity
@@ -111,7 +114,7 @@ type Resources struct {
 // Job (immutable after creation) and checks it against TaskDigest, so a
 // literal value never reaches the journal. Env references stay references.
 type EnsureIntent struct {
-	// Adapter runs the execution (AdapterKubernetes).
+	// Adapter runs the execution (AdapterKubernetes, AdapterOpenSandbox).
 	Adapter string `json:"adapter"`
 	// JobClass and JobClassUID are the class the Job was accepted with.
 	JobClass    string `json:"jobClass"`
