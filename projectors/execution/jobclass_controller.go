@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	nodev1 "k8s.io/api/node/v1"
@@ -79,7 +80,32 @@ type JobClassReconciler struct {
 	// parameters kinds (group execution.ayatori.ddupan.top) it supports,
 	// e.g. {ControllerKubernetes: {"KubernetesExecutionParameters"}}.
 	Controllers map[string][]string
+	// Probes maps a parameters kind (e.g. "OpenSandboxExecutionParameters")
+	// to the check of its backend that decides Ready once the class is
+	// Accepted. A kind without a probe is Ready from the cluster's own
+	// objects alone (the RuntimeClass of KubernetesExecutionParameters).
+	Probes map[string]BackendProbe
+	// ProbeInterval is how often a class whose parameters kind has a probe
+	// is probed again, so that a backend recovering or an API key rotated
+	// in its Secret is noticed without a Secret watch (default
+	// DefaultProbeInterval).
+	ProbeInterval time.Duration
 }
+
+// DefaultProbeInterval is JobClassReconciler.ProbeInterval's default.
+const DefaultProbeInterval = 30 * time.Second
+
+// BackendProbe checks whether the backend configured by a parameters object
+// can take new executions (JobClass Ready). It returns ready, or a stable
+// CamelCase reason and a message safe for a Condition (never a secret or a
+// raw backend response). It must bound its own duration.
+//
+// params is the class's parameters object as read from the cache (a copy
+// the probe may keep); the probe is given nothing else. The message should
+// be the same for the same state: the class's status is written only when
+// a condition changes, so a message that varies from probe to probe (a
+// latency, a time) rewrites the class every interval.
+type BackendProbe func(ctx context.Context, params client.Object) (ready bool, reason, message string)
 
 // parametersKinds are the parameters kinds this package can read.
 var parametersKinds = map[string]func() client.Object{
