@@ -100,12 +100,14 @@ func waitEvent(t *testing.T, c client.Client, name, typ, reason string) {
 		if err := c.List(context.Background(), &list); err != nil {
 			return false, err.Error()
 		}
+		var seen []string
 		for _, ev := range list.Items {
 			if ev.Regarding.Name == name && ev.Reason == reason && ev.Type == typ {
 				return true, ""
 			}
+			seen = append(seen, ev.Regarding.Name+":"+ev.Type+"/"+ev.Reason)
 		}
-		return false, fmt.Sprintf("%d events", len(list.Items))
+		return false, fmt.Sprintf("events %v", seen)
 	})
 }
 
