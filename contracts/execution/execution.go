@@ -115,7 +115,7 @@ type Resources struct {
 // Job (immutable after creation) and checks it against TaskDigest, so a
 // literal value never reaches the journal. Env references stay references.
 type EnsureIntent struct {
-	// Adapter runs the execution (AdapterKubernetes).
+	// Adapter runs the execution (AdapterKubernetes, AdapterOpenSandbox).
 	Adapter string `json:"adapter"`
 	// JobClass and JobClassUID are the class the Job was accepted with.
 	JobClass    string `json:"jobClass"`

@@ -3,6 +3,7 @@ package execution
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -95,6 +96,7 @@ func (r *JobReconciler) SetupWithManager(mgr ctrl.Manager, outcomes <-chan recon
 		For(&v1alpha1.Job{}, builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
 		Watches(&v1alpha1.JobClass{}, waiting).
 		Watches(&v1alpha1.KubernetesExecutionParameters{}, waiting).
+		Watches(&v1alpha1.OpenSandboxExecutionParameters{}, waiting).
 		Watches(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
 			return r.waitingJobs(ctx, o.GetName())
 		}))
@@ -292,16 +294,23 @@ func (r *JobReconciler) resolve(ctx context.Context, j *v1alpha1.Job) (*Resoluti
 	if err != nil || !allowed {
 		return refuse(v1alpha1.ReasonNamespaceNotAllowed, "JobClass %s does not allow namespace %s (allowedNamespaces)", class.Name, j.Namespace)
 	}
-	paramsUID, err := r.parametersUID(ctx, class.Spec.ParametersRef)
+	params, err := r.parameters(ctx, class.Spec.ParametersRef)
 	if err != nil {
 		return nil, err
 	}
-	if paramsUID == "" {
+	if params == nil {
 		return refuse(v1alpha1.ReasonJobClassNotAccepted, "JobClass %s: parameters %s %s not found", class.Name, class.Spec.ParametersRef.Kind, class.Spec.ParametersRef.Name)
 	}
 	res, reason, msg := EffectiveResources(j.Spec.Resources, class.Spec.Resources)
 	if reason != "" {
 		return refuse(reason, "%s", msg)
+	}
+	// The adapter's own rules come before the env check: a Secret the
+	// parameters do not let the adapter send is not even read.
+	if osp, ok := params.(*v1alpha1.OpenSandboxExecutionParameters); ok {
+		if reason, msg := AdmitOpenSandbox(j, osp); reason != "" {
+			return refuse(reason, "%s", msg)
+		}
 	}
 	if reason, msg, err := r.checkEnv(ctx, j); err != nil || reason != "" {
 		if err != nil {
@@ -310,7 +319,7 @@ func (r *JobReconciler) resolve(ctx context.Context, j *v1alpha1.Job) (*Resoluti
 		return refuse(reason, "%s", msg)
 	}
 	pref := class.Spec.ParametersRef
-	pref.UID = paramsUID
+	pref.UID = params.GetUID()
 	return &Resolution{
 		Class:     &v1alpha1.ResolvedJobClassReference{Name: class.Name, UID: class.UID, ControllerName: class.Spec.ControllerName, ParametersRef: pref},
 		Resources: res,
@@ -328,27 +337,72 @@ func contains(xs []string, s string) bool {
 }
 
 // parametersUID returns the UID of the parameters object ref names ("":
-// not found or of a kind this manager does not know).
+// not found, being deleted, or of a kind this manager does not know).
 func (r *JobReconciler) parametersUID(ctx context.Context, ref v1alpha1.ParametersReference) (types.UID, error) {
-	var obj client.Object
-	switch {
-	case ref.Group == v1alpha1.GroupVersion.Group && ref.Kind == "KubernetesExecutionParameters":
-		obj = &v1alpha1.KubernetesExecutionParameters{}
-	case ref.Group == v1alpha1.GroupVersion.Group && ref.Kind == "OpenSandboxExecutionParameters":
-		obj = &v1alpha1.OpenSandboxExecutionParameters{}
-	default:
-		return "", nil
-	}
-	if err := r.Client.Get(ctx, types.NamespacedName{Name: ref.Name}, obj); err != nil {
-		if apierrors.IsNotFound(err) {
-			return "", nil
-		}
-		return "", fmt.Errorf("read %s %s: %w", ref.Kind, ref.Name, err)
-	}
-	if !obj.GetDeletionTimestamp().IsZero() {
-		return "", nil
+	obj, err := r.parameters(ctx, ref)
+	if err != nil || obj == nil {
+		return "", err
 	}
 	return obj.GetUID(), nil
+}
+
+// parameters reads the parameters object ref names (nil: not found, being
+// deleted, or of a kind this manager does not know).
+func (r *JobReconciler) parameters(ctx context.Context, ref v1alpha1.ParametersReference) (client.Object, error) {
+	newObj, ok := parametersKinds[ref.Kind]
+	if ref.Group != v1alpha1.GroupVersion.Group || !ok {
+		return nil, nil
+	}
+	obj := newObj()
+	if err := r.Client.Get(ctx, types.NamespacedName{Name: ref.Name}, obj); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("read %s %s: %w", ref.Kind, ref.Name, err)
+	}
+	if !obj.GetDeletionTimestamp().IsZero() {
+		return nil, nil
+	}
+	return obj, nil
+}
+
+// AdmitOpenSandbox checks a Job against the OpenSandbox parameters of its
+// class (docs/execution/jobclass-api.md C11) before it is accepted: an env
+// variable that references a Secret needs params.spec.allowSecretEnv,
+// task.imagePullSecrets need params.spec.allowImageAuth (either would
+// make the adapter send a Secret's content to OpenSandbox), and the task
+// needs a command (the adapter runs it as a command in the sandbox and can
+// not read the image's entrypoint). It returns "", "" when the Job is
+// admitted, else v1alpha1.ReasonSecretEnvNotAllowed,
+// ReasonImageAuthNotAllowed or ReasonCommandRequired and a message naming
+// the variable or Secret and the parameters object, never a value. It
+// reads nothing.
+func AdmitOpenSandbox(j *v1alpha1.Job, params *v1alpha1.OpenSandboxExecutionParameters) (string, string) {
+	task := j.Spec.Task
+	if !params.Spec.AllowSecretEnv {
+		for _, e := range task.Env {
+			if e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil {
+				continue
+			}
+			return v1alpha1.ReasonSecretEnvNotAllowed, fmt.Sprintf(
+				"env %s references Secret %s, but OpenSandboxExecutionParameters %s do not set allowSecretEnv (the adapter would send the Secret's value to OpenSandbox); the Job waits until they do",
+				e.Name, e.ValueFrom.SecretKeyRef.Name, params.Name)
+		}
+	}
+	if !params.Spec.AllowImageAuth && len(task.ImagePullSecrets) > 0 {
+		names := make([]string, 0, len(task.ImagePullSecrets))
+		for _, s := range task.ImagePullSecrets {
+			names = append(names, s.Name)
+		}
+		return v1alpha1.ReasonImageAuthNotAllowed, fmt.Sprintf(
+			"imagePullSecrets names Secret(s) %s, but OpenSandboxExecutionParameters %s do not set allowImageAuth (the adapter would send registry credentials to OpenSandbox); the Job waits until they do",
+			strings.Join(names, ", "), params.Name)
+	}
+	if len(task.Command) == 0 {
+		return v1alpha1.ReasonCommandRequired,
+			"the OpenSandbox adapter runs the task as a command in the sandbox and can not read the image's entrypoint; set task.command"
+	}
+	return "", ""
 }
 
 // checkEnv checks that every non-optional Secret/ConfigMap key an env

@@ -38,7 +38,8 @@ type Resolution struct {
 	Class *v1alpha1.ResolvedJobClassReference
 	// Resources are the effective resources when accepted.
 	Resources v1alpha1.ExecutionResourceRequirements
-	// Adapter runs the class's Jobs (execution.AdapterKubernetes).
+	// Adapter runs the class's Jobs (execution.AdapterKubernetes,
+	// execution.AdapterOpenSandbox).
 	Adapter string
 }
 
@@ -591,7 +592,7 @@ func (d *decider) ensure() {
 func adapterOf(controller string) string {
 	switch controller {
 	case v1alpha1.ControllerOpenSandbox:
-		return "opensandbox"
+		return execution.AdapterOpenSandbox
 	}
 	return execution.AdapterKubernetes
 }

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	nodev1 "k8s.io/api/node/v1"
@@ -65,7 +66,8 @@ func ParametersKey(group, kind, name string) string { return group + "/" + kind 
 // (executionv1alpha1.JobClassFinalizer, kept while a non-terminal Job was
 // accepted with the class's UID) and of the parameters objects
 // (executionv1alpha1.ParametersFinalizer, kept while a JobClass references
-// them by group/kind/name). It never touches a backend.
+// them by group/kind/name). It never touches a backend itself: the Probes
+// it is given (executors/opensandbox) do, for the kinds they are keyed by.
 type JobClassReconciler struct {
 	// Client reads from the manager's cache and writes to the API server.
 	Client client.Client
@@ -79,7 +81,32 @@ type JobClassReconciler struct {
 	// parameters kinds (group execution.ayatori.ddupan.top) it supports,
 	// e.g. {ControllerKubernetes: {"KubernetesExecutionParameters"}}.
 	Controllers map[string][]string
+	// Probes maps a parameters kind (e.g. "OpenSandboxExecutionParameters")
+	// to the check of its backend that decides Ready once the class is
+	// Accepted. A kind without a probe is Ready from the cluster's own
+	// objects alone (the RuntimeClass of KubernetesExecutionParameters).
+	Probes map[string]BackendProbe
+	// ProbeInterval is how often a class whose parameters kind has a probe
+	// is probed again, so that a backend recovering or an API key rotated
+	// in its Secret is noticed without a Secret watch (default
+	// DefaultProbeInterval).
+	ProbeInterval time.Duration
 }
+
+// DefaultProbeInterval is JobClassReconciler.ProbeInterval's default.
+const DefaultProbeInterval = 30 * time.Second
+
+// BackendProbe checks whether the backend configured by a parameters object
+// can take new executions (JobClass Ready). It returns ready, or a stable
+// CamelCase reason and a message safe for a Condition (never a secret or a
+// raw backend response). It must bound its own duration.
+//
+// params is the class's parameters object as read from the cache (a copy
+// the probe may keep); the probe is given nothing else. The message should
+// be the same for the same state: the class's status is written only when
+// a condition changes, so a message that varies from probe to probe (a
+// latency, a time) rewrites the class every interval.
+type BackendProbe func(ctx context.Context, params client.Object) (ready bool, reason, message string)
 
 // parametersKinds are the parameters kinds this package can read.
 var parametersKinds = map[string]func() client.Object{
@@ -179,7 +206,8 @@ func (r *JobClassReconciler) classesOfParameters(kind string) handler.MapFunc {
 
 // Reconcile runs one pass over a JobClass: finalizer first, then the
 // deletion path or the status conditions (one status write, only when
-// something changed).
+// something changed). A class whose parameters kind has a probe is
+// reconciled again after ProbeInterval.
 func (r *JobClassReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	class := &executionv1alpha1.JobClass{}
 	if err := r.Client.Get(ctx, req.NamespacedName, class); err != nil {
@@ -195,23 +223,39 @@ func (r *JobClassReconciler) Reconcile(ctx context.Context, req reconcile.Reques
 			return reconcile.Result{}, err
 		}
 	}
-	accepted, ready, err := r.evaluate(ctx, class)
+	accepted, ready, probed, err := r.evaluate(ctx, class)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	return reconcile.Result{}, r.writeStatus(ctx, class, accepted, ready)
+	if err := r.writeStatus(ctx, class, accepted, ready); err != nil {
+		return reconcile.Result{}, err
+	}
+	if probed {
+		// Nothing watches the backend or the API key's Secret: look again.
+		return reconcile.Result{RequeueAfter: r.probeInterval()}, nil
+	}
+	return reconcile.Result{}, nil
+}
+
+func (r *JobClassReconciler) probeInterval() time.Duration {
+	if r.ProbeInterval > 0 {
+		return r.ProbeInterval
+	}
+	return DefaultProbeInterval
 }
 
 // evaluate computes the Accepted and Ready conditions of class (without
-// observedGeneration and transition times).
-func (r *JobClassReconciler) evaluate(ctx context.Context, class *executionv1alpha1.JobClass) (accepted, ready metav1.Condition, err error) {
+// observedGeneration and transition times). probed: the class is
+// Accepted and its parameters kind has a probe (called when the cluster's
+// own objects leave the class Ready), so it is to be probed again.
+func (r *JobClassReconciler) evaluate(ctx context.Context, class *executionv1alpha1.JobClass) (accepted, ready metav1.Condition, probed bool, err error) {
 	accepted = metav1.Condition{Type: executionv1alpha1.JobClassConditionAccepted}
 	ready = metav1.Condition{Type: executionv1alpha1.JobClassConditionReady}
-	notAccepted := func(reason, format string, args ...any) (metav1.Condition, metav1.Condition, error) {
+	notAccepted := func(reason, format string, args ...any) (metav1.Condition, metav1.Condition, bool, error) {
 		accepted.Status, accepted.Reason, accepted.Message = metav1.ConditionFalse, reason, fmt.Sprintf(format, args...)
 		ready.Status, ready.Reason = metav1.ConditionFalse, executionv1alpha1.ReasonJobClassNotAccepted
 		ready.Message = "the class is not accepted (" + reason + ")"
-		return accepted, ready, nil
+		return accepted, ready, false, nil
 	}
 	spec := class.Spec
 	ref := spec.ParametersRef
@@ -230,7 +274,7 @@ func (r *JobClassReconciler) evaluate(ctx context.Context, class *executionv1alp
 	case apierrors.IsNotFound(err):
 		return notAccepted(executionv1alpha1.ReasonParametersNotFound, "%s %s does not exist", ref.Kind, ref.Name)
 	case err != nil:
-		return accepted, ready, err
+		return accepted, ready, false, err
 	}
 	if reason, msg := CheckResourcePolicy(spec.Resources); reason != "" {
 		return notAccepted(reason, "%s", msg)
@@ -246,10 +290,25 @@ func (r *JobClassReconciler) evaluate(ctx context.Context, class *executionv1alp
 			ready.Status, ready.Reason = metav1.ConditionFalse, executionv1alpha1.ReasonRuntimeClassNotFound
 			ready.Message = fmt.Sprintf("RuntimeClass %s (runtimeClassName of %s %s) does not exist", k.Spec.RuntimeClassName, ref.Kind, ref.Name)
 		case err != nil:
-			return accepted, ready, err
+			return accepted, ready, false, err
 		}
 	}
-	return accepted, ready, nil
+	if probe := r.Probes[ref.Kind]; probe != nil {
+		if ready.Status != metav1.ConditionTrue {
+			return accepted, ready, true, nil
+		}
+		if ok, reason, msg := probe(ctx, params); !ok {
+			if reason == "" {
+				reason = executionv1alpha1.ReasonBackendUnavailable
+			}
+			if msg == "" {
+				msg = fmt.Sprintf("the backend of %s %s can not take new executions", ref.Kind, ref.Name)
+			}
+			ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, reason, msg
+		}
+		return accepted, ready, true, nil
+	}
+	return accepted, ready, false, nil
 }
 
 // writeStatus sets the conditions and observedGeneration, writes status
@@ -259,7 +318,12 @@ func (r *JobClassReconciler) writeStatus(ctx context.Context, class *executionv1
 	var transitions []metav1.Condition
 	for _, c := range conds {
 		c.ObservedGeneration = class.Generation
-		old := meta.FindStatusCondition(class.Status.Conditions, c.Type)
+		// A copy: SetStatusCondition updates the condition in place.
+		var old *metav1.Condition
+		if o := meta.FindStatusCondition(class.Status.Conditions, c.Type); o != nil {
+			cp := *o
+			old = &cp
+		}
 		if meta.SetStatusCondition(&class.Status.Conditions, c) && (old == nil || old.Status != c.Status || old.Reason != c.Reason) {
 			transitions = append(transitions, c)
 		}

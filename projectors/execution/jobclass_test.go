@@ -18,6 +18,7 @@ import (
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -36,12 +37,22 @@ type classEnv struct {
 
 func startClassEnv(t *testing.T) *classEnv {
 	t.Helper()
+	return startClassEnvWith(t, nil)
+}
+
+// startClassEnvWith is startClassEnv with configure applied to the
+// reconciler before it is set up (nil: none).
+func startClassEnvWith(t *testing.T, configure func(*execution.JobClassReconciler)) *classEnv {
+	t.Helper()
 	cp := integration.StartControlPlane(t, integration.ControlPlaneOptions{})
 	ctrl.SetLogger(zap.New(zap.WriteTo(testWriter{t}), zap.UseDevMode(true)))
 	mgr, err := ctrl.NewManager(cp.Config, ctrl.Options{
 		Scheme:                 cp.Scheme,
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
+		// Several tests of this binary start a manager with the same
+		// controllers.
+		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -52,6 +63,9 @@ func startClassEnv(t *testing.T) *classEnv {
 			executionv1alpha1.ControllerKubernetes:  {"KubernetesExecutionParameters"},
 			executionv1alpha1.ControllerOpenSandbox: {"OpenSandboxExecutionParameters"},
 		},
+	}
+	if configure != nil {
+		configure(r)
 	}
 	if err := r.SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
@@ -86,7 +100,13 @@ func (w testWriter) Write(p []byte) (int, error) {
 // eventually polls cond every 50 ms for up to 15 s.
 func eventually(t *testing.T, what string, cond func() (bool, string)) {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
+	eventuallyWithin(t, 15*time.Second, what, cond)
+}
+
+// eventuallyWithin polls cond every 50 ms for up to timeout.
+func eventuallyWithin(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
 	last := ""
 	for time.Now().Before(deadline) {
 		ok, state := cond()
@@ -128,8 +148,14 @@ func (e *classEnv) newK8sParams(t *testing.T, name, runtimeClass string) *execut
 // reason for the class's current generation and returns the class.
 func (e *classEnv) waitCondition(t *testing.T, name, typ string, status metav1.ConditionStatus, reason string) *executionv1alpha1.JobClass {
 	t.Helper()
+	return e.waitConditionWithin(t, 15*time.Second, name, typ, status, reason)
+}
+
+// waitConditionWithin is waitCondition with its own timeout.
+func (e *classEnv) waitConditionWithin(t *testing.T, timeout time.Duration, name, typ string, status metav1.ConditionStatus, reason string) *executionv1alpha1.JobClass {
+	t.Helper()
 	c := &executionv1alpha1.JobClass{}
-	eventually(t, fmt.Sprintf("JobClass %s %s=%s/%s", name, typ, status, reason), func() (bool, string) {
+	eventuallyWithin(t, timeout, fmt.Sprintf("JobClass %s %s=%s/%s", name, typ, status, reason), func() (bool, string) {
 		if err := e.c.Get(e.ctx, types.NamespacedName{Name: name}, c); err != nil {
 			return false, err.Error()
 		}

@@ -30,6 +30,20 @@ const (
 	// have (the schema accepts, for example, an empty name); it never
 	// resolves, so the Job is refused until it is recreated.
 	ReasonInvalidEnvReference = "InvalidEnvReference"
+	// ReasonSecretEnvNotAllowed: the class's OpenSandboxExecutionParameters
+	// do not set allowSecretEnv and an env variable references a Secret
+	// (the adapter would have to send its value to OpenSandbox); the Job
+	// waits for the parameters to allow it.
+	ReasonSecretEnvNotAllowed = "SecretEnvNotAllowed"
+	// ReasonImageAuthNotAllowed: the class's OpenSandboxExecutionParameters
+	// do not set allowImageAuth and the task names imagePullSecrets (the
+	// adapter would have to send registry credentials to OpenSandbox); the
+	// Job waits for the parameters to allow it.
+	ReasonImageAuthNotAllowed = "ImageAuthNotAllowed"
+	// ReasonCommandRequired: the class is an OpenSandbox class and the task
+	// has no command (the adapter runs the task as a command in the sandbox
+	// and can not read the image's entrypoint).
+	ReasonCommandRequired = "CommandRequired"
 
 	// Scheduled reasons.
 
@@ -46,7 +60,9 @@ const (
 	// ReasonParametersChanged: the class's parameters object is gone or was
 	// recreated with another UID before the execution was created.
 	ReasonParametersChanged = "ParametersChanged"
-	// ReasonBackendUnavailable: the backend could not be reached; retried.
+	// ReasonBackendUnavailable: the backend could not be reached (or
+	// answered with a server error); retried. Also JobClass Ready=False
+	// when the class's backend probe can not reach its backend.
 	ReasonBackendUnavailable = "BackendUnavailable"
 
 	// Succeeded reasons.
@@ -104,6 +120,14 @@ const (
 	ReasonBackendReachable = "BackendReachable"
 	// ReasonRuntimeClassNotFound: the parameters' RuntimeClass is missing.
 	ReasonRuntimeClassNotFound = "RuntimeClassNotFound"
+	// ReasonAPIKeySecretNotFound: JobClass Ready=False, the Secret the
+	// parameters' apiKeySecretRef names, or its key, is missing.
+	ReasonAPIKeySecretNotFound = "APIKeySecretNotFound"
+	// ReasonAPIKeyRejected: JobClass Ready=False, the backend refused the
+	// API key (HTTP 401 or 403).
+	ReasonAPIKeyRejected = "APIKeyRejected"
+	// (A backend probe that can not reach its backend, or gets a server
+	// error, reports ReasonBackendUnavailable.)
 	// ReasonJobClassDeleting: JobClass Ready=False, the class is being
 	// deleted; the message names the non-terminal Jobs that still keep its
 	// protection finalizer.
