@@ -2,9 +2,13 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"flag"
 	"fmt"
+	"net/http"
 	"os"
+	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
@@ -16,6 +20,7 @@ import (
 	v1alpha1 "git.ddupan.top/panxiao81/ayatori/api/execution/v1alpha1"
 	"git.ddupan.top/panxiao81/ayatori/contracts/execution"
 	kexec "git.ddupan.top/panxiao81/ayatori/executors/kubernetes"
+	osexec "git.ddupan.top/panxiao81/ayatori/executors/opensandbox"
 	"git.ddupan.top/panxiao81/ayatori/journal"
 	exprojector "git.ddupan.top/panxiao81/ayatori/projectors/execution"
 )
@@ -31,11 +36,15 @@ import (
 //   - jobttl projector: the journal (it notes each TTL deletion).
 //   - kubernetes executor: the cluster the native batch/v1 Jobs run in,
 //     --execution-kubeconfig (default: the management cluster).
+//   - opensandbox executor: nothing required; the endpoint and API key
+//     come from each class's OpenSandboxExecutionParameters;
+//     --opensandbox-ca-file adds a CA for https endpoints.
 const (
-	jobProjector       = "job"
-	jobClassProjector  = "jobclass"
-	jobTTLProjector    = "jobttl"
-	kubernetesExecutor = "kubernetes"
+	jobProjector        = "job"
+	jobClassProjector   = "jobclass"
+	jobTTLProjector     = "jobttl"
+	kubernetesExecutor  = "kubernetes"
+	opensandboxExecutor = "opensandbox"
 
 	// executionDurable is the domain's durable consumer.
 	executionDurable = "ayatori-executor-execution-v1"
@@ -47,6 +56,10 @@ type executionOptions struct {
 	jobWorkers         int
 	observeMax         time.Duration
 	resolveRecheck     time.Duration
+	osCAFile           string
+	osProvision        time.Duration
+	osMarkerDir        string
+	classProbeInterval time.Duration
 }
 
 func newExecutionDomain() *domain {
@@ -54,7 +67,7 @@ func newExecutionDomain() *domain {
 	return &domain{
 		name:        execution.Domain,
 		projectors:  []string{jobProjector, jobClassProjector, jobTTLProjector},
-		executors:   []string{kubernetesExecutor},
+		executors:   []string{kubernetesExecutor, opensandboxExecutor},
 		bind:        o.bind,
 		validate:    o.validate,
 		addToScheme: v1alpha1.AddToScheme,
@@ -66,6 +79,10 @@ func (o *executionOptions) bind(fs *flag.FlagSet) {
 	fs.StringVar(&o.workloadKubeconfig, "execution-kubeconfig", "", "kubeconfig of the cluster the kubernetes executor runs native batch/v1 Jobs in (default: the management cluster)")
 	fs.IntVar(&o.jobWorkers, "job-workers", 4, "how many Jobs the job projector reconciles at once (> 0)")
 	fs.DurationVar(&o.observeMax, "job-observe-max-interval", exprojector.DefaultJobPolicy.ObserveMax, "longest pause between two Observes of a running Job whose state does not change (> 0; the pause starts at 1s and doubles)")
+	fs.StringVar(&o.osCAFile, "opensandbox-ca-file", "", "PEM file of extra CAs the opensandbox executor (and the JobClass probe) trust for https endpoints, besides the system roots")
+	fs.DurationVar(&o.osProvision, "opensandbox-provision-timeout", osexec.DefaultProvisionTimeout, "how long one Ensure waits for a new sandbox to run before its delivery is retried (> 0)")
+	fs.StringVar(&o.osMarkerDir, "opensandbox-marker-dir", osexec.DefaultMarkerDir, "directory inside the sandbox where a command records that it started the task and its exit code (must be writable by the task's user)")
+	fs.DurationVar(&o.classProbeInterval, "jobclass-probe-interval", 30*time.Second, "how often the JobClass projector probes the backend of a class whose adapter has a probe (OpenSandbox: endpoint, API key) for Ready (> 0)")
 	fs.DurationVar(&o.resolveRecheck, "job-resolve-interval", exprojector.DefaultJobPolicy.ResolveRecheck, "how often a Job that waits for a class, Secret, ConfigMap or ServiceAccount looks again (> 0; class and namespace changes wake it at once)")
 }
 
@@ -79,6 +96,20 @@ func (o *executionOptions) validate(on selection) []error {
 	}
 	if o.resolveRecheck <= 0 {
 		errs = append(errs, fmt.Errorf("--job-resolve-interval must be a positive duration, got %s", o.resolveRecheck))
+	}
+	if o.osProvision <= 0 {
+		errs = append(errs, fmt.Errorf("--opensandbox-provision-timeout must be a positive duration, got %s", o.osProvision))
+	}
+	if o.classProbeInterval <= 0 {
+		errs = append(errs, fmt.Errorf("--jobclass-probe-interval must be a positive duration, got %s", o.classProbeInterval))
+	}
+	if !strings.HasPrefix(o.osMarkerDir, "/") {
+		errs = append(errs, fmt.Errorf("--opensandbox-marker-dir must be an absolute path, got %q", o.osMarkerDir))
+	}
+	if o.osCAFile != "" {
+		if _, err := o.osHTTPClient(); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if o.workloadKubeconfig != "" && on.executor(kubernetesExecutor) {
 		if st, err := os.Stat(o.workloadKubeconfig); err != nil || st.IsDir() {
@@ -95,7 +126,14 @@ func (o *executionOptions) setup(_ context.Context, mgr manager.Manager, store *
 	rec := mgr.GetEventRecorder("ayatori-manager")
 	if on.projector(jobClassProjector) {
 		r := &exprojector.JobClassReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: rec,
-			Controllers: map[string][]string{v1alpha1.ControllerKubernetes: {"KubernetesExecutionParameters"}}}
+			Controllers: map[string][]string{v1alpha1.ControllerKubernetes: {"KubernetesExecutionParameters"}, v1alpha1.ControllerOpenSandbox: {osexec.ParametersKind}}}
+		hc, err := o.osHTTPClient()
+		if err != nil {
+			return nil, err
+		}
+		probe := &osexec.Executor{Management: mgr.GetAPIReader(), HTTPClient: hc, Timeout: min(sh.reconcileTimeout, 10*time.Second)}
+		r.Probes = map[string]exprojector.BackendProbe{osexec.ParametersKind: probe.Probe}
+		r.ProbeInterval = o.classProbeInterval
 		if err := r.SetupWithManager(mgr); err != nil {
 			return nil, fmt.Errorf("set up the JobClass projector: %w", err)
 		}
@@ -115,7 +153,7 @@ func (o *executionOptions) setup(_ context.Context, mgr manager.Manager, store *
 		policy.ObserveMax, policy.ResolveRecheck = o.observeMax, o.resolveRecheck
 		policy.RetryBase, policy.RetryMax = sh.retryBase, sh.retryMax
 		r := &exprojector.JobReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Journal: store, Recorder: rec,
-			Policy: policy, Controllers: []string{v1alpha1.ControllerKubernetes}, Workers: o.jobWorkers}
+			Policy: policy, Controllers: []string{v1alpha1.ControllerKubernetes, v1alpha1.ControllerOpenSandbox}, Workers: o.jobWorkers}
 		if err := r.SetupWithManager(mgr, router.For(exprojector.KindJob)); err != nil {
 			return nil, fmt.Errorf("set up the Job projector: %w", err)
 		}
@@ -134,7 +172,38 @@ func (o *executionOptions) setup(_ context.Context, mgr manager.Manager, store *
 			return nil, err
 		}
 	}
+	if on.executor(opensandboxExecutor) {
+		hc, err := o.osHTTPClient()
+		if err != nil {
+			return nil, err
+		}
+		ex := &osexec.Executor{Management: mgr.GetAPIReader(), HTTPClient: hc, Timeout: sh.reconcileTimeout,
+			ProvisionTimeout: o.osProvision, Marker: osexec.Marker{Dir: o.osMarkerDir}}
+		if err := ex.Register(dispatch); err != nil {
+			return nil, err
+		}
+	}
 	return nil, sh.consume(mgr, store, executionDurable, dispatch)
+}
+
+// osHTTPClient is the opensandbox executor's HTTP client: the system
+// roots plus --opensandbox-ca-file.
+func (o *executionOptions) osHTTPClient() (*http.Client, error) {
+	pool, err := x509.SystemCertPool()
+	if err != nil || pool == nil {
+		pool = x509.NewCertPool()
+	}
+	if o.osCAFile != "" {
+		pem, err := os.ReadFile(o.osCAFile)
+		if err != nil {
+			return nil, fmt.Errorf("--opensandbox-ca-file: %w", err)
+		}
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("--opensandbox-ca-file %s holds no PEM certificate", o.osCAFile)
+		}
+	}
+	return &http.Client{Transport: &http.Transport{Proxy: http.ProxyFromEnvironment,
+		TLSClientConfig: &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: pool}}}, nil
 }
 
 // workloadClient is the client of the cluster native Jobs run in: the

@@ -2,8 +2,10 @@ package opensandbox
 
 import (
 	"context"
+
 	"errors"
 	"fmt"
+	executionv1alpha1 "git.ddupan.top/panxiao81/ayatori/api/execution/v1alpha1"
 	"net"
 	"net/http"
 )
@@ -22,7 +24,7 @@ type failure struct {
 // Reasons of definite failures read from HTTP status codes.
 const (
 	// ReasonAPIKeyRejected: the lifecycle API or execd answered 401.
-	ReasonAPIKeyRejected = "APIKeyRejected"
+	ReasonAPIKeyRejected = executionv1alpha1.ReasonAPIKeyRejected
 	// ReasonForbidden: 403.
 	ReasonForbidden = "Forbidden"
 	// ReasonInvalidSpec: 400 (or 422) for a request the executor built.

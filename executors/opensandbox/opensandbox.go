@@ -116,11 +116,11 @@ const (
 	ReasonInvalidIntent              = "InvalidIntent"
 	ReasonTaskChanged                = "TaskChanged"
 	ReasonInsecureEndpoint           = "InsecureEndpoint"
-	ReasonAPIKeySecretNotFound       = "APIKeySecretNotFound"
-	ReasonSecretEnvNotAllowed        = "SecretEnvNotAllowed"
-	ReasonImageAuthNotAllowed        = "ImageAuthNotAllowed"
+	ReasonAPIKeySecretNotFound       = executionv1alpha1.ReasonAPIKeySecretNotFound
+	ReasonSecretEnvNotAllowed        = executionv1alpha1.ReasonSecretEnvNotAllowed
+	ReasonImageAuthNotAllowed        = executionv1alpha1.ReasonImageAuthNotAllowed
 	ReasonImageAuthNotFound          = "ImageAuthNotFound"
-	ReasonCommandRequired            = "CommandRequired"
+	ReasonCommandRequired            = executionv1alpha1.ReasonCommandRequired
 	ReasonRequestMappingUnsupported  = "RequestMappingUnsupported"
 	ReasonCommandStateLost           = "CommandStateLost"
 	ReasonExitCodeNotRecorded        = "ExitCodeNotRecorded"
