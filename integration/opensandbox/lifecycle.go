@@ -25,7 +25,7 @@ const reservedMetadataPrefix = "opensandbox.io/"
 // phase is one step of a sandbox's state timeline; the current state is the
 // last phase whose time has come.
 type phase struct {
-	at                    time.Time
+	at                     time.Time
 	state, reason, message string
 }
 
