@@ -30,6 +30,9 @@ func TestForegroundCommandStreamsOutput(t *testing.T) {
 		"command": `echo "$A $B"; echo err >&2; echo "$HOME"; pwd; printf tail`,
 		"envs":    map[string]string{"B": "from-command"},
 	})
+	if !strings.HasPrefix(string(h.lastRaw), `{"type":"init","text":"cmd-`) || !strings.HasSuffix(string(h.lastRaw), "}\n\n") {
+		t.Errorf("raw stream = %q, want bare JSON events separated by blank lines", h.lastRaw)
+	}
 	dir := h.s.SandboxDir(id)
 	if got, want := eventTexts(evs, "stdout"), []string{"from-sandbox from-command", dir, dir, "tail"}; !slices.Equal(got, want) {
 		t.Errorf("stdout = %q, want %q", got, want)

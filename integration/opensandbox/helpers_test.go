@@ -16,6 +16,8 @@ type harness struct {
 	s   *Server
 	c   *http.Client
 	key string
+	// lastRaw is the raw SSE body of the last run.
+	lastRaw []byte
 }
 
 func newHarness(t *testing.T, opts Options) *harness {
@@ -186,6 +188,7 @@ func (h *harness) run(id string, req map[string]any) []event {
 	if ct := resp.Header.Get("Content-Type"); ct != "text/event-stream" {
 		h.t.Fatalf("POST /command: content type %q", ct)
 	}
+	h.lastRaw = data
 	var evs []event
 	for _, p := range splitEvents(data) {
 		var ev event
