@@ -200,6 +200,8 @@ func (x *exchange) runCommand(w http.ResponseWriter, sb *sandbox) {
 			out.send(streamEvent{Type: "ping", Text: "pong"})
 		case <-x.s.closing:
 			return
+		case <-c.restarted:
+			panic(http.ErrAbortHandler) // execd went away mid-stream
 		}
 	}
 }

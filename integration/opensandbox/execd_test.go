@@ -2,6 +2,7 @@ package opensandbox
 
 import (
 	"bytes"
+	"io"
 	"net/http"
 	"net/url"
 	"os"
@@ -285,6 +286,25 @@ func TestRestartExecd(t *testing.T) {
 		if !pidGone(p, 2*time.Second) {
 			t.Errorf("pid %d survived RestartExecd(kill)", p)
 		}
+	}
+	// A restart cuts the streams of the old execd.
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		_ = h.s.RestartExecd(id, true)
+	}()
+	req, _ := http.NewRequest("POST", base+"/command", strings.NewReader(`{"command":"echo started; sleep 30"}`))
+	req.Header.Set("Content-Type", "application/json")
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	resp, err := h.c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err == nil || !strings.Contains(string(body), "started") {
+		t.Errorf("stream across a restart: %q, %v; want the output so far then a cut", body, err)
 	}
 	if err := h.s.RestartExecd("nope", true); err == nil {
 		t.Error("RestartExecd of an unknown sandbox: no error")

@@ -42,6 +42,9 @@ type sandbox struct {
 	expiresAt   *time.Time
 	commands    map[string]*command
 	procs       map[*proc]bool
+	// restart is closed (and replaced) by RestartExecd; streams of the
+	// execd that "restarted" are cut.
+	restart chan struct{}
 }
 
 func (sb *sandbox) current(now time.Time) phase {
@@ -155,7 +158,7 @@ func (x *exchange) lifecycle(w http.ResponseWriter) {
 	case len(parts) == 1 && parts[0] == "sandboxes" && m == http.MethodGet:
 		x.listSandboxes(w)
 	case len(parts) == 2 && parts[0] == "sandboxes" && m == http.MethodGet:
-		x.withSandbox(w, parts[1], func(sb *sandbox) { x.writeJSON(w, http.StatusOK, sb.view(time.Now())) })
+		x.withSandbox(w, parts[1], func(sb *sandbox) (int, any) { return http.StatusOK, sb.view(time.Now()) })
 	case len(parts) == 2 && parts[0] == "sandboxes" && m == http.MethodDelete:
 		x.deleteSandbox(w, parts[1])
 	case len(parts) == 3 && parts[0] == "sandboxes" && parts[2] == "metadata" && m == http.MethodPatch:
@@ -184,7 +187,10 @@ func (x *exchange) notImplemented(w http.ResponseWriter) {
 	x.writeError(w, http.StatusInternalServerError, "NOT_IMPLEMENTED", "not implemented by the OpenSandbox test server: "+x.r.Method+" "+x.rt.vpath)
 }
 
-func (x *exchange) withSandbox(w http.ResponseWriter, id string, f func(sb *sandbox)) {
+// withSandbox runs f on a live sandbox under the server lock and answers
+// what it returns: a JSON body, or only the status when the body is nil.
+// An unknown sandbox is a 404.
+func (x *exchange) withSandbox(w http.ResponseWriter, id string, f func(sb *sandbox) (int, any)) {
 	x.s.mu.Lock()
 	sb := x.s.sandboxes[id]
 	if sb == nil {
@@ -192,9 +198,14 @@ func (x *exchange) withSandbox(w http.ResponseWriter, id string, f func(sb *sand
 		x.writeError(w, http.StatusNotFound, "SANDBOX_NOT_FOUND", "sandbox "+id+" not found")
 		return
 	}
-	// f runs under the server lock; it must not block.
-	defer x.s.mu.Unlock()
-	f(sb)
+	status, body := f(sb)
+	x.s.mu.Unlock()
+	if body == nil {
+		w.Header().Set("X-Request-ID", uuid4())
+		w.WriteHeader(status)
+		return
+	}
+	x.writeJSON(w, status, body)
 }
 
 // metadataProblems checks metadata against the Kubernetes label rules the
@@ -283,6 +294,7 @@ func (x *exchange) createSandbox(w http.ResponseWriter) {
 		metadata:    maps.Clone(req.Metadata),
 		commands:    map[string]*command{},
 		procs:       map[*proc]bool{},
+		restart:     make(chan struct{}),
 	}
 	sb.phases = []phase{{at: now, state: "Pending", reason: "provisioning", message: "sandbox is being provisioned"}}
 	if sb.failPull {
@@ -412,7 +424,7 @@ func (x *exchange) patchMetadata(w http.ResponseWriter, id string) {
 		x.writeError(w, http.StatusBadRequest, "INVALID_REQUEST", strings.Join(problems, "; "))
 		return
 	}
-	x.withSandbox(w, id, func(sb *sandbox) {
+	x.withSandbox(w, id, func(sb *sandbox) (int, any) {
 		if sb.metadata == nil {
 			sb.metadata = map[string]string{}
 		}
@@ -423,7 +435,7 @@ func (x *exchange) patchMetadata(w http.ResponseWriter, id string) {
 				sb.metadata[k] = *v
 			}
 		}
-		x.writeJSON(w, http.StatusOK, sb.view(time.Now()))
+		return http.StatusOK, sb.view(time.Now())
 	})
 }
 
@@ -439,16 +451,16 @@ func (x *exchange) endpoint(w http.ResponseWriter, id, port string) {
 		x.writeError(w, http.StatusBadRequest, "INVALID_REQUEST", msg)
 		return
 	}
-	x.withSandbox(w, id, func(sb *sandbox) {
-		x.writeJSON(w, http.StatusOK, endpointJSON{
+	x.withSandbox(w, id, func(sb *sandbox) (int, any) {
+		return http.StatusOK, endpointJSON{
 			Endpoint: x.s.host + "/sandboxes/" + sb.id + "/port/" + port,
 			Headers:  map[string]string{ExecdTokenHeader: sb.token},
-		})
+		}
 	})
 }
 
 func (x *exchange) pauseResume(w http.ResponseWriter, id string, pause bool) {
-	x.withSandbox(w, id, func(sb *sandbox) {
+	x.withSandbox(w, id, func(sb *sandbox) (int, any) {
 		now := time.Now()
 		cur := sb.current(now).state
 		d := x.s.opts.ProvisionDelay
@@ -458,11 +470,9 @@ func (x *exchange) pauseResume(w http.ResponseWriter, id string, pause bool) {
 		case !pause && cur == "Paused":
 			sb.setPhases(now, phase{at: now, state: "Resuming", reason: "resume_requested"}, phase{at: now.Add(d), state: "Running", reason: "running"})
 		default:
-			x.writeError(w, http.StatusConflict, "INVALID_STATE", "sandbox is "+cur)
-			return
+			return http.StatusConflict, errorResponse{Code: "INVALID_STATE", Message: "sandbox is " + cur}
 		}
-		w.Header().Set("X-Request-ID", uuid4())
-		w.WriteHeader(http.StatusAccepted)
+		return http.StatusAccepted, nil
 	})
 }
 
@@ -474,13 +484,12 @@ func (x *exchange) renew(w http.ResponseWriter, id string) {
 		x.writeError(w, http.StatusBadRequest, "INVALID_REQUEST", "invalid body: "+err.Error())
 		return
 	}
-	x.withSandbox(w, id, func(sb *sandbox) {
+	x.withSandbox(w, id, func(sb *sandbox) (int, any) {
 		if !req.ExpiresAt.After(time.Now()) || (sb.expiresAt != nil && !req.ExpiresAt.After(*sb.expiresAt)) {
-			x.writeError(w, http.StatusBadRequest, "INVALID_EXPIRATION", "expiresAt must be in the future and after the current expiresAt")
-			return
+			return http.StatusBadRequest, errorResponse{Code: "INVALID_EXPIRATION", Message: "expiresAt must be in the future and after the current expiresAt"}
 		}
 		t := req.ExpiresAt.UTC()
 		sb.expiresAt = &t
-		x.writeJSON(w, http.StatusOK, map[string]any{"expiresAt": t})
+		return http.StatusOK, map[string]any{"expiresAt": t}
 	})
 }

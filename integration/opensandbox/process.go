@@ -89,6 +89,8 @@ type command struct {
 	background bool
 	startedAt  time.Time
 	proc       *proc // nil when the process did not start
+	// restarted is closed when the execd that ran the command restarts.
+	restarted <-chan struct{}
 
 	mu         sync.Mutex
 	running    bool
@@ -169,6 +171,7 @@ func (s *Server) startCommand(sandboxID string, req runCommandRequest) (*command
 		closeAll()
 		return nil, fmt.Errorf("sandbox %s is gone", sandboxID)
 	}
+	c.restarted = sb.restart
 	cmd := exec.Command("bash", "-c", req.Command)
 	cmd.Dir = sb.dir
 	if req.Cwd != "" {
@@ -315,7 +318,8 @@ func (s *Server) interrupt(c *command) {
 }
 
 // RestartExecd simulates an execd restart in a sandbox: all its command
-// state is forgotten (status and logs answer 404 afterwards); with
+// state is forgotten (status and logs answer 404 afterwards) and the command
+// streams still open are cut (connection closed mid-stream); with
 // killProcesses its process groups are killed and waited for. The access
 // token and the sandbox itself stay.
 func (s *Server) RestartExecd(sandboxID string, killProcesses bool) error {
@@ -326,6 +330,8 @@ func (s *Server) RestartExecd(sandboxID string, killProcesses bool) error {
 		return fmt.Errorf("opensandbox: no live sandbox %q", sandboxID)
 	}
 	sb.commands = map[string]*command{}
+	close(sb.restart)
+	sb.restart = make(chan struct{})
 	procs := slices.Collect(maps.Keys(sb.procs))
 	s.mu.Unlock()
 	if !killProcesses {

@@ -38,12 +38,11 @@ type Server struct {
 	handlers  sync.WaitGroup
 	procWG    sync.WaitGroup
 
+	mu     sync.Mutex
+	closed bool
 	// respHook, when set, may rewrite a JSON response body before it is
-	// sent (a test hook to prove response validation).
-	respHook func(r *http.Request, status int, body []byte) []byte
-
-	mu         sync.Mutex
-	closed     bool
+	// sent (a test hook to prove response validation); set with setRespHook.
+	respHook   func(r *http.Request, status int, body []byte) []byte
 	apiKeys    map[string]bool
 	sandboxes  map[string]*sandbox // live ones
 	records    map[string]CreateRequest
@@ -241,6 +240,12 @@ func (s *Server) logf(format string, args ...any) {
 	if s.opts.Logf != nil {
 		s.opts.Logf(format, args...)
 	}
+}
+
+func (s *Server) setRespHook(h func(r *http.Request, status int, body []byte) []byte) {
+	s.mu.Lock()
+	s.respHook = h
+	s.mu.Unlock()
 }
 
 // SetAPIKeys replaces the accepted API keys (none: every request is 401).

@@ -200,7 +200,10 @@ func (x *exchange) writeJSON(w http.ResponseWriter, status int, v any) {
 	if err != nil {
 		panic(err)
 	}
-	if h := x.s.respHook; h != nil {
+	x.s.mu.Lock()
+	hook := x.s.respHook
+	x.s.mu.Unlock()
+	if h := hook; h != nil {
 		body = h(x.r, status, body)
 	}
 	if x.rt.doc == x.s.lc {

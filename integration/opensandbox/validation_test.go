@@ -94,12 +94,12 @@ func TestInvalidRequestIsRecordedAndAnswered400(t *testing.T) {
 func TestInvalidResponseIsRecorded(t *testing.T) {
 	h := newHarness(t, Options{})
 	id := h.running(nil)
-	h.s.respHook = func(r *http.Request, status int, body []byte) []byte {
+	h.s.setRespHook(func(r *http.Request, status int, body []byte) []byte {
 		if r.Method == "GET" && strings.HasPrefix(r.URL.Path, "/v1/sandboxes/") {
 			return []byte(`{"id": 5, "status": {"state": "Running"}}`)
 		}
 		return body
-	}
+	})
 	resp, _ := h.api("GET", "/sandboxes/"+id, nil)
 	if resp.StatusCode != 200 {
 		t.Fatalf("get: %d", resp.StatusCode)
@@ -113,15 +113,15 @@ func TestInvalidResponseIsRecorded(t *testing.T) {
 	}
 
 	// An undocumented status with a non-ErrorResponse body.
-	h.s.respHook = func(r *http.Request, status int, body []byte) []byte {
+	h.s.setRespHook(func(r *http.Request, status int, body []byte) []byte {
 		if status == 404 {
 			return []byte(`{"error": "nope"}`)
 		}
 		return body
-	}
+	})
 	h.api("GET", "/sandboxes/missing", nil)
 	takeViolations(t, h.s, "response lifecycle GET /sandboxes/missing 404")
-	h.s.respHook = nil
+	h.s.setRespHook(nil)
 }
 
 // Each event of an SSE response is validated against ServerStreamEvent.
