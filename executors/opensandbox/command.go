@@ -11,10 +11,10 @@ import (
 const DefaultMarkerDir = "/tmp"
 
 // Quote renders one argv element as a POSIX shell word: single-quoted,
-// with every single quote written as '\'' (close, escaped quote, reopen).
+// with every single quote written as '\” (close, escaped quote, reopen).
 // Inside single quotes bash takes every other byte literally (spaces, $,
 // backquotes, backslashes, double quotes, newlines, globs), so the word
-// reaches the process exactly as given. An empty element becomes ''.
+// reaches the process exactly as given. An empty element becomes ”.
 func Quote(s string) string {
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
