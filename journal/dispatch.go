@@ -1,6 +1,7 @@
 package journal
 
 import (
+	"errors"
 	"fmt"
 	"sort"
 )
@@ -140,4 +141,15 @@ func (d *Dispatcher) handler(intent Record) (Handler, string) {
 		return h, ""
 	}
 	return nil, fmt.Sprintf("no executor handles operation %s for backend %q", intent.Operation, b)
+}
+
+// HandlerFor returns the handler an intent is routed to, or an error
+// saying why there is none (what Consume records as a Failed/
+// UnknownOperation outcome).
+func (d *Dispatcher) HandlerFor(intent Record) (Handler, error) {
+	h, why := d.handler(intent)
+	if h == nil {
+		return nil, errors.New(why)
+	}
+	return h, nil
 }

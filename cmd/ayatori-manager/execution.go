@@ -158,7 +158,7 @@ func (o *executionOptions) setup(_ context.Context, mgr manager.Manager, store *
 			return nil, fmt.Errorf("set up the Job projector: %w", err)
 		}
 	}
-	dispatch, err := journal.NewDispatcher(execution.Domain)
+	dispatch, err := execution.NewDispatcher()
 	if err != nil {
 		return nil, err
 	}
