@@ -206,7 +206,7 @@ func (e *Executor) launch(ctx context.Context, b *backend, rec journal.Record, i
 	if err != nil {
 		return execution.Observation{}, err
 	}
-	started, err := x.exists(ctx, e.Marker.Path(uid))
+	started, err := e.launchedBefore(ctx, x, uid, sb)
 	if err != nil {
 		return execution.Observation{}, err
 	}
@@ -243,6 +243,13 @@ func (e *Executor) launch(ctx context.Context, b *backend, rec journal.Record, i
 	if d := job.Spec.ActiveDeadlineSeconds; d != nil && *d > 0 {
 		cmd.Timeout = *d * 1000
 	}
+	if sb.Metadata[LabelLaunching] != "true" {
+		// Before the launch: a redelivery after a lost answer knows a
+		// command may be on its way and waits for its marker.
+		if err := b.lc.patchMetadata(ctx, sb.ID, map[string]string{LabelLaunching: "true"}); err != nil {
+			return execution.Observation{}, err
+		}
+	}
 	id, err := x.run(ctx, cmd)
 	if err != nil {
 		return execution.Observation{}, err
@@ -251,6 +258,32 @@ func (e *Executor) launch(ctx context.Context, b *backend, rec journal.Record, i
 	// metadata copy survives a crash before the outcome is journaled.
 	_ = b.lc.patchMetadata(ctx, sb.ID, map[string]string{LabelCommandID: id})
 	return execution.Observation{State: execution.StateRunning, Created: created, References: sandboxRefs(sb, id), Message: "the command started"}, nil
+}
+
+// LaunchSettle is how long Ensure waits for the marker of a command an
+// earlier delivery sent without getting its answer (LabelLaunching set,
+// no command id) before it launches again.
+const LaunchSettle = 3 * time.Second
+
+// launchedBefore reports whether the Job's task started under an earlier
+// command: its marker exists. When an earlier delivery sent a command and
+// lost the answer (a cut stream, a timeout), the marker is awaited for
+// LaunchSettle, so a command execd received but had not started yet is
+// not sent twice. (One execd did not start within LaunchSettle would be
+// sent again; the claim keeps that copy from running the task.)
+func (e *Executor) launchedBefore(ctx context.Context, x *execd, uid string, sb *sandbox) (bool, error) {
+	deadline := e.now().Add(LaunchSettle)
+	for {
+		started, err := x.exists(ctx, e.Marker.Path(uid))
+		if err != nil || started || sb.Metadata[LabelLaunching] != "true" || !e.now().Before(deadline) {
+			return started, err
+		}
+		select {
+		case <-ctx.Done():
+			return false, ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }
 
 // waitRunning polls sb until it leaves Pending (or ProvisionTimeout).

@@ -97,6 +97,7 @@ const (
 	LabelJobNamespace    = "execution.ayatori.ddupan.top/job-namespace"
 	LabelJobName         = "execution.ayatori.ddupan.top/job-name"
 	LabelCommandID       = "execution.ayatori.ddupan.top/command-id"
+	LabelLaunching       = "execution.ayatori.ddupan.top/launching"
 	LabelCancelRequested = "execution.ayatori.ddupan.top/cancel-requested"
 	LabelDeadlineSeconds = "execution.ayatori.ddupan.top/deadline-seconds"
 	LabelManagedBy       = "app.kubernetes.io/managed-by"
