@@ -15,7 +15,9 @@ import (
 // that also runs workloads (Workload: kube-controller-manager,
 // kube-scheduler, kwok fake nodes), JetStream, and the ayatori-manager
 // process built from this checkout running only the execution domain
-// (--projectors=job,jobclass,jobttl --executors=kubernetes).
+// (--projectors=job,jobclass,jobttl --executors=kubernetes,opensandbox;
+// the opensandbox executor needs no flag: each OpenSandbox class names its
+// endpoint and key).
 //
 // With ExecutionStackOptions.WorkloadProxy the Kubernetes executor reaches
 // the (same) cluster through Proxy, a cuttable TCP forwarder: CutWorkload
@@ -130,7 +132,7 @@ func NewExecutionStack(ctx context.Context, opts ExecutionStackOptions) (_ *Exec
 	if !opts.DefaultTimings {
 		s.args = append(s.args, "--retry-base", "1s", "--retry-max", "5s", "--job-resolve-interval", "2s", "--job-observe-max-interval", "2s")
 	}
-	s.args = append(append(append(s.args, "--projectors", "job,jobclass,jobttl", "--executors", "kubernetes"), workload...), opts.ManagerArgs...)
+	s.args = append(append(append(s.args, "--projectors", "job,jobclass,jobttl", "--executors", "kubernetes,opensandbox"), workload...), opts.ManagerArgs...)
 	if err := s.StartManager(nil); err != nil {
 		return nil, err
 	}
