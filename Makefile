@@ -86,7 +86,7 @@ dev: postgres tools ## Like demo, but keep the stack up and print how to explore
 	@bin/ayatori-demo -keep
 
 .PHONY: bench
-bench: postgres tools ## Scale benchmark: N=100 and N=1000 Tenants on one Instance (N=1000 then idles through three re-check intervals), N=100 with a leader hand-over (SIGTERM, SIGKILL) mid-run, N=100 on a three-node JetStream cluster (figures in docs/journal.md); then 100 Ayatori Jobs against 100 plain batch/v1 Jobs, with kube-controller-manager's default API rate limit and with 500 QPS, and 1,000 Ayatori Jobs with ttlSecondsAfterFinished 0 (throughput to the last TTL deletion, TTL deletion lag, journal records per Job, manager memory, one native Job and one TTLExpired per Job), also with a manager SIGKILL mid-run (figures in docs/execution/operations.md "Scale").
+bench: postgres tools ## Scale benchmark: N=100 and N=1000 Tenants on one Instance (N=1000 then idles through three re-check intervals), N=100 with a leader hand-over (SIGTERM, SIGKILL) mid-run, N=100 on a three-node JetStream cluster (figures in docs/journal.md); then 100 Ayatori Jobs against 100 plain batch/v1 Jobs, with kube-controller-manager's default API rate limit and with 500 QPS, and 1,000 Ayatori Jobs with ttlSecondsAfterFinished 0 (throughput to the last TTL deletion, TTL deletion lag, journal records per Job, manager memory, one native Job and one TTLExpired per Job), also with a manager SIGKILL mid-run; and 100 Jobs on an OpenSandbox class through the spec-validating OpenSandbox test server, then deleted (times, OpenSandbox requests per Job by route, one sandbox and one command per Job, no spec violation; figures in docs/execution/operations.md "Scale").
 	go run ./integration/bench -n 100
 	go run ./integration/bench -n 1000 -resync 2m -idle 6m10s
 	go run ./integration/bench -n 100 -handover term
@@ -96,3 +96,4 @@ bench: postgres tools ## Scale benchmark: N=100 and N=1000 Tenants on one Instan
 	go run ./integration/bench -jobs 100 -kcm-qps 500
 	go run ./integration/bench -jobs 1000 -ttl 0 -kcm-qps 500
 	go run ./integration/bench -jobs 1000 -ttl 0 -kcm-qps 500 -restart
+	go run ./integration/bench -opensandbox-jobs 100

@@ -15,7 +15,9 @@ import (
 // that also runs workloads (Workload: kube-controller-manager,
 // kube-scheduler, kwok fake nodes), JetStream, and the ayatori-manager
 // process built from this checkout running only the execution domain
-// (--projectors=job,jobclass,jobttl --executors=kubernetes,opensandbox).
+// (--projectors=job,jobclass,jobttl --executors=kubernetes,opensandbox;
+// the opensandbox executor needs no flag: each OpenSandbox class names its
+// endpoint and key).
 //
 // With ExecutionStackOptions.WorkloadProxy the Kubernetes executor reaches
 // the (same) cluster through Proxy, a cuttable TCP forwarder: CutWorkload

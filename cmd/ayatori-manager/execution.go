@@ -119,8 +119,9 @@ func (o *executionOptions) validate(on selection) []error {
 	return errs
 }
 
-// setup registers the enabled projectors and the Kubernetes executor's
-// handlers behind the domain's durable consumer.
+// setup registers the enabled projectors and the enabled executors'
+// handlers (routed by the intent's adapter) behind the domain's durable
+// consumer.
 func (o *executionOptions) setup(_ context.Context, mgr manager.Manager, store *journal.Store, sh shared) (func(), error) {
 	on := sh.on
 	rec := mgr.GetEventRecorder("ayatori-manager")

@@ -172,46 +172,55 @@ func runJobs(n, kcmQPS int, timeout time.Duration) error {
 // It returns the stack, a watching client and a description of
 // kube-controller-manager's rate limit.
 func startJobsStack(ctx context.Context, nodes, kcmQPS int) (*integration.ExecutionStack, client.WithWatch, string, error) {
-	opts := integration.ExecutionStackOptions{Nodes: nodes, DefaultTimings: true}
+	opts := integration.ExecutionStackOptions{Nodes: nodes}
 	kcm := "kube-controller-manager with its default API rate limit (20 QPS, burst 30)"
 	if kcmQPS > 0 {
 		opts.ControllerManagerArgs = []string{fmt.Sprintf("--kube-api-qps=%d", kcmQPS), fmt.Sprintf("--kube-api-burst=%d", 2*kcmQPS)}
 		kcm = fmt.Sprintf("kube-controller-manager --kube-api-qps=%d --kube-api-burst=%d", kcmQPS, 2*kcmQPS)
 	}
-	s, err := integration.NewExecutionStack(ctx, opts)
-	if err != nil {
-		return nil, nil, "", err
-	}
-	c := s.CP.Client
-	wc, err := client.NewWithWatch(s.CP.Config, client.Options{Scheme: s.CP.Scheme})
-	if err != nil {
-		s.Close()
-		return nil, nil, "", err
-	}
-	for _, o := range []client.Object{
+	s, wc, err := startClassStack(ctx, opts, "std",
 		&v1alpha1.KubernetesExecutionParameters{ObjectMeta: metav1.ObjectMeta{Name: "std"},
 			Spec: v1alpha1.KubernetesExecutionParametersSpec{ServiceAccountName: jobsSA}},
 		&v1alpha1.JobClass{ObjectMeta: metav1.ObjectMeta{Name: "std", Annotations: map[string]string{v1alpha1.AnnotationIsDefaultJobClass: "true"}},
 			Spec: v1alpha1.JobClassSpec{ControllerName: v1alpha1.ControllerKubernetes,
 				ParametersRef: v1alpha1.ParametersReference{Group: v1alpha1.GroupVersion.Group, Kind: "KubernetesExecutionParameters", Name: "std"}}},
-		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: jobsNamespace}},
 		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: jobsNamespace, Name: jobsSA}},
-	} {
+	)
+	return s, wc, kcm, err
+}
+
+// startClassStack starts an ExecutionStack with opts, the manager with
+// its default timings, creates the namespace jobsNamespace and then objs
+// (in order), and waits until the JobClass class is Ready (the manager is
+// up and the class usable before any clock starts). It returns the stack
+// and a watching client.
+func startClassStack(ctx context.Context, opts integration.ExecutionStackOptions, class string, objs ...client.Object) (*integration.ExecutionStack, client.WithWatch, error) {
+	opts.DefaultTimings = true
+	s, err := integration.NewExecutionStack(ctx, opts)
+	if err != nil {
+		return nil, nil, err
+	}
+	c := s.CP.Client
+	wc, err := client.NewWithWatch(s.CP.Config, client.Options{Scheme: s.CP.Scheme})
+	if err != nil {
+		s.Close()
+		return nil, nil, err
+	}
+	for _, o := range append([]client.Object{&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: jobsNamespace}}}, objs...) {
 		if err := c.Create(ctx, o); err != nil {
 			s.Close()
-			return nil, nil, "", err
+			return nil, nil, err
 		}
 	}
-	// The manager is up and the class usable before the clock starts.
 	for {
 		jc := &v1alpha1.JobClass{}
-		if err := c.Get(ctx, types.NamespacedName{Name: "std"}, jc); err == nil && meta.IsStatusConditionTrue(jc.Status.Conditions, v1alpha1.JobClassConditionReady) {
-			return s, wc, kcm, nil
+		if err := c.Get(ctx, types.NamespacedName{Name: class}, jc); err == nil && meta.IsStatusConditionTrue(jc.Status.Conditions, v1alpha1.JobClassConditionReady) {
+			return s, wc, nil
 		}
 		if ctx.Err() != nil {
-			err := fmt.Errorf("JobClass std not Ready: %w\n%s", ctx.Err(), integration.Tail(s.ManagerLog, 20))
+			err := fmt.Errorf("JobClass %s not Ready: %w\n%s", class, ctx.Err(), integration.Tail(s.ManagerLog, 20))
 			s.Close()
-			return nil, nil, "", err
+			return nil, nil, err
 		}
 		time.Sleep(200 * time.Millisecond)
 	}

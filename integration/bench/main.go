@@ -22,6 +22,11 @@
 // With -jobs N -ttl T only the N Ayatori Jobs, with
 // ttlSecondsAfterFinished T, each done when the TTL controller deleted it
 // (ttl.go); -restart kills the manager half-way through.
+//
+// With -opensandbox-jobs N: N Ayatori Jobs on an OpenSandbox class against
+// the spec-validating OpenSandbox test server, then all deleted
+// (opensandbox.go): times, OpenSandbox requests per Job by route, journal
+// records per Job, manager memory.
 package main
 
 import (
@@ -69,7 +74,19 @@ func main() {
 	kcmQPS := flag.Int("kcm-qps", 0, "with -jobs: kube-controller-manager --kube-api-qps (burst twice that); 0: its default (20, burst 30)")
 	ttl := flag.Int("ttl", -1, "with -jobs: the Ayatori Jobs get this ttlSecondsAfterFinished and are done when deleted (no plain Jobs; see ttl.go); -1: no TTL")
 	restart := flag.Bool("restart", false, "with -jobs and -ttl: SIGKILL the manager and start it again once half the Jobs succeeded")
+	osJobs := flag.Int("opensandbox-jobs", 0, "instead of Tenants: N Ayatori Jobs on an OpenSandbox class against the spec-validating OpenSandbox test server, then all deleted (see opensandbox.go)")
 	flag.Parse()
+	if *osJobs != 0 {
+		if *osJobs < 1 || *jobs != 0 || *handover != "" || *cluster || *restart || *ttl >= 0 || *kcmQPS != 0 {
+			fmt.Fprintln(os.Stderr, "bench: -opensandbox-jobs must be positive and goes alone (besides -timeout)")
+			os.Exit(2)
+		}
+		if err := runOpenSandbox(*osJobs, *timeout); err != nil {
+			fmt.Fprintln(os.Stderr, "bench FAILED:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if *jobs != 0 {
 		if *jobs < 1 || *handover != "" || *cluster || (*restart && *ttl < 0) {
 			fmt.Fprintln(os.Stderr, "bench: -jobs must be positive and goes without -handover and -nats-cluster; -restart needs -ttl")

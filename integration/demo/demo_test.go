@@ -15,7 +15,12 @@ import (
 )
 
 // TestStackDemo is the stack layer: the README's demo flow (samples applied
-// through the Kubernetes API, manager process, real servers) inside make test.
+// through the Kubernetes API, manager process, real servers) inside make test,
+// the OpenSandbox Job included (run fails unless it ends Completed with exit
+// code 0 on its class, with its Sandbox and Command references, one sandbox
+// and one command on the spec-validating OpenSandbox test server, no spec
+// violation, Ensure/Observe/Finished in its timeline, and its sandbox deleted
+// with it by the TTL).
 // It also checks the newcomer's first screen: nothing the demo process
 // writes to stderr may be controller-runtime's "log.SetLogger(...) was
 // never called" stack trace (printed 30 s after start when a program uses

@@ -3,9 +3,12 @@ package main
 // The execution domain's part of the demo: a JobClass and three Jobs run as
 // native batch/v1 Jobs by the manager's Kubernetes executor on the stack's
 // workload processes (kube-controller-manager, kube-scheduler, kwok fake
-// node), one succeeding, one exiting 3, one cancelled while it runs; their
-// `kubectl get` table, a Job's journal timeline, then (make demo only) the
-// TTL controller deleting the finished Jobs.
+// node), one succeeding, one exiting 3, one cancelled while it runs; and
+// one Job on an OpenSandbox class, run by the manager's opensandbox
+// executor as one command in one sandbox of the spec-validating OpenSandbox
+// test server (opensandbox.go); their `kubectl get` table, the OpenSandbox
+// Job's references, journal timelines, then (make demo only) the TTL
+// controller deleting the finished Jobs.
 
 import (
 	"bytes"
@@ -25,6 +28,7 @@ import (
 
 	exv1 "git.ddupan.top/panxiao81/ayatori/api/execution/v1alpha1"
 	"git.ddupan.top/panxiao81/ayatori/integration"
+	ostest "git.ddupan.top/panxiao81/ayatori/integration/opensandbox"
 )
 
 // demoTTL is the ttlSecondsAfterFinished of the demo's Jobs under make
@@ -40,8 +44,9 @@ type demoJob struct {
 	name, image string
 	// cancel: wait until it runs, then set spec.desiredState Cancelled.
 	cancel bool
-	// want is the terminal Succeeded condition, status/reason.
-	want string
+	// want is the terminal Succeeded condition, status/reason; class the
+	// JobClass it must resolve to.
+	want, class string
 	// exitCode is the expected status.result.exitCode (nil: not checked).
 	exitCode *int32
 	// done is the Job as it ended.
@@ -56,13 +61,15 @@ func int32p(v int32) *int32 { return &v }
 
 // runJobs applies the execution samples and the demo's Jobs, waits for
 // each Job's expected end and prints what a user sees. keep (make dev)
-// leaves the samples' TTL of an hour in place.
-func runJobs(ctx context.Context, s *integration.Stack, samples string, keep bool) ([]*demoJob, error) {
+// leaves the samples' TTL of an hour in place. The OpenSandbox Job runs on
+// srv.
+func runJobs(ctx context.Context, s *integration.Stack, srv *ostest.Server, samples string, keep bool) ([]*demoJob, error) {
 	c := s.CP.Client
 	jobs := []*demoJob{
-		{name: "hello", image: integration.ImageSucceed, want: "True/" + exv1.ReasonCompleted, exitCode: int32p(0)},
-		{name: "fail", image: integration.ImageExit, want: "False/" + exv1.ReasonProcessFailed, exitCode: int32p(3)},
-		{name: "sleep", image: integration.ImageHang, cancel: true, want: "False/" + exv1.ReasonCancelled},
+		{name: "hello", image: integration.ImageSucceed, class: "default", want: "True/" + exv1.ReasonCompleted, exitCode: int32p(0)},
+		{name: "fail", image: integration.ImageExit, class: "default", want: "False/" + exv1.ReasonProcessFailed, exitCode: int32p(3)},
+		{name: "sleep", image: integration.ImageHang, class: "default", cancel: true, want: "False/" + exv1.ReasonCancelled},
+		{name: osJobName, class: osClassName, want: "True/" + exv1.ReasonCompleted, exitCode: int32p(0)},
 	}
 	byName := map[string]*demoJob{}
 	for _, j := range jobs {
@@ -122,6 +129,13 @@ func runJobs(ctx context.Context, s *integration.Stack, samples string, keep boo
 		return nil, err
 	}
 	say("Job %s/fail (image %s, env %s=3)", jobsNamespace, integration.ImageExit, integration.EnvExitCode)
+	osTTL := int32(3600)
+	if !keep {
+		osTTL = demoTTL
+	}
+	if err := applyOpenSandbox(ctx, s, srv, osTTL); err != nil {
+		return nil, err
+	}
 
 	section("waiting for each Job's end (every condition change, watched); cancelling sleep once it runs")
 	for _, d := range jobs {
@@ -159,7 +173,7 @@ func runJobs(ctx context.Context, s *integration.Stack, samples string, keep boo
 	if err := printTable(ctx, s, "/apis/execution.ayatori.ddupan.top/v1alpha1/jobs", true, true); err != nil {
 		return nil, err
 	}
-	section("kubectl get jobs.batch -n " + jobsNamespace + "   (the native Jobs the Kubernetes executor created, one per Ayatori Job UID)")
+	section("kubectl get jobs.batch -n " + jobsNamespace + "   (the native Jobs the Kubernetes executor created, one per Ayatori Job UID of the default class)")
 	if err := printTable(ctx, s, "/apis/batch/v1/namespaces/"+jobsNamespace+"/jobs", false, false); err != nil {
 		return nil, err
 	}
@@ -167,14 +181,14 @@ func runJobs(ctx context.Context, s *integration.Stack, samples string, keep boo
 	var bad []string
 	for _, d := range jobs {
 		j := d.done
-		line := fmt.Sprintf("%-6s Accepted=%s Scheduled=%s Succeeded=%s exitCode=%s", d.name,
+		line := fmt.Sprintf("%-13s class=%-7s Accepted=%s Scheduled=%s Succeeded=%s exitCode=%s", d.name, classOf(j),
 			condOf(j, exv1.JobConditionAccepted), condOf(j, exv1.JobConditionScheduled), succeededOf(j), exitOf(j))
-		ok := succeededOf(j) == d.want && strings.HasPrefix(condOf(j, exv1.JobConditionAccepted), "True") &&
+		ok := succeededOf(j) == d.want && classOf(j) == d.class && strings.HasPrefix(condOf(j, exv1.JobConditionAccepted), "True") &&
 			strings.HasPrefix(condOf(j, exv1.JobConditionScheduled), "True")
 		if d.exitCode != nil && exitOf(j) != fmt.Sprint(*d.exitCode) {
 			ok = false
 		}
-		want := "want Succeeded=" + d.want
+		want := "want class=" + d.class + ", Succeeded=" + d.want
 		if d.exitCode != nil {
 			want += fmt.Sprintf(", exitCode=%d", *d.exitCode)
 		}
@@ -191,6 +205,14 @@ func runJobs(ctx context.Context, s *integration.Stack, samples string, keep boo
 
 	section(fmt.Sprintf("ayatori-journal timeline --kind Job -n %s --name hello   (Ensure, Observe until it ended, the Finished note)", jobsNamespace))
 	if err := jobTimeline(ctx, s, "hello", "Ensure", "Observe", "Finished"); err != nil {
+		return nil, err
+	}
+
+	if err := showOpenSandbox(srv, jobs[len(jobs)-1]); err != nil {
+		return nil, err
+	}
+	section(fmt.Sprintf("ayatori-journal timeline --kind Job -n %s --name %s   (the same spine on the opensandbox executor: Ensure created the sandbox and started the command)", jobsNamespace, osJobName))
+	if err := jobTimeline(ctx, s, osJobName, "Ensure", "Observe", "Finished"); err != nil {
 		return nil, err
 	}
 	return jobs, nil
@@ -292,6 +314,13 @@ func condOf(j *exv1.Job, typ string) string {
 }
 
 func succeededOf(j *exv1.Job) string { return condOf(j, exv1.JobConditionSucceeded) }
+
+func classOf(j *exv1.Job) string {
+	if j.Status.ResolvedJobClass == nil {
+		return "<none>"
+	}
+	return j.Status.ResolvedJobClass.Name
+}
 
 func exitOf(j *exv1.Job) string {
 	if j.Status.Result == nil || j.Status.Result.ExitCode == nil {

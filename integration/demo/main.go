@@ -7,9 +7,13 @@
 // would with kubectl, waits for Ready with a progress line per phase
 // transition, prints the `kubectl get` tables, the journal timeline and
 // `ayatori-journal verify`; then runs three Jobs (one succeeds, one exits
-// 3, one is cancelled) on the default JobClass and prints their table and a
-// Job's timeline; then deletes the Delete tenant, waits for the TTL
-// controller to delete the finished Jobs and tears the stack down. It
+// 3, one is cancelled) on the default JobClass and one on an OpenSandbox
+// JobClass against the spec-validating OpenSandbox test server (started in
+// this process, its files root the manager's --opensandbox-marker-dir),
+// and prints their table, the OpenSandbox Job's references and two Jobs'
+// timelines; then deletes the Delete tenant, waits for the TTL controller
+// to delete the finished Jobs (the sandbox with its Job) and tears the
+// stack down. It
 // exits 0 only if everything worked. With -keep (make dev) the stack stays
 // up until Ctrl-C, the Tenants and Jobs in place.
 package main
@@ -74,7 +78,15 @@ func run(keep bool) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	section("starting the local stack")
-	s, err := integration.StartStack(ctx, integration.StackOptions{Log: say})
+	// The OpenSandbox test server first: the manager serves its files root
+	// as the marker dir. Closed after the stack (deferred first).
+	srv, err := startOpenSandbox()
+	if err != nil {
+		return err
+	}
+	defer srv.Close()
+	say("OpenSandbox test server on %s (files root %s)", srv.URL(), srv.FilesRoot())
+	s, err := integration.StartStack(ctx, integration.StackOptions{Log: say, ManagerArgs: osManagerArgs(srv)})
 	if err != nil {
 		return err
 	}
@@ -223,7 +235,7 @@ func run(keep bool) error {
 		return err
 	}
 
-	jobs, err := runJobs(ctx, s, samples, keep)
+	jobs, err := runJobs(ctx, s, srv, samples, keep)
 	if err != nil {
 		return err
 	}
@@ -251,6 +263,10 @@ func run(keep bool) error {
 		fmt.Printf("    kubectl patch ajob -n %s sleep2 --type merge -p '{\"spec\":{\"desiredState\":\"Cancelled\"}}'\n", jobsNamespace)
 		fmt.Printf("    kubectl wait --for=jsonpath='{.status.completionTime}' ajob -n %s sleep2 && kubectl get ajob -n %s sleep2 -o wide\n", jobsNamespace, jobsNamespace)
 		fmt.Printf("    kubectl patch ajob -n %s hello --type merge -p '{\"spec\":{\"ttlSecondsAfterFinished\":5}}'   # the TTL controller deletes it\n", jobsNamespace)
+		fmt.Printf("  the OpenSandbox class (the spec-validating test server in this process, %s):\n", srv.URL())
+		fmt.Printf("    kubectl get jobclass %s -o yaml            # Ready from the probe of its endpoint and API key\n", osClassName)
+		fmt.Printf("    kubectl get ajob -n %s %s -o jsonpath='{.status.execution}'   # adapter opensandbox, the Sandbox and Command references\n", jobsNamespace, osJobName)
+		fmt.Printf("    %s timeline --kind Job -n %s --name %s\n", aj, jobsNamespace, osJobName)
 		fmt.Printf("    (docs/execution/user-guide.md explains every condition and reason)\n")
 		fmt.Printf("    manager log: %s\n", s.ManagerLog)
 		for _, name := range []string{"kube-controller-manager", "kube-scheduler", "kwok"} {
@@ -290,6 +306,9 @@ func run(keep bool) error {
 	}
 
 	if err := waitTTL(ctx, s, jobs); err != nil {
+		return err
+	}
+	if err := sandboxDeleted(srv, jobs[len(jobs)-1]); err != nil {
 		return err
 	}
 	section("ayatori-journal verify   (both domains, the TTL deletes included)")
