@@ -405,6 +405,15 @@ func AdmitOpenSandbox(j *v1alpha1.Job, params *v1alpha1.OpenSandboxExecutionPara
 	return "", ""
 }
 
+// AdmitOpenSandboxResources checks a Job's effective resources against
+// the requestMapping of its OpenSandbox parameters: under Native every set
+// request must equal its limit, because the lifecycle API has only
+// resourceLimits (v1alpha1.ReasonRequestMappingUnsupported otherwise);
+// under AdmissionOnly requests only admit. It reads nothing.
+func AdmitOpenSandboxResources(res v1alpha1.ExecutionResourceRequirements, params *v1alpha1.OpenSandboxExecutionParameters) (string, string) {
+	return "", ""
+}
+
 // checkEnv checks that every non-optional Secret/ConfigMap key an env
 // variable references exists. Values are read only to test the key's
 // presence and dropped at once; messages name objects and keys, never

@@ -354,3 +354,37 @@ func TestAdmitOpenSandbox(t *testing.T) {
 		})
 	}
 }
+
+// requestMapping Native can not be expressed by OpenSandbox unless each
+// request equals its limit: refused at admission, never a silent change.
+func TestAdmitOpenSandboxResources(t *testing.T) {
+	q := func(s string) *resource.Quantity { v := resource.MustParse(s); return &v }
+	native := &executionv1alpha1.OpenSandboxExecutionParameters{ObjectMeta: metav1.ObjectMeta{Name: "p"},
+		Spec: executionv1alpha1.OpenSandboxExecutionParametersSpec{RequestMapping: executionv1alpha1.OpenSandboxRequestMappingNative}}
+	admission := native.DeepCopy()
+	admission.Spec.RequestMapping = executionv1alpha1.OpenSandboxRequestMappingAdmissionOnly
+	below := executionv1alpha1.ExecutionResourceRequirements{
+		Requests: executionv1alpha1.ResourceValues{CPU: q("500m"), Memory: q("256Mi")},
+		Limits:   executionv1alpha1.ResourceValues{CPU: q("1"), Memory: q("256Mi")}}
+	equal := executionv1alpha1.ExecutionResourceRequirements{
+		Requests: executionv1alpha1.ResourceValues{CPU: q("1000m")},
+		Limits:   executionv1alpha1.ResourceValues{CPU: q("1"), Memory: q("1Gi")}}
+	noLimit := executionv1alpha1.ExecutionResourceRequirements{Requests: executionv1alpha1.ResourceValues{Memory: q("1Gi")}}
+	for _, c := range []struct {
+		name   string
+		res    executionv1alpha1.ExecutionResourceRequirements
+		params *executionv1alpha1.OpenSandboxExecutionParameters
+		want   string
+	}{
+		{"Native, request below limit", below, native, executionv1alpha1.ReasonRequestMappingUnsupported},
+		{"Native, request without limit", noLimit, native, executionv1alpha1.ReasonRequestMappingUnsupported},
+		{"Native, requests equal limits", equal, native, ""},
+		{"AdmissionOnly, request below limit", below, admission, ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if reason, msg := execution.AdmitOpenSandboxResources(c.res, c.params); reason != c.want {
+				t.Fatalf("got %q (%s), want %q", reason, msg, c.want)
+			}
+		})
+	}
+}

@@ -44,6 +44,11 @@ const (
 	// has no command (the adapter runs the task as a command in the sandbox
 	// and can not read the image's entrypoint).
 	ReasonCommandRequired = "CommandRequired"
+	// ReasonRequestMappingUnsupported: the class is an OpenSandbox class
+	// with requestMapping Native and a request differs from its limit (or
+	// has none): OpenSandbox has only resourceLimits, so the request can
+	// not be honoured and is never silently dropped.
+	ReasonRequestMappingUnsupported = "RequestMappingUnsupported"
 
 	// Scheduled reasons.
 
