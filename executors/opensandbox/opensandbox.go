@@ -122,7 +122,7 @@ const (
 	ReasonImageAuthNotAllowed        = executionv1alpha1.ReasonImageAuthNotAllowed
 	ReasonImageAuthNotFound          = "ImageAuthNotFound"
 	ReasonCommandRequired            = executionv1alpha1.ReasonCommandRequired
-	ReasonRequestMappingUnsupported  = "RequestMappingUnsupported"
+	ReasonRequestMappingUnsupported  = executionv1alpha1.ReasonRequestMappingUnsupported
 	ReasonCommandStateLost           = "CommandStateLost"
 	ReasonExitCodeNotRecorded        = "ExitCodeNotRecorded"
 	ReasonUnknownSandboxState        = "UnknownSandboxState"

@@ -311,6 +311,9 @@ func (r *JobReconciler) resolve(ctx context.Context, j *v1alpha1.Job) (*Resoluti
 		if reason, msg := AdmitOpenSandbox(j, osp); reason != "" {
 			return refuse(reason, "%s", msg)
 		}
+		if reason, msg := AdmitOpenSandboxResources(res, osp); reason != "" {
+			return refuse(reason, "%s", msg)
+		}
 	}
 	if reason, msg, err := r.checkEnv(ctx, j); err != nil || reason != "" {
 		if err != nil {
@@ -411,6 +414,22 @@ func AdmitOpenSandbox(j *v1alpha1.Job, params *v1alpha1.OpenSandboxExecutionPara
 // resourceLimits (v1alpha1.ReasonRequestMappingUnsupported otherwise);
 // under AdmissionOnly requests only admit. It reads nothing.
 func AdmitOpenSandboxResources(res v1alpha1.ExecutionResourceRequirements, params *v1alpha1.OpenSandboxExecutionParameters) (string, string) {
+	if params.Spec.RequestMapping != v1alpha1.OpenSandboxRequestMappingNative {
+		return "", ""
+	}
+	for _, p := range []struct {
+		name     string
+		req, lim *resource.Quantity
+	}{{"cpu", res.Requests.CPU, res.Limits.CPU}, {"memory", res.Requests.Memory, res.Limits.Memory}} {
+		if p.req == nil {
+			continue
+		}
+		if p.lim == nil || p.req.Cmp(*p.lim) != 0 {
+			return v1alpha1.ReasonRequestMappingUnsupported, fmt.Sprintf(
+				"OpenSandboxExecutionParameters %s set requestMapping Native, but OpenSandbox has only resourceLimits: the effective %s request must equal its limit; the Job waits until the class or the parameters change",
+				params.Name, p.name)
+		}
+	}
 	return "", ""
 }
 
