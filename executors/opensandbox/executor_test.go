@@ -615,3 +615,22 @@ func bodiesContaining(srv *ostest.Server, s string) int {
 	}
 	return n
 }
+
+// A Job name longer than a metadata value may be (63) still reaches the
+// sandbox: in its env, not in its metadata (which the server would refuse).
+func TestLongJobNameGoesToEnvOnly(t *testing.T) {
+	e := newEnv(t)
+	long := strings.Repeat("a", 60) + "." + strings.Repeat("b", 100)
+	j := e.job([]string{"true"}, func(j *executionv1alpha1.Job) { j.Name = long })
+	o := e.ensure(j)
+	sb, _ := e.srv.Sandbox(o.References[0].ID)
+	if _, ok := sb.Metadata[opensandbox.LabelJobName]; ok {
+		t.Fatalf("metadata %v carries a name longer than a label value", sb.Metadata)
+	}
+	if sb.Env[opensandbox.EnvJobName] != long || sb.Env[opensandbox.EnvJobNamespace] != "team" {
+		t.Fatalf("env %v", sb.Env)
+	}
+	if got := obsOf(t, e.until(j, nil, terminal)); got.State != execution.StateSucceeded {
+		t.Fatalf("%+v", got)
+	}
+}
