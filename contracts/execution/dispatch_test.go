@@ -20,7 +20,10 @@ func TestDispatcherRoutesByThePayloadsAdapter(t *testing.T) {
 	handlers := func(adapter string) map[string]journal.Handler {
 		out := map[string]journal.Handler{}
 		for _, op := range execution.Operations {
-			out[op] = func(context.Context, journal.Record) (journal.Outcome, error) { got = adapter; return journal.Outcome{}, nil }
+			out[op] = func(context.Context, journal.Record) (journal.Outcome, error) {
+				got = adapter
+				return journal.Outcome{}, nil
+			}
 		}
 		return out
 	}
