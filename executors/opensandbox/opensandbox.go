@@ -483,36 +483,36 @@ func sandboxRefs(sb *sandbox, commandID string) []execution.Reference {
 	return refs
 }
 
-// observeOp executes Observe.
-func (e *Executor) observeOp(ctx context.Context, rec journal.Record) (execution.Observation, error) {
+// notFound is the observation of a Job without a sandbox.
+var notFound = execution.Observation{State: execution.StateNotFound, Message: "no sandbox carries the Job's UID"}
+
+// locate resolves the backend of an Observe, Cancel or Delete intent and
+// the Job's sandbox on it (nil: there is none).
+func (e *Executor) locate(ctx context.Context, rec journal.Record) (*backend, execution.ExecutionIntent, *sandbox, error) {
 	b, in, err := e.execBackend(ctx, rec)
 	if err != nil {
-		return execution.Observation{}, err
+		return nil, in, nil, err
 	}
 	sb, err := b.find(ctx, rec.Object.UID, in.References)
-	if err != nil {
-		return execution.Observation{}, err
-	}
-	if sb == nil {
-		return execution.Observation{State: execution.StateNotFound, Message: "no sandbox carries the Job's UID"}, nil
+	return b, in, sb, err
+}
+
+// observeOp executes Observe.
+func (e *Executor) observeOp(ctx context.Context, rec journal.Record) (execution.Observation, error) {
+	b, in, sb, err := e.locate(ctx, rec)
+	if err != nil || sb == nil {
+		return notFound, err
 	}
 	return e.observe(ctx, b, rec.Object.UID, sb, refOf(in.References, RefCommand))
 }
 
 // cancel executes Cancel (see the package doc).
 func (e *Executor) cancel(ctx context.Context, rec journal.Record) (execution.Observation, error) {
-	b, in, err := e.execBackend(ctx, rec)
-	if err != nil {
-		return execution.Observation{}, err
+	b, in, sb, err := e.locate(ctx, rec)
+	if err != nil || sb == nil {
+		return notFound, err
 	}
 	uid := rec.Object.UID
-	sb, err := b.find(ctx, uid, in.References)
-	if err != nil {
-		return execution.Observation{}, err
-	}
-	if sb == nil {
-		return execution.Observation{State: execution.StateNotFound, Message: "no sandbox carries the Job's UID"}, nil
-	}
 	obs, err := e.observe(ctx, b, uid, sb, refOf(in.References, RefCommand))
 	var u *unknown
 	if err != nil && !errors.As(err, &u) {
@@ -558,18 +558,11 @@ func (e *Executor) cancel(ctx context.Context, rec journal.Record) (execution.Ob
 
 // delete executes Delete.
 func (e *Executor) delete(ctx context.Context, rec journal.Record) (execution.Observation, error) {
-	b, in, err := e.execBackend(ctx, rec)
-	if err != nil {
-		return execution.Observation{}, err
+	b, _, sb, err := e.locate(ctx, rec)
+	if err != nil || sb == nil {
+		return notFound, err
 	}
 	uid := rec.Object.UID
-	sb, err := b.find(ctx, uid, in.References)
-	if err != nil {
-		return execution.Observation{}, err
-	}
-	if sb == nil {
-		return execution.Observation{State: execution.StateNotFound, Message: "no sandbox carries the Job's UID"}, nil
-	}
 	if _, err := b.lc.delete(ctx, sb.ID); err != nil {
 		return execution.Observation{}, err
 	}

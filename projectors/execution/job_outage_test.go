@@ -1,7 +1,9 @@
 package execution_test
 
 import (
+	"bytes"
 	"context"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -58,10 +60,10 @@ func (e *jobEnv) get(t *testing.T, j *v1alpha1.Job) *v1alpha1.Job {
 	return cur
 }
 
-// records reads the journal of a Job UID.
-func (e *jobEnv) records(t *testing.T, uid types.UID) []journal.Record {
+// withStore runs fn with a reader of the stack's journal.
+func (e *jobEnv) withStore(t *testing.T, fn func(ctx context.Context, store *journal.Store)) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	nc, err := nats.Connect(e.s.NATS.URL)
 	if err != nil {
@@ -72,11 +74,43 @@ func (e *jobEnv) records(t *testing.T, uid types.UID) []journal.Record {
 	if err != nil {
 		t.Fatal(err)
 	}
-	recs, err := store.Read(ctx, string(uid))
-	if err != nil {
-		t.Fatal(err)
-	}
+	fn(ctx, store)
+}
+
+// records reads the journal of a Job UID.
+func (e *jobEnv) records(t *testing.T, uid types.UID) []journal.Record {
+	t.Helper()
+	var recs []journal.Record
+	e.withStore(t, func(ctx context.Context, store *journal.Store) {
+		var err error
+		if recs, err = store.Read(ctx, string(uid)); err != nil {
+			t.Fatal(err)
+		}
+	})
 	return recs
+}
+
+// noCanary fails when any of secrets is in the journal, the manager log
+// or the metrics.
+func (e *jobEnv) noCanary(t *testing.T, secrets ...string) {
+	t.Helper()
+	e.withStore(t, func(ctx context.Context, store *journal.Store) {
+		for _, s := range secrets {
+			if hits, err := store.ScanForSecret(ctx, s); err != nil || len(hits) > 0 {
+				t.Fatalf("a secret is in the journal at %v (err %v)", hits, err)
+			}
+		}
+	})
+	logb, _ := os.ReadFile(e.s.ManagerLog)
+	metrics, _ := httpGet(e.s.MetricsURL)
+	for _, s := range secrets {
+		if bytes.Contains(logb, []byte(s)) {
+			t.Fatal("a secret is in the manager log")
+		}
+		if strings.Contains(metrics, s) {
+			t.Fatal("a secret is in the metrics")
+		}
+	}
 }
 
 // failedOutcome returns the first outcome of op that is Failed without an
