@@ -634,3 +634,28 @@ func TestLongJobNameGoesToEnvOnly(t *testing.T) {
 		t.Fatalf("%+v", got)
 	}
 }
+
+// A spurious 404 for a sandbox that exists never reads as "gone" (which
+// would end the Job or release its finalizer): the list on the UID
+// confirms it first.
+func TestSpurious404IsConfirmed(t *testing.T) {
+	e := newEnv(t)
+	j := e.job([]string{"sleep", "30"})
+	o := e.ensure(j)
+	e.srv.Inject(ostest.Fault{Method: "GET", Path: "/v1/sandboxes/" + o.References[0].ID, Status: 404, Times: 3})
+	for _, op := range []string{execution.OpObserve, execution.OpDelete} {
+		if op == execution.OpDelete {
+			if _, err := e.do(execution.OpCancel, j, o.References, execution.StopCancelled); err != nil {
+				t.Fatal(err)
+			}
+			e.srv.Inject(ostest.Fault{Method: "GET", Path: "/v1/sandboxes/" + o.References[0].ID, Status: 404})
+		}
+		out, err := e.do(op, j, o.References, "")
+		if err != nil {
+			continue // transient is fine; a false NotFound is not
+		}
+		if got, ok := out.Payload.(execution.Observation); ok && got.State == execution.StateNotFound && op == execution.OpObserve {
+			t.Fatalf("%s: a 404 made a running sandbox NotFound: %+v", op, got)
+		}
+	}
+}
