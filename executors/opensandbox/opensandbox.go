@@ -441,8 +441,8 @@ func refOf(refs []execution.Reference, typ string) string {
 }
 
 // find returns the Job's sandbox: by the intent's Sandbox reference when
-// it still carries the Job's UID, else by listing on the UID; nil when
-// there is none. Of several (never created by this executor, but a
+// it still carries the Job's UID, else by listing on the UID; nil only
+// when both say there is none. Of several (never created by this executor, but a
 // backend may list a terminated one), a non-terminal one wins.
 func (b *backend) find(ctx context.Context, uid string, refs []execution.Reference) (*sandbox, error) {
 	if id := refOf(refs, RefSandbox); id != "" {
@@ -450,12 +450,12 @@ func (b *backend) find(ctx context.Context, uid string, refs []execution.Referen
 		if err != nil {
 			return nil, err
 		}
-		if sb == nil {
-			return nil, nil
-		}
-		if sb.Metadata[LabelJobUID] == uid {
+		if sb != nil && sb.Metadata[LabelJobUID] == uid {
 			return sb, nil
 		}
+		// A 404 (or another Job's sandbox under that id) is confirmed by
+		// the list on the UID: "gone" releases finalizers and ends Jobs,
+		// so one answer is not enough.
 	}
 	found, err := b.lc.findByUID(ctx, uid)
 	if err != nil || len(found) == 0 {
