@@ -142,7 +142,8 @@ type Executor struct {
 	// Secrets). Uncached (client.New): rotations are read at once.
 	Management client.Reader
 	// HTTPClient is the base HTTP client (nil: a client with the system
-	// roots). Its timeout, if any, bounds each request.
+	// roots). Its timeout, if any, bounds each request; its CheckRedirect
+	// is replaced (redirects are never followed).
 	HTTPClient *http.Client
 	// Timeout bounds one operation (default DefaultTimeout); Ensure gets
 	// ProvisionTimeout on top.
@@ -296,11 +297,19 @@ func (e *Executor) now() time.Time {
 	return time.Now()
 }
 
+// httpClient is HTTPClient (or a client with the system roots) that never
+// follows a redirect: a followed redirect would carry the API key, the
+// execd token and request bodies (image pull credentials, Secret env) to
+// whatever URL it names, http:// included. A 3xx answer is an
+// UnexpectedResponse.
 func (e *Executor) httpClient() *http.Client {
+	c := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{MinVersion: tls.VersionTLS12}, Proxy: http.ProxyFromEnvironment}}
 	if e.HTTPClient != nil {
-		return e.HTTPClient
+		cp := *e.HTTPClient
+		c = &cp
 	}
-	return &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{MinVersion: tls.VersionTLS12}, Proxy: http.ProxyFromEnvironment}}
+	c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	return c
 }
 
 // backend is the OpenSandbox deployment of one parameters object.
