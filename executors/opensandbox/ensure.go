@@ -113,6 +113,13 @@ func (e *Executor) admit(ctx context.Context, rec journal.Record, in execution.E
 	if len(job.Spec.Task.Command) == 0 {
 		return nil, refuse(ReasonCommandRequired, "the OpenSandbox adapter runs the task as a command in the sandbox and can not read the image's entrypoint: set task.command")
 	}
+	argv := append(append([]string{}, job.Spec.Task.Command...), job.Spec.Task.Args...)
+	if n := len(e.Marker.Script(rec.Object.UID, argv)); n > MaxScriptBytes {
+		return nil, refuse(ReasonCommandNotExecutable, "task.command and task.args make a %d-byte shell command; execd runs it as one bash -c argument, which Linux bounds at %d bytes; no execution was created", n, MaxScriptBytes)
+	}
+	if strings.ContainsRune(strings.Join(argv, ""), 0) || strings.ContainsRune(job.Spec.Task.WorkingDir, 0) {
+		return nil, refuse(ReasonCommandNotExecutable, "task.command, task.args or task.workingDir contain a NUL byte, which no process argument or path can hold; no execution was created")
+	}
 	return job, nil
 }
 

@@ -122,6 +122,7 @@ const (
 	ReasonImageAuthNotAllowed        = executionv1alpha1.ReasonImageAuthNotAllowed
 	ReasonImageAuthNotFound          = "ImageAuthNotFound"
 	ReasonCommandRequired            = executionv1alpha1.ReasonCommandRequired
+	ReasonCommandNotExecutable       = "CommandNotExecutable"
 	ReasonRequestMappingUnsupported  = executionv1alpha1.ReasonRequestMappingUnsupported
 	ReasonCommandStateLost           = "CommandStateLost"
 	ReasonExitCodeNotRecorded        = "ExitCodeNotRecorded"
