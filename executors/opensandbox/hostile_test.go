@@ -235,3 +235,33 @@ func TestConcurrentEnsureLaunchesInOneSandbox(t *testing.T) {
 		t.Fatalf("commands were launched in %d sandboxes of one Job UID", len(launched))
 	}
 }
+
+// A sandbox that stays Pending past ProvisionTimeout is a transient error
+// whose reason (the RetriesExhausted outcome's, once the budget is spent)
+// says so, not a generic BackendUnavailable.
+func TestProvisioningTimeoutKeepsItsReason(t *testing.T) {
+	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		sb := map[string]any{"id": "sb-1", "status": map[string]any{"state": "Pending"},
+			"metadata": map[string]string{opensandbox.LabelJobUID: hostileUID}, "createdAt": time.Now().UTC().Format(time.RFC3339)}
+		if r.URL.Path == "/v1/sandboxes" {
+			_, _ = w.Write(listAnswer(sb))
+			return
+		}
+		b, _ := json.Marshal(sb)
+		_, _ = w.Write(b)
+	}))
+	defer api.Close()
+	h := hostileExecutor(t, api.URL, true, nil)
+	rec, err := journal.NewIntent(journal.ObjectRef{Group: executionv1alpha1.GroupVersion.Group, Kind: "Job", Namespace: "team", Name: "job", UID: hostileUID, Generation: 1},
+		execution.OpEnsure, "", 1, execution.EnsureIntent{Adapter: execution.AdapterOpenSandbox, JobClass: "microvm", JobClassUID: "class-uid",
+			ParametersKind: opensandbox.ParametersKind, ParametersName: "sandbox", ParametersUID: "params-uid", TaskDigest: "sha256:x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = h[execution.OpEnsure](context.Background(), rec)
+	r, ok := err.(interface{ Reason() string })
+	if !ok || r.Reason() != opensandbox.ReasonSandboxProvisioningTimeout {
+		t.Fatalf("want a transient error with reason %s, got %v", opensandbox.ReasonSandboxProvisioningTimeout, err)
+	}
+}
