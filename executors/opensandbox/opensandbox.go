@@ -235,6 +235,10 @@ func (e *Executor) handler(fn step, ensure bool) journal.Handler {
 			return journal.Outcome{Result: journal.Result{Class: journal.ResultUnknown, Reason: u.Reason, Message: u.Message},
 				Payload: execution.Observation{Adapter: execution.AdapterOpenSandbox, References: u.References, Reason: u.Reason, Message: u.Message}}, nil
 		}
+		var te *transientError
+		if errors.As(err, &te) {
+			return journal.Outcome{}, te // a step's own transient reason
+		}
 		f := classify(err)
 		if f.Transient {
 			return journal.Outcome{}, &transientError{reason: f.Reason, err: err}
