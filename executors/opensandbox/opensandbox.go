@@ -51,7 +51,9 @@
 //
 //	Ensure   finds the Job's sandbox by UID; creates it (after re-reading
 //	         the Job, its task digest, the class and the parameters) only
-//	         when there is none; waits until it runs (ProvisionTimeout);
+//	         when there is none, then lists again and removes its own
+//	         when a concurrent delivery created one too (transient);
+//	         waits until it runs (ProvisionTimeout);
 //	         then starts the command unless the metadata or the marker
 //	         shows one started. An ambiguous create or launch is an error
 //	         (redelivery finds what was created).
@@ -128,6 +130,7 @@ const (
 	ReasonExitCodeNotRecorded        = "ExitCodeNotRecorded"
 	ReasonUnknownSandboxState        = "UnknownSandboxState"
 	ReasonSandboxProvisioningTimeout = "SandboxProvisioning"
+	ReasonConcurrentEnsure           = "ConcurrentEnsure"
 )
 
 // Defaults.
