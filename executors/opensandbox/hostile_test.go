@@ -227,7 +227,9 @@ func TestConcurrentEnsureLaunchesInOneSandbox(t *testing.T) {
 	}
 	launched := map[string]bool{}
 	for _, r := range e.srv.Requests() {
-		if r.Method == "POST" && strings.HasSuffix(r.Path, "/port/44772/command") && r.Status == http.StatusOK {
+		// (The status is recorded after the stream ends, maybe after the
+		// client left it: any POST /command counts.)
+		if r.Method == "POST" && strings.HasSuffix(r.Path, "/port/44772/command") {
 			launched[strings.Split(r.Path, "/")[2]] = true
 		}
 	}
