@@ -45,6 +45,7 @@ const (
 //	5xx                transient
 //	other codes        definite: UnexpectedResponse
 //	network errors, timeouts, a cut stream: transient
+//	a create answer without a usable sandbox id: transient (found by UID)
 //	an undecodable 2xx body: definite UnexpectedResponse
 func classify(err error) failure {
 	var h *httpError
@@ -69,6 +70,10 @@ func classify(err error) failure {
 	var d *decodeError
 	if errors.As(err, &d) {
 		return failure{Reason: ReasonUnexpectedResponse, Message: d.Error()}
+	}
+	var ac *ambiguousCreate
+	if errors.As(err, &ac) {
+		return failure{Transient: true, Reason: "BackendUnavailable", Message: ac.Error()}
 	}
 	var a *ambiguousLaunch
 	if errors.As(err, &a) {

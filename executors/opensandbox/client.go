@@ -10,8 +10,10 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"regexp"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // Headers of the two OpenSandbox APIs.
@@ -174,13 +176,17 @@ func doJSON(hc *http.Client, req *http.Request, op string, out any, want ...int)
 	return nil
 }
 
-// decodeError: a 2xx answer whose body is not what the API defines.
+// decodeError: a 2xx answer whose body is not what the API defines. Its
+// text names the operation only: a decoder's error quotes the body (a
+// time field's parse error repeats the whole value), and no answer is
+// copied into an outcome.
 type decodeError struct {
 	op  string
 	err error
 }
 
-func (d *decodeError) Error() string { return d.op + ": undecodable answer: " + d.err.Error() }
+func (d *decodeError) Error() string { return d.op + ": undecodable answer" }
+func (d *decodeError) Unwrap() error { return d.err }
 
 func wanted(code int, want []int) bool {
 	if len(want) == 0 {
@@ -201,10 +207,41 @@ func errorOf(op string, resp *http.Response) error {
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBodyBytes))
 	_ = json.Unmarshal(b, &e)
 	code := e.Code
-	if len(code) > 64 || strings.ContainsAny(code, " \n\t") {
+	if !errorCode.MatchString(code) {
 		code = "" // a code is a short token; anything else is not repeated
 	}
 	return &httpError{Op: op, Status: resp.StatusCode, Code: code}
+}
+
+// errorCode is the shape of an ErrorResponse code the executor repeats
+// (e.g. SANDBOX_NOT_FOUND, INVALID_REQUEST): letters, digits, _ . : -,
+// at most 64 characters.
+var errorCode = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$`)
+
+// validID reports whether an id the backend gave (a sandbox id, a command
+// id) may become a reference: status.execution.references takes 1..253
+// characters; control characters and invalid UTF-8 are refused too.
+func validID(s string) bool {
+	if s == "" || len(s) > 253 || !utf8.ValidString(s) {
+		return false
+	}
+	for _, r := range s {
+		if r < 0x20 || r == 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
+// checkIDs refuses an answer listing a sandbox whose id can not be a
+// reference (decodeError: UnexpectedResponse).
+func checkIDs(op string, sbs ...sandbox) error {
+	for _, s := range sbs {
+		if !validID(s.ID) {
+			return &decodeError{op: op, err: errors.New("a sandbox id is empty, longer than 253 characters or not printable")}
+		}
+	}
+	return nil
 }
 
 // redactURL drops the query of a *url.Error's URL (a metadata filter
@@ -229,6 +266,9 @@ func (c *lifecycle) findByUID(ctx context.Context, uid string) ([]sandbox, error
 	if err := c.do(ctx, "list sandboxes", http.MethodGet, "/sandboxes", q, nil, &out, http.StatusOK); err != nil {
 		return nil, err
 	}
+	if err := checkIDs("list sandboxes", out.Items...); err != nil {
+		return nil, err
+	}
 	var mine []sandbox
 	for _, s := range out.Items {
 		if s.Metadata[LabelJobUID] == uid {
@@ -248,6 +288,9 @@ func (c *lifecycle) get(ctx context.Context, id string) (*sandbox, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := checkIDs("get sandbox", s); err != nil {
+		return nil, err
+	}
 	return &s, nil
 }
 
@@ -255,6 +298,11 @@ func (c *lifecycle) create(ctx context.Context, req createRequest) (*sandbox, er
 	var s sandbox
 	if err := c.do(ctx, "create sandbox", http.MethodPost, "/sandboxes", nil, req, &s, http.StatusAccepted, http.StatusOK, http.StatusCreated); err != nil {
 		return nil, err
+	}
+	if !validID(s.ID) {
+		// Created, but not addressable: like a lost answer, the
+		// redelivery looks for it by UID.
+		return nil, &ambiguousCreate{}
 	}
 	return &s, nil
 }
@@ -371,10 +419,24 @@ func (x *execd) run(ctx context.Context, in runCommandRequest) (string, error) {
 			continue
 		}
 		if ev.Type == "init" && ev.Text != "" {
+			if !validID(ev.Text) {
+				// The command started under an id that can not be a
+				// reference: as if it were lost (the marker decides).
+				return "", &ambiguousLaunch{err: errors.New("the init event's command id is not a valid reference")}
+			}
 			return ev.Text, nil
 		}
 	}
 	return "", &ambiguousLaunch{err: errors.New("the command stream ended before its init event")}
+}
+
+// ambiguousCreate: a sandbox was created whose id the answer did not give
+// in a usable form (transient: the redelivery lists by UID; a listed
+// sandbox with such an id is an UnexpectedResponse).
+type ambiguousCreate struct{}
+
+func (*ambiguousCreate) Error() string {
+	return "create sandbox: the answer's id is empty, longer than 253 characters or not printable"
 }
 
 // ambiguousLaunch: the command may or may not have started.

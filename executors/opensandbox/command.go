@@ -63,15 +63,17 @@ func (m Marker) ExitPath(uid string) string { return m.Path(uid) + "/exit" }
 // Script is the shell command line execd runs for the Job with UID uid:
 // it claims the marker, runs argv (quoted, see QuoteArgv) as a child of
 // the wrapper shell, records the exit code and exits with it. argv must
-// not be empty.
+// not be empty. The wrapper's own utilities (mkdir, mv) are found with
+// `command -p` (the system's default PATH), not the task's PATH, which
+// the task env may set to anything.
 func (m Marker) Script(uid string, argv []string) string {
 	p := Quote(m.Path(uid))
 	var b strings.Builder
-	fmt.Fprintf(&b, "mkdir -p %s 2>/dev/null; ", Quote(m.dirOrDefault()))
-	fmt.Fprintf(&b, "if ! mkdir %s 2>/dev/null; then echo 'ayatori: this Job'\\''s task was started by an earlier command; not starting it again' >&2; exit 0; fi\n", p)
+	fmt.Fprintf(&b, "command -p mkdir -p %s 2>/dev/null; ", Quote(m.dirOrDefault()))
+	fmt.Fprintf(&b, "if ! command -p mkdir %s 2>/dev/null; then echo 'ayatori: this Job'\\''s task was started by an earlier command; not starting it again' >&2; exit 0; fi\n", p)
 	b.WriteString(QuoteArgv(argv))
 	b.WriteString("\n")
-	fmt.Fprintf(&b, "rc=$?; printf '%%s\\n' \"$rc\" > %s/exit.tmp && mv -f %s/exit.tmp %s/exit; exit \"$rc\"", p, p, p)
+	fmt.Fprintf(&b, "rc=$?; printf '%%s\\n' \"$rc\" > %s/exit.tmp && command -p mv -f %s/exit.tmp %s/exit; exit \"$rc\"", p, p, p)
 	return b.String()
 }
 
@@ -81,6 +83,11 @@ func (m Marker) dirOrDefault() string {
 	}
 	return m.Dir
 }
+
+// MaxScriptBytes is the longest Script execd can run: it runs the command
+// as one argument of `bash -c`, and Linux bounds one argument at 128 KiB
+// (MAX_ARG_STRLEN, including its terminating NUL).
+const MaxScriptBytes = 128<<10 - 1
 
 // parseExit reads the content of a marker's exit file.
 func parseExit(b []byte) (int32, bool) {

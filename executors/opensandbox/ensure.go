@@ -75,7 +75,38 @@ func (e *Executor) ensure(ctx context.Context, rec journal.Record) (execution.Ob
 		}
 		return execution.Observation{}, notCreated(err)
 	}
+	// 4. Two deliveries of this Ensure at once (an AckWait expiry, two
+	// replicas) may both have found nothing and created. A list after a
+	// create shows that create, so of two such deliveries at least one
+	// sees the other's sandbox; one that does removes its own and steps
+	// back (transient: the redelivery continues with what survived). At
+	// most one goes on to launch; both may step back.
+	if err := b.stepBack(ctx, uid, sb); err != nil {
+		return execution.Observation{}, err
+	}
 	return e.launch(ctx, b, rec, in, sb, true)
+}
+
+// stepBack lists the sandboxes of uid after sb was created for it: when
+// another one exists, it deletes sb and returns a transient error (reason
+// ReasonConcurrentEnsure). Any failure is transient too: sb exists, and
+// the redelivery finds it by UID.
+func (b *backend) stepBack(ctx context.Context, uid string, sb *sandbox) error {
+	found, err := b.lc.findByUID(ctx, uid)
+	if err != nil {
+		return &transientError{reason: "BackendUnavailable", err: err}
+	}
+	for _, o := range found {
+		if o.ID == sb.ID {
+			continue
+		}
+		if _, err := b.lc.delete(ctx, sb.ID); err != nil {
+			return &transientError{reason: "BackendUnavailable", err: err}
+		}
+		return &transientError{reason: ReasonConcurrentEnsure,
+			err: fmt.Errorf("sandbox %s of this Job was created concurrently; the duplicate %s is removed", o.ID, sb.ID)}
+	}
+	return nil
 }
 
 // admit re-reads the Job and its class and returns the refusal that keeps
@@ -112,6 +143,13 @@ func (e *Executor) admit(ctx context.Context, rec journal.Record, in execution.E
 	}
 	if len(job.Spec.Task.Command) == 0 {
 		return nil, refuse(ReasonCommandRequired, "the OpenSandbox adapter runs the task as a command in the sandbox and can not read the image's entrypoint: set task.command")
+	}
+	argv := append(append([]string{}, job.Spec.Task.Command...), job.Spec.Task.Args...)
+	if n := len(e.Marker.Script(rec.Object.UID, argv)); n > MaxScriptBytes {
+		return nil, refuse(ReasonCommandNotExecutable, "task.command and task.args make a %d-byte shell command; execd runs it as one bash -c argument, which Linux bounds at %d bytes; no execution was created", n, MaxScriptBytes)
+	}
+	if strings.ContainsRune(strings.Join(argv, ""), 0) || strings.ContainsRune(job.Spec.Task.WorkingDir, 0) {
+		return nil, refuse(ReasonCommandNotExecutable, "task.command, task.args or task.workingDir contain a NUL byte, which no process argument or path can hold; no execution was created")
 	}
 	return job, nil
 }

@@ -51,7 +51,9 @@
 //
 //	Ensure   finds the Job's sandbox by UID; creates it (after re-reading
 //	         the Job, its task digest, the class and the parameters) only
-//	         when there is none; waits until it runs (ProvisionTimeout);
+//	         when there is none, then lists again and removes its own
+//	         when a concurrent delivery created one too (transient);
+//	         waits until it runs (ProvisionTimeout);
 //	         then starts the command unless the metadata or the marker
 //	         shows one started. An ambiguous create or launch is an error
 //	         (redelivery finds what was created).
@@ -122,11 +124,13 @@ const (
 	ReasonImageAuthNotAllowed        = executionv1alpha1.ReasonImageAuthNotAllowed
 	ReasonImageAuthNotFound          = "ImageAuthNotFound"
 	ReasonCommandRequired            = executionv1alpha1.ReasonCommandRequired
+	ReasonCommandNotExecutable       = "CommandNotExecutable"
 	ReasonRequestMappingUnsupported  = executionv1alpha1.ReasonRequestMappingUnsupported
 	ReasonCommandStateLost           = "CommandStateLost"
 	ReasonExitCodeNotRecorded        = "ExitCodeNotRecorded"
 	ReasonUnknownSandboxState        = "UnknownSandboxState"
 	ReasonSandboxProvisioningTimeout = "SandboxProvisioning"
+	ReasonConcurrentEnsure           = "ConcurrentEnsure"
 )
 
 // Defaults.
@@ -142,7 +146,8 @@ type Executor struct {
 	// Secrets). Uncached (client.New): rotations are read at once.
 	Management client.Reader
 	// HTTPClient is the base HTTP client (nil: a client with the system
-	// roots). Its timeout, if any, bounds each request.
+	// roots). Its timeout, if any, bounds each request; its CheckRedirect
+	// is replaced (redirects are never followed).
 	HTTPClient *http.Client
 	// Timeout bounds one operation (default DefaultTimeout); Ensure gets
 	// ProvisionTimeout on top.
@@ -233,6 +238,10 @@ func (e *Executor) handler(fn step, ensure bool) journal.Handler {
 			return journal.Outcome{Result: journal.Result{Class: journal.ResultUnknown, Reason: u.Reason, Message: u.Message},
 				Payload: execution.Observation{Adapter: execution.AdapterOpenSandbox, References: u.References, Reason: u.Reason, Message: u.Message}}, nil
 		}
+		var te *transientError
+		if errors.As(err, &te) {
+			return journal.Outcome{}, te // a step's own transient reason
+		}
 		f := classify(err)
 		if f.Transient {
 			return journal.Outcome{}, &transientError{reason: f.Reason, err: err}
@@ -296,11 +305,19 @@ func (e *Executor) now() time.Time {
 	return time.Now()
 }
 
+// httpClient is HTTPClient (or a client with the system roots) that never
+// follows a redirect: a followed redirect would carry the API key, the
+// execd token and request bodies (image pull credentials, Secret env) to
+// whatever URL it names, http:// included. A 3xx answer is an
+// UnexpectedResponse.
 func (e *Executor) httpClient() *http.Client {
+	c := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{MinVersion: tls.VersionTLS12}, Proxy: http.ProxyFromEnvironment}}
 	if e.HTTPClient != nil {
-		return e.HTTPClient
+		cp := *e.HTTPClient
+		c = &cp
 	}
-	return &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{MinVersion: tls.VersionTLS12}, Proxy: http.ProxyFromEnvironment}}
+	c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	return c
 }
 
 // backend is the OpenSandbox deployment of one parameters object.
