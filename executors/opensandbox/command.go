@@ -57,20 +57,27 @@ func (m Marker) Path(uid string) string {
 	return strings.TrimRight(dir, "/") + "/ayatori-" + uid
 }
 
+// OwnerPath is the file holding the launch token of the command that
+// claimed the marker (the one that runs the task).
+func (m Marker) OwnerPath(uid string) string { return m.Path(uid) + "/owner" }
+
 // ExitPath is the file holding the task's exit code.
 func (m Marker) ExitPath(uid string) string { return m.Path(uid) + "/exit" }
 
 // Script is the shell command line execd runs for the Job with UID uid:
-// it claims the marker, runs argv (quoted, see QuoteArgv) as a child of
+// it claims the marker, writes token (the launch's, see LabelLaunching) to
+// OwnerPath so the command that runs the task can be told from a copy
+// that lost the claim, runs argv (quoted, see QuoteArgv) as a child of
 // the wrapper shell, records the exit code and exits with it. argv must
 // not be empty. The wrapper's own utilities (mkdir, mv) are found with
 // `command -p` (the system's default PATH), not the task's PATH, which
 // the task env may set to anything.
-func (m Marker) Script(uid string, argv []string) string {
+func (m Marker) Script(uid string, argv []string, token string) string {
 	p := Quote(m.Path(uid))
 	var b strings.Builder
 	fmt.Fprintf(&b, "command -p mkdir -p %s 2>/dev/null; ", Quote(m.dirOrDefault()))
 	fmt.Fprintf(&b, "if ! command -p mkdir %s 2>/dev/null; then echo 'ayatori: this Job'\\''s task was started by an earlier command; not starting it again' >&2; exit 0; fi\n", p)
+	fmt.Fprintf(&b, "printf '%%s\\n' %s > %s/owner\n", Quote(token), p)
 	b.WriteString(QuoteArgv(argv))
 	b.WriteString("\n")
 	fmt.Fprintf(&b, "rc=$?; printf '%%s\\n' \"$rc\" > %s/exit.tmp && command -p mv -f %s/exit.tmp %s/exit; exit \"$rc\"", p, p, p)

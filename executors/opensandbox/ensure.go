@@ -2,6 +2,8 @@ package opensandbox
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -145,7 +147,7 @@ func (e *Executor) admit(ctx context.Context, rec journal.Record, in execution.E
 		return nil, refuse(ReasonCommandRequired, "the OpenSandbox adapter runs the task as a command in the sandbox and can not read the image's entrypoint: set task.command")
 	}
 	argv := append(append([]string{}, job.Spec.Task.Command...), job.Spec.Task.Args...)
-	if n := len(e.Marker.Script(rec.Object.UID, argv)); n > MaxScriptBytes {
+	if n := len(e.Marker.Script(rec.Object.UID, argv, strings.Repeat("0", launchTokenLen))); n > MaxScriptBytes {
 		return nil, refuse(ReasonCommandNotExecutable, "task.command and task.args make a %d-byte shell command; execd runs it as one bash -c argument, which Linux bounds at %d bytes; no execution was created", n, MaxScriptBytes)
 	}
 	if strings.ContainsRune(strings.Join(argv, ""), 0) || strings.ContainsRune(job.Spec.Task.WorkingDir, 0) {
@@ -277,16 +279,16 @@ func (e *Executor) launch(ctx context.Context, b *backend, rec journal.Record, i
 		env[k] = v
 	}
 	argv := append(append([]string{}, job.Spec.Task.Command...), job.Spec.Task.Args...)
-	cmd := runCommandRequest{Command: e.Marker.Script(uid, argv), Cwd: job.Spec.Task.WorkingDir, Background: true, Envs: env}
+	token := launchToken()
+	cmd := runCommandRequest{Command: e.Marker.Script(uid, argv, token), Cwd: job.Spec.Task.WorkingDir, Background: true, Envs: env}
 	if d := job.Spec.ActiveDeadlineSeconds; d != nil && *d > 0 {
 		cmd.Timeout = *d * 1000
 	}
-	if sb.Metadata[LabelLaunching] != "true" {
-		// Before the launch: a redelivery after a lost answer knows a
-		// command may be on its way and waits for its marker.
-		if err := b.lc.patchMetadata(ctx, sb.ID, map[string]string{LabelLaunching: "true"}); err != nil {
-			return execution.Observation{}, err
-		}
+	// Before the launch: a redelivery after a lost answer knows a command
+	// may be on its way (and waits for its marker), and the token tells
+	// the command that claims the marker from a copy that lost the claim.
+	if err := b.lc.patchMetadata(ctx, sb.ID, map[string]string{LabelLaunching: token}); err != nil {
+		return execution.Observation{}, err
 	}
 	id, err := x.run(ctx, cmd)
 	if err != nil {
@@ -296,6 +298,16 @@ func (e *Executor) launch(ctx context.Context, b *backend, rec journal.Record, i
 	// metadata copy survives a crash before the outcome is journaled.
 	_ = b.lc.patchMetadata(ctx, sb.ID, map[string]string{LabelCommandID: id})
 	return execution.Observation{State: execution.StateRunning, Created: created, References: sandboxRefs(sb, id), Message: "the command started"}, nil
+}
+
+// launchTokenLen is the length of a launch token (hex).
+const launchTokenLen = 32
+
+// launchToken is a fresh random launch token (a metadata value).
+func launchToken() string {
+	b := make([]byte, launchTokenLen/2)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
 }
 
 // LaunchSettle is how long Ensure waits for the marker of a command an
@@ -313,7 +325,7 @@ func (e *Executor) launchedBefore(ctx context.Context, x *execd, uid string, sb 
 	deadline := e.now().Add(LaunchSettle)
 	for {
 		started, err := x.exists(ctx, e.Marker.Path(uid))
-		if err != nil || started || sb.Metadata[LabelLaunching] != "true" || !e.now().Before(deadline) {
+		if err != nil || started || sb.Metadata[LabelLaunching] == "" || !e.now().Before(deadline) {
 			return started, err
 		}
 		select {

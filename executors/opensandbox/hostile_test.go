@@ -1,6 +1,8 @@
 package opensandbox_test
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"net/http"
@@ -265,5 +267,81 @@ func TestProvisioningTimeoutKeepsItsReason(t *testing.T) {
 	r, ok := err.(interface{ Reason() string })
 	if !ok || r.Reason() != opensandbox.ReasonSandboxProvisioningTimeout {
 		t.Fatalf("want a transient error with reason %s, got %v", opensandbox.ReasonSandboxProvisioningTimeout, err)
+	}
+}
+
+// A command that lost the claim to an earlier launch whose id is lost
+// (a cut stream, execd slower than LaunchSettle) may be the one recorded.
+// It ends at once without an exit code while the task runs under the
+// earlier command: neither Observe nor Cancel may read its end as the
+// task's (Cancelled while the task goes on).
+func TestLosingCommandIsNotTheTask(t *testing.T) {
+	e := newEnv(t)
+	j := e.job([]string{"sleep", "30"})
+	o := e.ensure(j)
+	sb := o.References[0].ID
+	// A second launch of the same Job's wrapper with its own token, as a
+	// redelivery would send it, recorded as the Job's command.
+	m := opensandbox.Marker{Dir: e.srv.FilesRoot()}
+	loser := rawCommand(t, e.srv, sb, m.Script(string(j.UID), []string{"sleep", "30"}, "loser-token"))
+	patchMetadata(t, e.srv, sb, map[string]string{opensandbox.LabelCommandID: loser, opensandbox.LabelLaunching: "loser-token"})
+	refs := []execution.Reference{{Type: opensandbox.RefSandbox, ID: sb}, {Type: opensandbox.RefCommand, ID: loser}}
+	time.Sleep(300 * time.Millisecond) // the loser has exited
+	out, err := e.do(execution.OpObserve, j, refs, "")
+	if err != nil || out.Result.Class != journal.ResultUnknown || out.Result.Reason != opensandbox.ReasonCommandStateLost {
+		t.Fatalf("observe: %+v %v", out.Result, err)
+	}
+	out, err = e.do(execution.OpCancel, j, refs, execution.StopCancelled)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := obsOf(t, out); got.State == execution.StateCancelled {
+		t.Fatalf("cancel reported the loser's end as the task's: %+v", got)
+	}
+	// The Cancel stopped the task for real: the sandbox (and the task in
+	// it) is gone.
+	out, err = e.do(execution.OpObserve, j, refs, "")
+	if err != nil || obsOf(t, out).State != execution.StateNotFound {
+		t.Fatalf("after cancel: %+v %v", out.Result, err)
+	}
+}
+
+// rawCommand starts a background command in a sandbox of srv through
+// execd and returns its id.
+func rawCommand(t *testing.T, srv *ostest.Server, sandbox, command string) string {
+	t.Helper()
+	body, _ := json.Marshal(map[string]any{"command": command, "background": true})
+	req, _ := http.NewRequest(http.MethodPost, srv.URL()+"/sandboxes/"+sandbox+"/port/44772/command", bytes.NewReader(body))
+	req.Header.Set("X-EXECD-ACCESS-TOKEN", srv.ExecdToken(sandbox))
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		var ev struct{ Type, Text string }
+		if json.Unmarshal([]byte(strings.TrimPrefix(sc.Text(), "data:")), &ev) == nil && ev.Type == "init" {
+			return ev.Text
+		}
+	}
+	t.Fatal("no init event")
+	return ""
+}
+
+func patchMetadata(t *testing.T, srv *ostest.Server, sandbox string, md map[string]string) {
+	t.Helper()
+	body, _ := json.Marshal(md)
+	req, _ := http.NewRequest(http.MethodPatch, srv.URL()+"/v1/sandboxes/"+sandbox+"/metadata", bytes.NewReader(body))
+	req.Header.Set("OPEN-SANDBOX-API-KEY", apiKey)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("patch metadata: %d", resp.StatusCode)
 	}
 }

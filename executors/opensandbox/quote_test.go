@@ -49,7 +49,7 @@ func TestMarkerScript(t *testing.T) {
 	dir := t.TempDir()
 	m := Marker{Dir: dir}
 	uid := "0b8c7e1a-1111-2222-3333-444455556666"
-	script := m.Script(uid, []string{"bash", "-c", `echo ran >> "$1"; exit 3`, "x", dir + "/count"})
+	script := m.Script(uid, []string{"bash", "-c", `echo ran >> "$1"; exit 3`, "x", dir + "/count"}, "tok-1")
 	cmd := exec.Command("bash", "-c", script)
 	err := cmd.Run()
 	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 3 {
