@@ -98,6 +98,18 @@ func (e *Executor) finished(ctx context.Context, x *execd, uid string, sb *sandb
 			return exited(code, st.StartedAt, st.FinishedAt, refs), nil
 		}
 	}
+	// The command ended without an exit code: it is the task's only if it
+	// claimed the marker with the token of the launch it was sent by.
+	if token := sb.Metadata[LabelLaunching]; token != "" {
+		owner, ok, err := x.download(ctx, e.Marker.OwnerPath(uid))
+		if err != nil {
+			return execution.Observation{}, err
+		}
+		if ok && strings.TrimSpace(string(owner)) != token {
+			return execution.Observation{}, &unknown{Reason: ReasonCommandStateLost, References: refs,
+				Message: "the known command lost the claim to an earlier one whose id is lost, and the task has not recorded an exit code: running or killed can not be told apart"}
+		}
+	}
 	if cancelled {
 		return execution.Observation{State: execution.StateCancelled, Terminal: true, References: refs, StartTime: st.StartedAt, FinishTime: st.FinishedAt,
 			Message: "the command was interrupted on request"}, nil
