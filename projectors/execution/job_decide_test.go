@@ -105,6 +105,9 @@ func (s *sim) answer(op string, class journal.ResultClass, obs *execution.Observ
 		if obs != nil && obs.Reason != "" {
 			res.Reason = obs.Reason
 		}
+		if obs != nil {
+			res.Message = obs.Message // executors put it in both
+		}
 	}
 	var payload any
 	if obs != nil {
@@ -993,4 +996,20 @@ func TestM11ConfirmLostAfterAmbiguousEnsure(t *testing.T) {
 	s.rest()
 	s.wantSucceeded("False/BackendLost")
 	s.verify()
+}
+
+// A ResultUnknown condition says why the backend could not tell (the
+// outcome's reason and message, e.g. the OpenSandbox adapter's
+// CommandStateLost), not only that it could not.
+func TestResultUnknownSaysWhy(t *testing.T) {
+	s := newSim(t)
+	s.run()
+	s.until(execution.OpObserve)
+	s.answer(execution.OpObserve, journal.ResultUnknown, &execution.Observation{Reason: "CommandStateLost", Message: "execd no longer knows the command"})
+	s.pass()
+	s.wantSucceeded("Unknown/ResultUnknown")
+	c := meta.FindStatusCondition(s.job.Status.Conditions, v1alpha1.JobConditionSucceeded)
+	if !strings.Contains(c.Message, "CommandStateLost") || !strings.Contains(c.Message, "execd no longer knows the command") {
+		t.Fatalf("message %q does not say why", c.Message)
+	}
 }
