@@ -417,7 +417,7 @@ func (d *decider) describeProgress() {
 	case d.job.Spec.DesiredState == v1alpha1.JobDesiredStateCancelled || (!d.job.DeletionTimestamp.IsZero() && len(l.ensures) > 0):
 		d.running(v1alpha1.ReasonCancelling, "stopping the execution; waiting for the backend to confirm")
 	case l.last() != nil && l.last().ambiguous:
-		d.running(v1alpha1.ReasonResultUnknown, resultUnknownMessage)
+		d.running(v1alpha1.ReasonResultUnknown, unknownMessage(l.last()))
 	case l.existed && l.last() != nil && l.last().obs.State == execution.StateNotFound && len(l.cancels) == 0:
 		d.running(v1alpha1.ReasonResultUnknown, lostMessage(d.job))
 	case d.st.StartTime != nil:
@@ -434,6 +434,23 @@ func (d *decider) describeProgress() {
 }
 
 const resultUnknownMessage = "the backend did not answer whether the execution exists or runs; observing again (this is not a failure)"
+
+// unknownMessage is the ResultUnknown message after ambiguous outcome o:
+// what the executor said (its reason and its condition-safe message, e.g.
+// CommandStateLost) when it said anything, else resultUnknownMessage.
+func unknownMessage(o *observed) string {
+	if o == nil || o.rec.Result == nil || o.rec.Result.Class != journal.ResultUnknown {
+		return resultUnknownMessage
+	}
+	msg := o.rec.Result.Message
+	if msg == "" {
+		msg = o.obs.Message
+	}
+	if msg == "" {
+		return resultUnknownMessage
+	}
+	return fmt.Sprintf("the backend can not tell the execution's state (%s: %s); observing again (this is not a failure)", o.rec.Result.Reason, msg)
+}
 
 func lostMessage(job *v1alpha1.Job) string {
 	return fmt.Sprintf("the backend execution disappeared before its end was observed; if it is lost for good, confirm with annotation %s=%s", v1alpha1.AnnotationBackendLost, job.UID)
@@ -527,7 +544,7 @@ func (d *decider) decideScheduling() {
 	case last != nil && last.ambiguous:
 		// The Ensure (or an Observe after it) can not tell whether the
 		// execution was created: find it by UID before anything else.
-		d.running(v1alpha1.ReasonResultUnknown, resultUnknownMessage)
+		d.running(v1alpha1.ReasonResultUnknown, unknownMessage(last))
 		if d.confirmLost() {
 			return
 		}
