@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -343,5 +344,46 @@ func patchMetadata(t *testing.T, srv *ostest.Server, sandbox string, md map[stri
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("patch metadata: %d", resp.StatusCode)
+	}
+}
+
+// A backend that ignores the metadata filter and pages its answer: the
+// Job's sandbox on page 2 is still found (else Observe would report it
+// gone and Ensure would create a second one).
+func TestFindFollowsPages(t *testing.T) {
+	other := func(i int) map[string]any {
+		return map[string]any{"id": fmt.Sprintf("other-%d", i), "status": map[string]any{"state": "Running"},
+			"metadata": map[string]string{opensandbox.LabelJobUID: fmt.Sprintf("7e1c0b52-0000-4000-8000-%012d", i)},
+			"createdAt": "2026-12-01T00:00:00Z", "entrypoint": []string{"tail"}}
+	}
+	mine := map[string]any{"id": "mine", "status": map[string]any{"state": "Pending"},
+		"metadata": map[string]string{opensandbox.LabelJobUID: hostileUID}, "createdAt": "2026-12-01T00:00:00Z", "entrypoint": []string{"tail"}}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet || r.URL.Path != "/v1/sandboxes" {
+			http.Error(w, `{"code":"NOT_FOUND","message":"x"}`, http.StatusNotFound)
+			return
+		}
+		page := r.URL.Query().Get("page")
+		var items []map[string]any
+		next := false
+		if page == "" || page == "1" {
+			for i := 0; i < 20; i++ {
+				items = append(items, other(i))
+			}
+			next = true
+		} else {
+			items = []map[string]any{mine}
+		}
+		b, _ := json.Marshal(map[string]any{"items": items, "pagination": map[string]any{"page": 1, "pageSize": 20, "totalItems": 21, "totalPages": 2, "hasNextPage": next}})
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(b)
+	}))
+	defer srv.Close()
+	out, err := hostileObserve(t, hostileExecutor(t, srv.URL, true, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o, ok := out.Payload.(execution.Observation); !ok || o.State != execution.StatePending {
+		t.Fatalf("the sandbox on page 2 was not found: %+v %+v", out.Result, out.Payload)
 	}
 }
