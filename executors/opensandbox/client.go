@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
 	"regexp"
 	"strings"
 	"time"
@@ -259,24 +260,38 @@ func redactURL(err error) error {
 
 // findByUID lists the sandboxes whose metadata carries the Job UID.
 func (c *lifecycle) findByUID(ctx context.Context, uid string) ([]sandbox, error) {
-	q := url.Values{}
-	q.Set("metadata", url.Values{LabelJobUID: {uid}}.Encode())
-	q.Set("pageSize", "20")
-	var out listResponse
-	if err := c.do(ctx, "list sandboxes", http.MethodGet, "/sandboxes", q, nil, &out, http.StatusOK); err != nil {
-		return nil, err
-	}
-	if err := checkIDs("list sandboxes", out.Items...); err != nil {
-		return nil, err
-	}
 	var mine []sandbox
-	for _, s := range out.Items {
-		if s.Metadata[LabelJobUID] == uid {
-			mine = append(mine, s)
+	for page := 1; ; page++ {
+		q := url.Values{}
+		q.Set("metadata", url.Values{LabelJobUID: {uid}}.Encode())
+		q.Set("pageSize", "20")
+		q.Set("page", strconv.Itoa(page))
+		var out listResponse
+		if err := c.do(ctx, "list sandboxes", http.MethodGet, "/sandboxes", q, nil, &out, http.StatusOK); err != nil {
+			return nil, err
+		}
+		if err := checkIDs("list sandboxes", out.Items...); err != nil {
+			return nil, err
+		}
+		for _, s := range out.Items {
+			if s.Metadata[LabelJobUID] == uid {
+				mine = append(mine, s)
+			}
+		}
+		// A backend that honours the filter answers one page; one that
+		// ignores it is paged through (bounded), so the Job's sandbox is
+		// never missed and never created twice.
+		if !out.Pagination.HasNextPage || len(out.Items) == 0 {
+			return mine, nil
+		}
+		if page >= maxListPages {
+			return nil, &decodeError{op: "list sandboxes", err: fmt.Errorf("more than %d pages for one Job UID", maxListPages)}
 		}
 	}
-	return mine, nil
 }
+
+// maxListPages bounds the pages findByUID reads (20 sandboxes each).
+const maxListPages = 100
 
 // get reads one sandbox; nil when it does not exist.
 func (c *lifecycle) get(ctx context.Context, id string) (*sandbox, error) {
