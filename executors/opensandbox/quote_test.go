@@ -70,3 +70,20 @@ func TestMarkerScript(t *testing.T) {
 		t.Fatalf("exit marker %q", b)
 	}
 }
+
+// The task's env reaches the wrapper shell too: SHELLOPTS=errexit:nounset
+// must not keep the wrapper from recording a failing task's exit code.
+func TestMarkerScriptIgnoresShellOptionsFromEnv(t *testing.T) {
+	dir := t.TempDir()
+	m := Marker{Dir: dir}
+	uid := "0b8c7e1a-1111-2222-3333-444455556667"
+	cmd := exec.Command("bash", "-c", m.Script(uid, []string{"bash", "-c", "exit 3"}, "tok"))
+	cmd.Env = append(cmd.Environ(), "SHELLOPTS=errexit:nounset:pipefail")
+	if err := cmd.Run(); err == nil {
+		t.Fatal("want exit 3")
+	}
+	b, _ := exec.Command("cat", m.ExitPath(uid)).Output()
+	if code, ok := parseExit(b); !ok || code != 3 {
+		t.Fatalf("exit marker %q", b)
+	}
+}
