@@ -75,6 +75,9 @@ func (m Marker) ExitPath(uid string) string { return m.Path(uid) + "/exit" }
 func (m Marker) Script(uid string, argv []string, token string) string {
 	p := Quote(m.Path(uid))
 	var b strings.Builder
+	// The task's env is the wrapper's too: options it sets through
+	// SHELLOPTS (errexit, nounset, pipefail) are switched off first.
+	b.WriteString("set +e +u +o pipefail 2>/dev/null; ")
 	fmt.Fprintf(&b, "command -p mkdir -p %s 2>/dev/null; ", Quote(m.dirOrDefault()))
 	fmt.Fprintf(&b, "if ! command -p mkdir %s 2>/dev/null; then echo 'ayatori: this Job'\\''s task was started by an earlier command; not starting it again' >&2; exit 0; fi\n", p)
 	fmt.Fprintf(&b, "printf '%%s\\n' %s > %s/owner\n", Quote(token), p)
