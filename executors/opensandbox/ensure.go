@@ -3,8 +3,8 @@ package opensandbox
 import (
 	"context"
 	"crypto/rand"
-	"encoding/hex"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"

@@ -353,7 +353,7 @@ func patchMetadata(t *testing.T, srv *ostest.Server, sandbox string, md map[stri
 func TestFindFollowsPages(t *testing.T) {
 	other := func(i int) map[string]any {
 		return map[string]any{"id": fmt.Sprintf("other-%d", i), "status": map[string]any{"state": "Running"},
-			"metadata": map[string]string{opensandbox.LabelJobUID: fmt.Sprintf("7e1c0b52-0000-4000-8000-%012d", i)},
+			"metadata":  map[string]string{opensandbox.LabelJobUID: fmt.Sprintf("7e1c0b52-0000-4000-8000-%012d", i)},
 			"createdAt": "2026-12-01T00:00:00Z", "entrypoint": []string{"tail"}}
 	}
 	mine := map[string]any{"id": "mine", "status": map[string]any{"state": "Pending"},
