@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"os"
 	"net/http/httptest"
 	"strings"
 	"sync"
@@ -385,5 +386,28 @@ func TestFindFollowsPages(t *testing.T) {
 	}
 	if o, ok := out.Payload.(execution.Observation); !ok || o.State != execution.StatePending {
 		t.Fatalf("the sandbox on page 2 was not found: %+v %+v", out.Result, out.Payload)
+	}
+}
+
+// A Cancel that kills the wrapper between its claim and its owner token
+// (the owner file created, not yet written) still ends Cancelled: an
+// empty owner is no proof of another command (seen in CI under load).
+func TestCancelDuringClaimIsCancelled(t *testing.T) {
+	e := newEnv(t)
+	j := e.job([]string{"sleep", "60"})
+	o := e.ensure(j)
+	e.until(j, o.References, func(out journal.Outcome) bool {
+		got, ok := out.Payload.(execution.Observation)
+		return ok && got.State == execution.StateRunning
+	})
+	m := opensandbox.Marker{Dir: e.srv.FilesRoot()}
+	if err := os.Truncate(m.OwnerPath(string(j.UID)), 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.do(execution.OpCancel, j, o.References, execution.StopCancelled); err != nil {
+		t.Fatal(err)
+	}
+	if got := obsOf(t, e.until(j, o.References, terminal)); got.State != execution.StateCancelled {
+		t.Fatalf("%+v", got)
 	}
 }
