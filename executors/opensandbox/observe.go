@@ -105,7 +105,10 @@ func (e *Executor) finished(ctx context.Context, x *execd, uid string, sb *sandb
 		if err != nil {
 			return execution.Observation{}, err
 		}
-		if ok && strings.TrimSpace(string(owner)) != token {
+		// An empty owner file is a claim killed before it wrote its token
+		// (the file is created, then written in one write): not proof of
+		// another owner.
+		if o := strings.TrimSpace(string(owner)); ok && o != "" && o != token {
 			return execution.Observation{}, &unknown{Reason: ReasonCommandStateLost, References: refs,
 				Message: "the known command lost the claim to an earlier one whose id is lost, and the task has not recorded an exit code: running or killed can not be told apart"}
 		}
