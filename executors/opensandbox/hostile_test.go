@@ -7,8 +7,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"os"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -401,6 +401,11 @@ func TestCancelDuringClaimIsCancelled(t *testing.T) {
 		return ok && got.State == execution.StateRunning
 	})
 	m := opensandbox.Marker{Dir: e.srv.FilesRoot()}
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if _, err := os.Stat(m.OwnerPath(string(j.UID))); err == nil || time.Now().After(deadline) {
+			break
+		}
+	}
 	if err := os.Truncate(m.OwnerPath(string(j.UID)), 0); err != nil {
 		t.Fatal(err)
 	}
