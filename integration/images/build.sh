@@ -39,6 +39,9 @@ fail() {
 	exit 1
 }
 
+# can_priv: root, or passwordless sudo.
+can_priv() { [[ $(id -u) -eq 0 ]] || sudo -n true 2>/dev/null; }
+
 # priv runs a command as root: directly when root, else through passwordless sudo.
 priv() {
 	if [[ $(id -u) -eq 0 ]]; then
@@ -61,12 +64,21 @@ apt_install() {
 
 # ensure_docker: a Docker engine that answers this user.
 ensure_docker() {
-	if docker info >/dev/null 2>&1; then
+	local out
+	if out="$(docker info 2>&1 >/dev/null)"; then
 		return 0
+	fi
+	if [[ $out == *"permission denied"* ]]; then
+		fail "dockerd runs, but $(id -un) cannot use it (/var/run/docker.sock: permission denied); add yourself to the docker group:
+  sudo usermod -aG docker \"\$USER\"   # then log in again"
 	fi
 	if ! command -v dockerd >/dev/null 2>&1 || ! command -v docker >/dev/null 2>&1; then
 		apt_install docker.io
 	fi
+	can_priv || fail "no Docker daemon answers ($out)
+starting one needs root or passwordless sudo; do it yourself, then run 'make images' again:
+  sudo systemctl start docker   # or: sudo dockerd &
+  sudo usermod -aG docker \"\$USER\"   # then log in again"
 	if ! priv docker info >/dev/null 2>&1; then
 		local start=$SECONDS
 		if [[ -d /run/systemd/system ]]; then
