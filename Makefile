@@ -27,6 +27,15 @@ tools: ## Build every pinned tool and test server that is missing from the cache
 $(CONTROLLER_GEN):
 	@integration/tools/build.sh controller-gen
 
+##@ Container images
+
+# The images `make images` builds, as the testcontainers provider's overrides.
+LOCAL_IMAGES_ENV := AYATORI_TC_POSTGRES_IMAGE=ayatori-test/postgres:15 AYATORI_TC_OPENBAO_IMAGE=ayatori-test/openbao:$(VAULT_VERSION:v%=%)
+
+.PHONY: images
+images: ## Build the testcontainers provider's images without a registry (Debian base by debootstrap, PostgreSQL 15, OpenBao-compatible server, nats-server); installs and starts Docker when missing (root or passwordless sudo); each image rebuilt only when its inputs change.
+	@integration/images/build.sh
+
 ##@ Code generation
 
 .PHONY: generate
@@ -65,6 +74,18 @@ test-unit: ## Fast loop: unit tests only (no servers).
 .PHONY: test
 test: postgres tools ## Unit + envtest + integration + stack tests on real servers.
 	go test $(GO_TEST_FLAGS) -count=1 -timeout 25m ./...
+
+.PHONY: test-containers
+test-containers: images tools ## The integration suite under AYATORI_TEST_PROVIDER=testcontainers on the images of `make images` (reaper off); fails if a test leaves a container behind.
+	@before="$$(docker ps -aq --filter label=org.testcontainers=true | sort)"; rc=0; start=$$SECONDS; \
+	AYATORI_TEST_PROVIDER=testcontainers TESTCONTAINERS_RYUK_DISABLED=true $(LOCAL_IMAGES_ENV) \
+		go test $(GO_TEST_FLAGS) -count=1 -timeout 25m ./integration/ || rc=$$?; \
+	echo "test-containers: go test took $$((SECONDS - start))s"; \
+	left="$$(comm -13 <(echo "$$before") <(docker ps -aq --filter label=org.testcontainers=true | sort))"; \
+	if [[ -n "$$left" ]]; then \
+		echo "test-containers: the tests left these containers behind (remove them with: docker rm -f -v $$(echo $$left)):"; \
+		docker ps -a --filter label=org.testcontainers=true | grep -E "$$(echo $$left | tr ' ' '|')"; exit 1; fi; \
+	echo "test-containers: no container left behind"; exit $$rc
 
 ##@ Benchmarks
 

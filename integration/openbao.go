@@ -21,7 +21,8 @@ const KVMount = "kv"
 // from the module proxy, or the `bao` binary named by AYATORI_BAO_BIN) with
 // file storage, initialised with one unseal key and a KV v2 mount "kv".
 // Unlike `server -dev` its data survives Stop/Start, so tests can take it
-// down in the middle of an operation and bring it back.
+// down in the middle of an operation and bring it back. The testcontainers
+// provider runs the same set-up in a container (testcontainers_provider.go).
 type OpenBao struct {
 	// Address is the API address, http://127.0.0.1:<port>.
 	Address string
@@ -89,28 +90,54 @@ ui            = false
 	if err := o.startProcess(); err != nil {
 		return nil, err
 	}
+	return o, o.initialise(ctx)
+}
+
+// initialise initialises a fresh server with one unseal key, unseals it and
+// mounts KV v2 at "kv" (both providers).
+func (o *OpenBao) initialise(ctx context.Context) error {
 	c, err := o.client("")
 	if err != nil {
-		return nil, err
+		return err
 	}
 	init, err := c.Sys().InitWithContext(ctx, &bao.InitRequest{SecretShares: 1, SecretThreshold: 1})
 	if err != nil {
-		return nil, o.proc.startError(fmt.Errorf("init: %w", err))
+		return o.startError(fmt.Errorf("init: %w", err))
 	}
 	o.unsealKey, o.RootToken = init.Keys[0], init.RootToken
 	if err := o.unseal(ctx); err != nil {
-		return nil, err
+		return err
 	}
 	c.SetToken(o.RootToken)
-	if err := c.Sys().MountWithContext(ctx, KVMount, &bao.MountInput{Type: "kv", Options: map[string]string{"version": "2"}}); err != nil {
-		return nil, fmt.Errorf("mount kv v2: %w", err)
+	if err := c.Sys().MountWithContext(ctx, KVMount, &baoMountInput); err != nil {
+		return fmt.Errorf("mount kv v2: %w", err)
 	}
 	// A fresh KV v2 mount finishes its setup asynchronously; wait until it
 	// accepts reads.
-	return o, o.proc.waitReady(30*time.Second, func() error {
+	return o.waitReady(30*time.Second, func() error {
 		_, err := c.Logical().ReadWithContext(ctx, KVMount+"/config")
 		return err
 	})
+}
+
+// waitReady polls check until it succeeds or timeout passes (or the local
+// process exits).
+func (o *OpenBao) waitReady(timeout time.Duration, check func() error) error {
+	if o.proc != nil {
+		return o.proc.waitReady(timeout, check)
+	}
+	if err := pollReady(timeout, check); err != nil {
+		return o.startError(err)
+	}
+	return nil
+}
+
+// startError adds the server log's last lines to err.
+func (o *OpenBao) startError(err error) error {
+	if o.proc != nil {
+		return o.proc.startError(err)
+	}
+	return fmt.Errorf("openbao container did not start: %w\n--- last lines of %s ---\n%s", err, o.LogPath, fileTail(o.LogPath, 30))
 }
 
 func (o *OpenBao) startProcess() error {
@@ -149,7 +176,7 @@ func (o *OpenBao) unseal(ctx context.Context) error {
 		return errors.New("unseal: still sealed")
 	}
 	c.SetToken(o.RootToken)
-	return o.proc.waitReady(30*time.Second, func() error {
+	return o.waitReady(30*time.Second, func() error {
 		h, err := c.Sys().HealthWithContext(ctx)
 		if err != nil {
 			return err
@@ -191,7 +218,10 @@ func (o *OpenBao) Stop() {
 // Start starts a stopped server on the same storage and port and unseals it.
 func (o *OpenBao) Start(ctx context.Context) error {
 	if o.container != nil {
-		return o.container.Start(ctx)
+		if err := o.container.Start(ctx); err != nil {
+			return err
+		}
+		return o.unseal(ctx)
 	}
 	if o.proc != nil && !o.proc.exited() {
 		return errors.New("openbao: already running")

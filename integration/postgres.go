@@ -52,8 +52,10 @@ type Postgres struct {
 	cred    *syscall.Credential
 	proc    *process
 	unreg   func()
-	// container is set by the testcontainers provider.
+	// container is set by the testcontainers provider; hba is then the
+	// container's pg_hba.conf.
 	container testcontainers.Container
+	hba       string
 }
 
 // PostgresBinDir finds the PostgreSQL 15 server binaries:
@@ -191,8 +193,23 @@ func NewPostgres(ctx context.Context, opts PostgresOptions) (_ *Postgres, err er
 // until a TLS superuser connection succeeds. Use after Stop to simulate a
 // restart.
 func (pg *Postgres) Start(ctx context.Context) error {
+	ready := func() error {
+		c, err := pgx.Connect(ctx, pg.SuperuserDSN("postgres"))
+		if err != nil {
+			return err
+		}
+		return c.Close(ctx)
+	}
 	if pg.container != nil {
-		return pg.container.Start(ctx)
+		// The container's wait strategy counts readiness lines in the whole
+		// log, earlier runs' included: it does not tell this run is ready.
+		if err := pg.container.Start(ctx); err != nil {
+			return err
+		}
+		if err := pollReady(60*time.Second, ready); err != nil {
+			return fmt.Errorf("postgres container: %w\n--- last lines of %s ---\n%s", err, pg.LogPath, fileTail(pg.LogPath, 30))
+		}
+		return nil
 	}
 	if pg.proc != nil && !pg.proc.exited() {
 		return errors.New("postgres: already running")
@@ -205,13 +222,7 @@ func (pg *Postgres) Start(ctx context.Context) error {
 		return err
 	}
 	pg.proc = proc
-	return proc.waitReady(60*time.Second, func() error {
-		c, err := pgx.Connect(ctx, pg.SuperuserDSN("postgres"))
-		if err != nil {
-			return err
-		}
-		return c.Close(ctx)
-	})
+	return proc.waitReady(60*time.Second, ready)
 }
 
 // Stop shuts the server down (fast shutdown) and keeps the data directory.
@@ -330,6 +341,9 @@ func (pg *Postgres) ReplaceServerCert(ca *CA, dnsNames, ips []string) error {
 			}
 		}
 	}
+	if pg.container != nil {
+		return pg.replaceContainerCert(cert.CertPEM, cert.KeyPEM)
+	}
 	if pg.proc == nil || pg.proc.exited() {
 		return nil
 	}
@@ -340,8 +354,15 @@ func (pg *Postgres) ReplaceServerCert(ca *CA, dnsNames, ips []string) error {
 // (SIGHUP), e.g. a "reject" rule for one role in a negative test. The
 // returned function restores the previous file and reloads again.
 func (pg *Postgres) PrependHBA(line string) (restore func() error, err error) {
-	if pg.container != nil || pg.proc == nil || pg.proc.exited() {
-		return nil, errors.New("postgres: PrependHBA needs a running local server")
+	if pg.container != nil {
+		old := pg.hba
+		if err := pg.writeContainerHBA(line + "\n" + old); err != nil {
+			return nil, err
+		}
+		return func() error { return pg.writeContainerHBA(old) }, nil
+	}
+	if pg.proc == nil || pg.proc.exited() {
+		return nil, errors.New("postgres: PrependHBA needs a running server")
 	}
 	path := filepath.Join(pg.dataDir, "pg_hba.conf")
 	old, err := os.ReadFile(path)

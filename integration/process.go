@@ -161,6 +161,22 @@ func (p *process) waitReady(timeout time.Duration, check func() error) error {
 	return p.startError(fmt.Errorf("not ready after %s: %w", timeout, last))
 }
 
+// pollReady polls check every 100 ms until it succeeds or timeout passes
+// (servers without a local process: containers).
+func pollReady(timeout time.Duration, check func() error) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		err := check()
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("not ready after %s: %w", timeout, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
 // FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
 func FreePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")

@@ -1,22 +1,31 @@
 package integration
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"io"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
+	"sync"
 	"time"
 
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/api/types/network"
 	"github.com/testcontainers/testcontainers-go"
 	tcpostgres "github.com/testcontainers/testcontainers-go/modules/postgres"
 	"github.com/testcontainers/testcontainers-go/wait"
 )
 
-// Container images of the testcontainers provider. Pin them by digest
-// (image@sha256:...) through AYATORI_TC_POSTGRES_IMAGE / AYATORI_TC_OPENBAO_IMAGE;
-// the defaults are version tags because the build machines cannot reach a
-// registry to resolve digests (see docs/testing.md).
+// Container images of the testcontainers provider. The defaults are the
+// upstream images (version tags; pin them by digest, image@sha256:..., through
+// the same variables). Where no registry answers, `make images` builds
+// ayatori-test/postgres:15 and ayatori-test/openbao:<version> from Debian
+// packages and the project's tool builds, and `make test-containers` points
+// these variables at them (see docs/testing.md "Providers").
 var (
 	tcPostgresImage = envDefault("AYATORI_TC_POSTGRES_IMAGE", "docker.io/library/postgres:15.18-bookworm")
 	tcOpenBaoImage  = envDefault("AYATORI_TC_OPENBAO_IMAGE", "quay.io/openbao/openbao:2.4.1")
@@ -34,8 +43,56 @@ func init() {
 	newOpenBaoContainer = startOpenBaoContainer
 }
 
+var tcHostOnce sync.Once
+
+// tcLoopbackHost makes testcontainers-go reach containers on 127.0.0.1, where
+// withLoopbackPort publishes them (TESTCONTAINERS_HOST_OVERRIDE, unless set).
+// Without it, on a machine that is itself a container (/.dockerenv), it dials
+// the machine's default gateway, where nothing is published. The containers
+// run on the local Docker engine; a remote DOCKER_HOST is not supported.
+func tcLoopbackHost() {
+	tcHostOnce.Do(func() {
+		if _, ok := os.LookupEnv("TESTCONTAINERS_HOST_OVERRIDE"); !ok {
+			_ = os.Setenv("TESTCONTAINERS_HOST_OVERRIDE", "127.0.0.1")
+		}
+	})
+}
+
+// Files the provider copies into the PostgreSQL container.
+const (
+	tcPGConfDir = "/etc/ayatori-test"
+	tcPGCert    = tcPGConfDir + "/server.crt"
+	tcPGKey     = tcPGConfDir + "/server.key"
+	tcPGHBA     = tcPGConfDir + "/pg_hba.conf"
+)
+
+// tcPGEntrypoint runs before the image's own entrypoint, as root: the key
+// and certificate are copied in as root-owned 0600 files, and the server,
+// which runs as "postgres", must own them (it refuses a key readable by
+// others). It execs, so the entrypoint and then postgres are PID 1 and
+// `docker stop` reaches postgres. testcontainers-go's WithSSLCert does the
+// same chown but from a `sh` script that does not exec and uses `set -o
+// pipefail`, which dash (/bin/sh of the Debian-based official image and of
+// ayatori-test/postgres) refuses.
+const tcPGEntrypoint = `set -e
+chown postgres:postgres ` + tcPGCert + ` ` + tcPGKey + `
+chmod 0600 ` + tcPGCert + ` ` + tcPGKey + `
+exec docker-entrypoint.sh "$@"`
+
+// tcPGHBALines is the container's pg_hba.conf: TLS only, SCRAM only, from any
+// address (clients reach the container through Docker's bridge, not from
+// 127.0.0.1). The Unix socket line serves the image's init steps.
+var tcPGHBALines = []string{
+	"# Ayatori test cluster (container): TLS only, SCRAM only.",
+	"local   all all      scram-sha-256",
+	"hostssl all all all  scram-sha-256",
+}
+
 // startPostgresContainer runs PostgreSQL 15 with TLS through the official
-// testcontainers-go postgres module. Stop/Start/Kill act on the container.
+// testcontainers-go postgres module: the server settings of the local
+// provider, a TLS-only pg_hba, published on 127.0.0.1 only, on a host port
+// that stays the same across Stop/Start. The server log is copied to LogPath.
+// Stop/Start/Kill act on the container; its data survives Stop/Start.
 func startPostgresContainer(ctx context.Context, opts PostgresOptions) (_ *Postgres, err error) {
 	dir, err := os.MkdirTemp("", "ayatori-pg-tc-")
 	if err != nil {
@@ -59,70 +116,236 @@ func startPostgresContainer(ctx context.Context, opts PostgresOptions) (_ *Postg
 		return nil, err
 	}
 	pg.CAFile, pg.UntrustedCAFile = filepath.Join(dir, "ca.crt"), filepath.Join(dir, "untrusted-ca.crt")
-	for path, content := range map[string][]byte{pg.CAFile: pg.CA.CertPEM, pg.UntrustedCAFile: untrusted.CertPEM,
-		filepath.Join(dir, "server.crt"): server.CertPEM, filepath.Join(dir, "server.key"): server.KeyPEM} {
+	for path, content := range map[string][]byte{pg.CAFile: pg.CA.CertPEM, pg.UntrustedCAFile: untrusted.CertPEM} {
 		if err := os.WriteFile(path, content, 0o600); err != nil {
 			return nil, err
 		}
 	}
-	args := []string{"-c", "ssl=on", "-c", "password_encryption=scram-sha-256"}
+	if pg.Port, err = FreePort(); err != nil {
+		return nil, err
+	}
+	pg.hba = strings.Join(tcPGHBALines, "\n") + "\n"
+	args := []string{
+		"-c", "ssl=on", "-c", "ssl_cert_file=" + tcPGCert, "-c", "ssl_key_file=" + tcPGKey,
+		"-c", "hba_file=" + tcPGHBA,
+		"-c", "password_encryption=scram-sha-256",
+		"-c", "max_connections=200",
+		"-c", "synchronous_commit=off",
+		"-c", "full_page_writes=off",
+		"-c", "log_connections=on",
+		"-c", "log_line_prefix=%m [%p] %q%u@%d ",
+	}
 	if opts.LogStatements {
 		args = append(args, "-c", "log_statement=all")
 	}
+	logs := &containerLog{path: pg.LogPath}
+	tcLoopbackHost()
 	c, err := tcpostgres.Run(ctx, tcPostgresImage,
 		tcpostgres.WithUsername("postgres"), tcpostgres.WithPassword(pg.SuperuserPassword), tcpostgres.WithDatabase("postgres"),
-		tcpostgres.WithSSLCert(pg.CAFile, filepath.Join(dir, "server.crt"), filepath.Join(dir, "server.key")),
+		testcontainers.WithFiles(
+			testcontainers.ContainerFile{Reader: bytes.NewReader(server.CertPEM), ContainerFilePath: tcPGCert, FileMode: 0o600},
+			testcontainers.ContainerFile{Reader: bytes.NewReader(server.KeyPEM), ContainerFilePath: tcPGKey, FileMode: 0o600},
+			testcontainers.ContainerFile{Reader: strings.NewReader(pg.hba), ContainerFilePath: tcPGHBA, FileMode: 0o644},
+		),
+		testcontainers.WithEntrypoint("bash", "-c", tcPGEntrypoint, "ayatori-postgres-entrypoint"),
 		testcontainers.WithCmdArgs(args...),
+		withLoopbackPort("5432/tcp", pg.Port),
+		logs.option(),
 		tcpostgres.BasicWaitStrategies(),
 	)
-	if err != nil {
-		return nil, fmt.Errorf("testcontainers postgres: %w", err)
+	if c != nil {
+		pg.container = c
 	}
-	pg.container = c
-	port, err := c.MappedPort(ctx, "5432/tcp")
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("testcontainers postgres (%s): %w\n--- last lines of the container log ---\n%s", tcPostgresImage, err, containerLogTail(c, 30))
 	}
-	pg.Port, _ = strconv.Atoi(port.Port())
 	pg.unreg = registerCleanup(pg.Close)
 	return pg, nil
 }
 
-// startOpenBaoContainer runs an OpenBao dev server with KV v2 at "kv".
-// Dev mode keeps data in memory: Stop/Start lose it (local provider only).
-func startOpenBaoContainer(ctx context.Context) (*OpenBao, error) {
-	token := randomHex(16)
-	c, err := testcontainers.GenericContainer(ctx, testcontainers.GenericContainerRequest{
-		ContainerRequest: testcontainers.ContainerRequest{
-			Image:        tcOpenBaoImage,
-			ExposedPorts: []string{"8200/tcp"},
-			Env:          map[string]string{"BAO_DEV_ROOT_TOKEN_ID": token, "BAO_DEV_LISTEN_ADDRESS": "0.0.0.0:8200"},
-			Cmd:          []string{"server", "-dev"},
-			WaitingFor:   wait.ForHTTP("/v1/sys/health").WithPort("8200/tcp").WithStartupTimeout(60 * time.Second),
-		},
-		Started: true,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("testcontainers openbao: %w", err)
+// replaceContainerCert installs a server certificate and key in the
+// container and reloads the server.
+func (pg *Postgres) replaceContainerCert(certPEM, keyPEM []byte) error {
+	ctx := context.Background()
+	if err := pg.container.CopyToContainer(ctx, certPEM, tcPGCert, 0o600); err != nil {
+		return err
 	}
-	host, err := c.Host(ctx)
+	if err := pg.container.CopyToContainer(ctx, keyPEM, tcPGKey, 0o600); err != nil {
+		return err
+	}
+	if !pg.container.IsRunning() {
+		return nil // tcPGEntrypoint chowns them at the next start
+	}
+	return containerExec(ctx, pg.container, "chown postgres:postgres "+tcPGCert+" "+tcPGKey+" && "+pgReloadScript)
+}
+
+// writeContainerHBA replaces the container's pg_hba.conf and reloads the server.
+func (pg *Postgres) writeContainerHBA(content string) error {
+	ctx := context.Background()
+	if err := pg.container.CopyToContainer(ctx, []byte(content), tcPGHBA, 0o644); err != nil {
+		return err
+	}
+	pg.hba = content
+	if !pg.container.IsRunning() {
+		return nil
+	}
+	if err := containerExec(ctx, pg.container, pgReloadScript); err != nil {
+		return err
+	}
+	time.Sleep(500 * time.Millisecond) // the postmaster reloads asynchronously
+	return nil
+}
+
+// pgReloadScript sends SIGHUP to the postmaster (whatever its PID), as root.
+const pgReloadScript = `kill -HUP "$(head -n 1 "$PGDATA/postmaster.pid")"`
+
+// startOpenBaoContainer runs the OpenBao-compatible server like the local
+// provider does: file storage (in the container, so it survives Stop/Start),
+// initialised with one unseal key, unsealed again after Start, KV v2 at "kv".
+// The configuration goes to /openbao/config, which the upstream openbao
+// image's `server` reads, and so does ayatori-test/openbao. Published on
+// 127.0.0.1 only, on a host port that stays the same across Stop/Start.
+func startOpenBaoContainer(ctx context.Context) (_ *OpenBao, err error) {
+	dir, err := os.MkdirTemp("", "ayatori-bao-tc-")
 	if err != nil {
 		return nil, err
 	}
-	port, err := c.MappedPort(ctx, "8200/tcp")
+	o := &OpenBao{Dir: dir, LogPath: filepath.Join(dir, "server.log")}
+	defer func() {
+		if err != nil {
+			o.Close()
+		}
+	}()
+	port, err := FreePort()
 	if err != nil {
 		return nil, err
 	}
-	o := &OpenBao{Address: fmt.Sprintf("http://%s:%s", host, port.Port()), RootToken: token, container: c}
+	o.Address = fmt.Sprintf("http://127.0.0.1:%d", port)
+	cfg := fmt.Sprintf(`storage "file" {
+  path = "/openbao/file"
+}
+listener "tcp" {
+  address     = "0.0.0.0:8200"
+  tls_disable = true
+}
+disable_mlock = true
+api_addr      = %q
+ui            = false
+`, o.Address)
+	logs := &containerLog{path: o.LogPath}
+	tcLoopbackHost()
+	c, err := testcontainers.Run(ctx, tcOpenBaoImage,
+		testcontainers.WithExposedPorts("8200/tcp"),
+		withLoopbackPort("8200/tcp", port),
+		testcontainers.WithFiles(testcontainers.ContainerFile{
+			Reader: strings.NewReader(cfg), ContainerFilePath: "/openbao/config/ayatori.hcl", FileMode: 0o644,
+		}),
+		testcontainers.WithCmd("server"),
+		logs.option(),
+		testcontainers.WithWaitStrategy(wait.ForHTTP("/v1/sys/seal-status").WithPort("8200/tcp").WithStartupTimeout(60*time.Second)),
+	)
+	if c != nil {
+		o.container = c
+	}
+	if err != nil {
+		return nil, fmt.Errorf("testcontainers openbao (%s): %w\n--- last lines of the container log ---\n%s", tcOpenBaoImage, err, containerLogTail(c, 30))
+	}
 	o.unreg = registerCleanup(o.Close)
-	cl, err := o.Client(token)
+	return o, o.initialise(ctx)
+}
+
+// withLoopbackPort publishes the container port on 127.0.0.1:hostPort only.
+// A fixed host port (instead of Docker's ephemeral one) stays the same when
+// the container is stopped and started again, so addresses handed out before
+// a Stop keep working after Start.
+func withLoopbackPort(port string, hostPort int) testcontainers.CustomizeRequestOption {
+	p := network.MustParsePort(port)
+	return testcontainers.WithHostConfigModifier(func(hc *container.HostConfig) {
+		if hc.PortBindings == nil {
+			hc.PortBindings = network.PortMap{}
+		}
+		hc.PortBindings[p] = []network.PortBinding{{HostIP: netip.MustParseAddr("127.0.0.1"), HostPort: strconv.Itoa(hostPort)}}
+	})
+}
+
+// containerLog copies a container's log to a file, as the local provider's
+// servers write theirs, so tests can scan it. testcontainers-go re-reads the
+// whole log after each start, so the file is rewritten at each start.
+type containerLog struct {
+	path string
+	mu   sync.Mutex
+	f    *os.File
+}
+
+func (l *containerLog) Accept(m testcontainers.Log) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.f != nil {
+		_, _ = l.f.Write(m.Content)
+	}
+}
+
+func (l *containerLog) close(context.Context, testcontainers.Container) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.f == nil {
+		return nil
+	}
+	err := l.f.Close()
+	l.f = nil
+	return err
+}
+
+func (l *containerLog) reopen(context.Context, testcontainers.Container) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.f != nil {
+		_ = l.f.Close()
+	}
+	f, err := os.Create(l.path)
+	l.f = f
+	return err
+}
+
+// option registers the log consumer, the hook that rewrites the file
+// (user-defined post-start hooks run before the default one that starts
+// copying the log) and the one that closes it once the container is gone.
+func (l *containerLog) option() testcontainers.CustomizeRequestOption {
+	return func(req *testcontainers.GenericContainerRequest) error {
+		if err := testcontainers.WithLogConsumers(l)(req); err != nil {
+			return err
+		}
+		return testcontainers.WithAdditionalLifecycleHooks(testcontainers.ContainerLifecycleHooks{
+			PostStarts:     []testcontainers.ContainerHook{l.reopen},
+			PostTerminates: []testcontainers.ContainerHook{l.close},
+		})(req)
+	}
+}
+
+// containerLogTail returns the last n lines of a container's log, for errors.
+func containerLogTail(c testcontainers.Container, n int) string {
+	if c == nil {
+		return "(no container)"
+	}
+	rc, err := c.Logs(context.Background())
 	if err != nil {
-		o.Close()
-		return nil, err
+		return fmt.Sprintf("(logs: %v)", err)
 	}
-	if err := cl.Sys().MountWithContext(ctx, KVMount, &baoMountInput); err != nil {
-		o.Close()
-		return nil, fmt.Errorf("mount kv v2: %w", err)
+	defer rc.Close()
+	b, _ := io.ReadAll(rc)
+	return tail(string(b), n)
+}
+
+// containerExec runs a bash script in the container as root and fails on a
+// non-zero exit, with its output.
+func containerExec(ctx context.Context, c testcontainers.Container, script string) error {
+	code, out, err := c.Exec(ctx, []string{"bash", "-c", script})
+	if err != nil {
+		return err
 	}
-	return o, nil
+	if code != 0 {
+		b, _ := io.ReadAll(out)
+		return fmt.Errorf("exec %q in container: exit %d: %s", script, code, b)
+	}
+	return nil
 }
