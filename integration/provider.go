@@ -31,31 +31,87 @@ var (
 
 // SelectProvider reads AYATORI_TEST_PROVIDER (local | testcontainers | auto;
 // default auto). auto picks testcontainers only when a Docker daemon answers
-// a ping, else local. The choice and its reason are returned for printing.
+// a ping and both images are named (AYATORI_TC_POSTGRES_IMAGE and
+// AYATORI_TC_OPENBAO_IMAGE); else local: a daemon alone (no registry, or
+// images only `make images` built) does not move every suite into
+// containers, which so far only the integration package is proven under
+// (docs/testing.md "Providers"). The choice and its reason are returned for
+// printing.
 func SelectProvider() (Provider, string, error) {
 	providerOnce.Do(func() {
-		v := strings.TrimSpace(os.Getenv("AYATORI_TEST_PROVIDER"))
-		switch v {
-		case "", "auto":
-			if err := pingDocker(); err == nil {
-				providerChoice, providerReason = ProviderTestcontainers, "auto: a Docker daemon answered"
-			} else {
-				providerChoice, providerReason = ProviderLocal, fmt.Sprintf("auto: no Docker daemon (%v)", err)
-			}
-		case string(ProviderLocal):
-			providerChoice, providerReason = ProviderLocal, "AYATORI_TEST_PROVIDER=local"
-		case string(ProviderTestcontainers):
-			providerChoice, providerReason = ProviderTestcontainers, "AYATORI_TEST_PROVIDER=testcontainers"
-		default:
-			providerErr = fmt.Errorf("AYATORI_TEST_PROVIDER=%q: want local, testcontainers or auto", v)
-		}
+		providerChoice, providerReason, providerErr = chooseProvider(os.Getenv("AYATORI_TEST_PROVIDER"), pingDocker, containerImages)
 	})
 	return providerChoice, providerReason, providerErr
 }
 
-// pingDocker sends GET /_ping to the Docker daemon at DOCKER_HOST (unix or
-// tcp) or /var/run/docker.sock.
-func pingDocker() error {
+// chooseProvider is SelectProvider's decision: env is AYATORI_TEST_PROVIDER,
+// ping asks the Docker daemon, images resolves the provider's images.
+func chooseProvider(env string, ping func() error, images func() ContainerImages) (Provider, string, error) {
+	switch v := strings.TrimSpace(env); v {
+	case "", "auto":
+		if err := ping(); err != nil {
+			return ProviderLocal, fmt.Sprintf("auto: no Docker daemon (%v)", err), nil
+		}
+		im := images()
+		if !im.FromEnv {
+			return ProviderLocal, "auto: a Docker daemon answered, but AYATORI_TC_POSTGRES_IMAGE and AYATORI_TC_OPENBAO_IMAGE are not both set (AYATORI_TEST_PROVIDER=testcontainers uses the images of `make images`, else the upstream ones)", nil
+		}
+		return ProviderTestcontainers, fmt.Sprintf("auto: a Docker daemon answered; images %s, %s", im.Postgres, im.OpenBao), nil
+	case string(ProviderLocal):
+		return ProviderLocal, "AYATORI_TEST_PROVIDER=local", nil
+	case string(ProviderTestcontainers):
+		im := images()
+		return ProviderTestcontainers, fmt.Sprintf("AYATORI_TEST_PROVIDER=testcontainers; images %s, %s", im.Postgres, im.OpenBao), nil
+	default:
+		return "", "", fmt.Errorf("AYATORI_TEST_PROVIDER=%q: want local, testcontainers or auto", v)
+	}
+}
+
+// Images of the testcontainers provider.
+const (
+	upstreamPostgresImage = "docker.io/library/postgres:15.18-bookworm"
+	upstreamOpenBaoImage  = "quay.io/openbao/openbao:2.4.1"
+	localPostgresImage    = "ayatori-test/postgres:15"
+	localOpenBaoPrefix    = "ayatori-test/openbao:" // + the pinned VAULT_VERSION without "v"
+)
+
+// ContainerImages are the images the testcontainers provider runs.
+type ContainerImages struct {
+	Postgres, OpenBao string
+	// FromEnv: both were named by AYATORI_TC_*_IMAGE.
+	FromEnv bool
+}
+
+var (
+	imagesOnce sync.Once
+	images     ContainerImages
+)
+
+// containerImages resolves each image: AYATORI_TC_POSTGRES_IMAGE /
+// AYATORI_TC_OPENBAO_IMAGE when set, else the image `make images` built when
+// the Docker daemon has it, else the upstream image (pulled on first use).
+func containerImages() ContainerImages {
+	imagesOnce.Do(func() {
+		pick := func(env, local, upstream string) (string, bool) {
+			if v := os.Getenv(env); v != "" {
+				return v, true
+			}
+			if imageExists(local) {
+				return local, false
+			}
+			return upstream, false
+		}
+		var envPG, envBao bool
+		images.Postgres, envPG = pick("AYATORI_TC_POSTGRES_IMAGE", localPostgresImage, upstreamPostgresImage)
+		images.OpenBao, envBao = pick("AYATORI_TC_OPENBAO_IMAGE", localOpenBaoPrefix+strings.TrimPrefix(Versions()["VAULT_VERSION"], "v"), upstreamOpenBaoImage)
+		images.FromEnv = envPG && envBao
+	})
+	return images
+}
+
+// dockerAPI is an HTTP client and base URL of the Docker daemon at
+// DOCKER_HOST (unix or tcp) or /var/run/docker.sock.
+func dockerAPI() (*http.Client, string, error) {
 	host := os.Getenv("DOCKER_HOST")
 	if host == "" {
 		host = "unix:///var/run/docker.sock"
@@ -71,9 +127,17 @@ func pingDocker() error {
 	case strings.HasPrefix(host, "tcp://"):
 		base = "http://" + strings.TrimPrefix(host, "tcp://")
 	default:
-		return fmt.Errorf("unsupported DOCKER_HOST %q", host)
+		return nil, "", fmt.Errorf("unsupported DOCKER_HOST %q", host)
 	}
-	c := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DialContext: dial}}
+	return &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DialContext: dial}}, base, nil
+}
+
+// pingDocker sends GET /_ping to the Docker daemon.
+func pingDocker() error {
+	c, base, err := dockerAPI()
+	if err != nil {
+		return err
+	}
 	resp, err := c.Get(base + "/_ping")
 	if err != nil {
 		return err
@@ -83,4 +147,18 @@ func pingDocker() error {
 		return fmt.Errorf("docker ping: HTTP %d", resp.StatusCode)
 	}
 	return nil
+}
+
+// imageExists reports whether the Docker daemon has image name locally.
+func imageExists(name string) bool {
+	c, base, err := dockerAPI()
+	if err != nil {
+		return false
+	}
+	resp, err := c.Get(base + "/images/" + name + "/json")
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
 }

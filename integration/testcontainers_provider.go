@@ -20,24 +20,6 @@ import (
 	"github.com/testcontainers/testcontainers-go/wait"
 )
 
-// Container images of the testcontainers provider. The defaults are the
-// upstream images (version tags; pin them by digest, image@sha256:..., through
-// the same variables). Where no registry answers, `make images` builds
-// ayatori-test/postgres:15 and ayatori-test/openbao:<version> from Debian
-// packages and the project's tool builds, and `make test-containers` points
-// these variables at them (see docs/testing.md "Providers").
-var (
-	tcPostgresImage = envDefault("AYATORI_TC_POSTGRES_IMAGE", "docker.io/library/postgres:15.18-bookworm")
-	tcOpenBaoImage  = envDefault("AYATORI_TC_OPENBAO_IMAGE", "quay.io/openbao/openbao:2.4.1")
-)
-
-func envDefault(k, def string) string {
-	if v := os.Getenv(k); v != "" {
-		return v
-	}
-	return def
-}
-
 func init() {
 	newPostgresContainer = startPostgresContainer
 	newOpenBaoContainer = startOpenBaoContainer
@@ -140,7 +122,7 @@ func startPostgresContainer(ctx context.Context, opts PostgresOptions) (_ *Postg
 	}
 	logs := &containerLog{path: pg.LogPath}
 	tcLoopbackHost()
-	c, err := tcpostgres.Run(ctx, tcPostgresImage,
+	c, err := tcpostgres.Run(ctx, containerImages().Postgres,
 		tcpostgres.WithUsername("postgres"), tcpostgres.WithPassword(pg.SuperuserPassword), tcpostgres.WithDatabase("postgres"),
 		testcontainers.WithFiles(
 			testcontainers.ContainerFile{Reader: bytes.NewReader(server.CertPEM), ContainerFilePath: tcPGCert, FileMode: 0o600},
@@ -157,7 +139,7 @@ func startPostgresContainer(ctx context.Context, opts PostgresOptions) (_ *Postg
 		pg.container = c
 	}
 	if err != nil {
-		return nil, fmt.Errorf("testcontainers postgres (%s): %w\n--- last lines of the container log ---\n%s", tcPostgresImage, err, containerLogTail(c, 30))
+		return nil, fmt.Errorf("testcontainers postgres (%s): %w\n--- last lines of the container log ---\n%s", containerImages().Postgres, err, containerLogTail(c, 30))
 	}
 	pg.unreg = registerCleanup(pg.Close)
 	return pg, nil
@@ -234,7 +216,7 @@ ui            = false
 `, o.Address)
 	logs := &containerLog{path: o.LogPath}
 	tcLoopbackHost()
-	c, err := testcontainers.Run(ctx, tcOpenBaoImage,
+	c, err := testcontainers.Run(ctx, containerImages().OpenBao,
 		testcontainers.WithExposedPorts("8200/tcp"),
 		withLoopbackPort("8200/tcp", port),
 		testcontainers.WithFiles(testcontainers.ContainerFile{
@@ -248,7 +230,7 @@ ui            = false
 		o.container = c
 	}
 	if err != nil {
-		return nil, fmt.Errorf("testcontainers openbao (%s): %w\n--- last lines of the container log ---\n%s", tcOpenBaoImage, err, containerLogTail(c, 30))
+		return nil, fmt.Errorf("testcontainers openbao (%s): %w\n--- last lines of the container log ---\n%s", containerImages().OpenBao, err, containerLogTail(c, 30))
 	}
 	o.unreg = registerCleanup(o.Close)
 	return o, o.initialise(ctx)
