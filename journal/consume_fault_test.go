@@ -155,16 +155,13 @@ func TestConsumeSurvivesConsumerLeaderPartition(t *testing.T) {
 	defer thaw()
 	time.Sleep(8 * time.Second)
 	expectRunning(t, early, "while the consumer leader was frozen")
+	// Thawed, the old leader rejoins in its own time (up to minutes on a
+	// loaded machine); the other two nodes hold quorum, so nothing here
+	// waits for it.
 	thaw()
-	if err := leader.WaitHealthy(time.Minute); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.WaitStreamCurrent(ctx, journal.DefaultStreamName, time.Minute); err != nil {
-		t.Fatal(err)
-	}
 
 	in2 := intent(t, o, "CreateRole", 2)
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(90 * time.Second)
 	for {
 		_, err := s.Append(ctx, in2)
 		if err == nil {
@@ -175,6 +172,7 @@ func TestConsumeSurvivesConsumerLeaderPartition(t *testing.T) {
 		}
 		time.Sleep(time.Second)
 	}
-	waitOutcome(t, s, o.UID, in2.ID, journal.Succeeded)
+	// A Read may stall while the cluster settles: give the outcome time.
+	waitOutcomeWithin(t, s, o.UID, in2.ID, journal.Succeeded, 90*time.Second)
 	expectRunning(t, early, "after the next intent")
 }

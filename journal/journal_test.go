@@ -558,11 +558,19 @@ func runConsumer(t *testing.T, s *journal.Store, cc journal.ConsumerConfig, h ma
 
 func waitOutcome(t *testing.T, s *journal.Store, uid, intentID string, class journal.ResultClass) journal.Record {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
+	return waitOutcomeWithin(t, s, uid, intentID, class, 20*time.Second)
+}
+
+func waitOutcomeWithin(t *testing.T, s *journal.Store, uid, intentID string, class journal.ResultClass, d time.Duration) journal.Record {
+	t.Helper()
+	deadline := time.Now().Add(d)
 	for time.Now().Before(deadline) {
 		recs, err := s.Read(context.Background(), uid)
 		if err != nil {
-			t.Fatal(err)
+			// A read may fail while a cluster settles; the deadline bounds it.
+			t.Logf("read %s: %v", uid, err)
+			time.Sleep(time.Second)
+			continue
 		}
 		if o, ok := journal.Fold(recs).OutcomeOf(intentID); ok {
 			if o.Result.Class != class {
