@@ -40,11 +40,11 @@ func startClassEnv(t *testing.T) *classEnv {
 	return startClassEnvWith(t, nil)
 }
 
-// startClassEnvWith is startClassEnv with configure applied to the
-// reconciler before it is set up (nil: none).
-func startClassEnvWith(t *testing.T, configure func(*execution.JobClassReconciler)) *classEnv {
+// testManager is a controller manager on cp for the envtest tests of this
+// package (no metrics or probe listener; the same controller names may be
+// registered by several tests of the binary), logging to t.
+func testManager(t *testing.T, cp *integration.ControlPlane) ctrl.Manager {
 	t.Helper()
-	cp := integration.StartControlPlane(t, integration.ControlPlaneOptions{})
 	ctrl.SetLogger(zap.New(zap.WriteTo(testWriter{t}), zap.UseDevMode(true)))
 	mgr, err := ctrl.NewManager(cp.Config, ctrl.Options{
 		Scheme:                 cp.Scheme,
@@ -57,6 +57,15 @@ func startClassEnvWith(t *testing.T, configure func(*execution.JobClassReconcile
 	if err != nil {
 		t.Fatal(err)
 	}
+	return mgr
+}
+
+// startClassEnvWith is startClassEnv with configure applied to the
+// reconciler before it is set up (nil: none).
+func startClassEnvWith(t *testing.T, configure func(*execution.JobClassReconciler)) *classEnv {
+	t.Helper()
+	cp := integration.StartControlPlane(t, integration.ControlPlaneOptions{})
+	mgr := testManager(t, cp)
 	r := &execution.JobClassReconciler{
 		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("ayatori-manager"),
 		Controllers: map[string][]string{

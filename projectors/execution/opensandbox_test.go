@@ -17,11 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/json"
 	"k8s.io/utils/ptr"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/config"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	v1alpha1 "git.ddupan.top/panxiao81/ayatori/api/execution/v1alpha1"
 	contract "git.ddupan.top/panxiao81/ayatori/contracts/execution"
@@ -218,18 +214,7 @@ func startOpenSandboxEnv(t *testing.T) *osEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctrl.SetLogger(zap.New(zap.WriteTo(testWriter{t}), zap.UseDevMode(true)))
-	mgr, err := ctrl.NewManager(cp.Config, ctrl.Options{
-		Scheme:                 cp.Scheme,
-		Metrics:                metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress: "0",
-		// Several tests of this binary start a manager with the same
-		// controllers.
-		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	mgr := testManager(t, cp)
 	e := &osEnv{c: cp.Client, ctx: ctx, store: store, probe: newFakeProbe()}
 	rec := mgr.GetEventRecorder("ayatori-manager")
 	controllers := []string{v1alpha1.ControllerKubernetes, v1alpha1.ControllerOpenSandbox}
