@@ -3,9 +3,12 @@ package integration
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
+	"net/http"
 	"net/netip"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -122,7 +125,9 @@ func startPostgresContainer(ctx context.Context, opts PostgresOptions) (_ *Postg
 	}
 	logs := &containerLog{path: pg.LogPath}
 	tcLoopbackHost()
+	sweepOrphansOnce()
 	c, err := tcpostgres.Run(ctx, containerImages().Postgres,
+		ownedByThisProcess(),
 		tcpostgres.WithUsername("postgres"), tcpostgres.WithPassword(pg.SuperuserPassword), tcpostgres.WithDatabase("postgres"),
 		testcontainers.WithFiles(
 			testcontainers.ContainerFile{Reader: bytes.NewReader(server.CertPEM), ContainerFilePath: tcPGCert, FileMode: 0o600},
@@ -216,7 +221,9 @@ ui            = false
 `, o.Address)
 	logs := &containerLog{path: o.LogPath}
 	tcLoopbackHost()
+	sweepOrphansOnce()
 	c, err := testcontainers.Run(ctx, containerImages().OpenBao,
+		ownedByThisProcess(),
 		testcontainers.WithExposedPorts("8200/tcp"),
 		withLoopbackPort("8200/tcp", port),
 		testcontainers.WithFiles(testcontainers.ContainerFile{
@@ -330,4 +337,83 @@ func containerExec(ctx context.Context, c testcontainers.Container, script strin
 		return fmt.Errorf("exec %q in container: exit %d: %s", script, code, b)
 	}
 	return nil
+}
+
+// LabelOwnerPID is on every container the provider starts: the PID of the
+// test process that owns it. With no reaper (the reaper image can not be
+// pulled where no registry answers), a test binary killed before its
+// cleanup leaves its containers; the next provider start in any test
+// process removes those whose owner is gone (SweepOrphanContainers).
+const LabelOwnerPID = "org.ayatori.test-owner-pid"
+
+func ownedByThisProcess() testcontainers.CustomizeRequestOption {
+	return testcontainers.WithLabels(map[string]string{LabelOwnerPID: strconv.Itoa(os.Getpid())})
+}
+
+var sweepOnce sync.Once
+
+func sweepOrphansOnce() {
+	sweepOnce.Do(func() {
+		if removed, err := SweepOrphanContainers(); err != nil {
+			fmt.Fprintf(os.Stderr, "integration: sweeping orphaned containers: %v\n", err)
+		} else if len(removed) > 0 {
+			fmt.Fprintf(os.Stderr, "integration: removed %d container(s) of killed test processes: %s\n", len(removed), strings.Join(removed, " "))
+		}
+	})
+}
+
+// SweepOrphanContainers removes (with their volumes) the containers labelled
+// LabelOwnerPID whose owner process no longer runs on this machine, and
+// returns their IDs. A PID reused by another process keeps its containers
+// until that process ends (never a live owner's container removed).
+func SweepOrphanContainers() ([]string, error) {
+	c, base, err := dockerAPI()
+	if err != nil {
+		return nil, err
+	}
+	filters := `{"label":["` + LabelOwnerPID + `"]}`
+	resp, err := c.Get(base + "/containers/json?all=true&filters=" + url.QueryEscape(filters))
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("list containers: HTTP %d", resp.StatusCode)
+	}
+	var list []struct {
+		ID     string            `json:"Id"`
+		Labels map[string]string `json:"Labels"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&list); err != nil {
+		return nil, err
+	}
+	var removed []string
+	for _, ct := range list {
+		pid, err := strconv.Atoi(ct.Labels[LabelOwnerPID])
+		if err != nil || pid <= 0 || pidRuns(pid) {
+			continue
+		}
+		req, _ := http.NewRequest(http.MethodDelete, base+"/containers/"+ct.ID+"?force=true&v=true", nil)
+		r, err := c.Do(req)
+		if err != nil {
+			return removed, err
+		}
+		r.Body.Close()
+		if r.StatusCode == http.StatusNoContent || r.StatusCode == http.StatusNotFound {
+			removed = append(removed, ct.ID[:min(12, len(ct.ID))])
+		}
+	}
+	return removed, nil
+}
+
+// pidRuns reports whether pid runs on this machine (a zombie counts as
+// gone).
+func pidRuns(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	st := string(b)
+	i := strings.LastIndexByte(st, ')')
+	return i < 0 || i+2 >= len(st) || st[i+2] != 'Z'
 }
