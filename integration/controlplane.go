@@ -2,10 +2,12 @@ package integration
 
 import (
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	goruntime "runtime"
+	"strconv"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -26,7 +28,9 @@ type ControlPlaneOptions struct {
 }
 
 // ControlPlane is a real kube-apiserver + etcd started by controller-runtime
-// envtest with the project's CRDs (deploy/crd/bases) installed.
+// envtest with the project's CRDs (deploy/crd/bases) installed. The
+// apiserver serves on 127.0.0.1, or under the testcontainers provider on the
+// host's address on Docker's default bridge (so containers reach it too).
 type ControlPlane struct {
 	// Config is an admin rest.Config (system:masters).
 	Config *rest.Config
@@ -101,6 +105,23 @@ func NewControlPlane(opts ControlPlaneOptions) (_ *ControlPlane, err error) {
 	}
 	cp.env.ControlPlane.Etcd = &envtest.Etcd{Path: etcd}
 	cp.env.ControlPlane.APIServer = &envtest.APIServer{Path: apiserver}
+	if p, _, _ := SelectProvider(); p == ProviderTestcontainers {
+		// Containers (OpenBao's TokenReview) must reach the apiserver: it
+		// serves on the host's Docker bridge address, which its serving
+		// certificate then names, instead of 127.0.0.1.
+		gw, err := dockerBridgeGateway()
+		if err != nil {
+			return nil, fmt.Errorf("control plane for containers: %w", err)
+		}
+		l, err := net.Listen("tcp", net.JoinHostPort(gw, "0"))
+		if err != nil {
+			return nil, fmt.Errorf("control plane for containers: %w", err)
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		l.Close()
+		cp.env.ControlPlane.APIServer.SecureServing.Address = gw
+		cp.env.ControlPlane.APIServer.SecureServing.Port = strconv.Itoa(port)
+	}
 	cp.unreg = registerCleanup(cp.Close)
 	if cp.Config, err = cp.env.Start(); err != nil {
 		return nil, fmt.Errorf("control plane did not start: %w", err)

@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -8,6 +9,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/testcontainers/testcontainers-go"
 )
 
 // NATSOptions tune the embedded JetStream server.
@@ -27,6 +29,9 @@ type NATSOptions struct {
 // dir and sync_interval "always": every acknowledged write is fsynced before
 // the ack. JetStream's default fsyncs only every 2 minutes, which can lose
 // acked records on host crash; a journal of record must not (docs/journal.md).
+// Under the testcontainers provider it is a nats-server container with the
+// same settings instead (Server then returns nil; StoreDir is inside the
+// container).
 type NATS struct {
 	// URL is the client URL, nats://127.0.0.1:<port>.
 	URL string
@@ -39,10 +44,21 @@ type NATS struct {
 	dir    string
 	srv    *server.Server
 	unreg  func()
+	// container is set by the testcontainers provider.
+	container testcontainers.Container
 }
 
-// NewNATS starts an embedded JetStream server.
+// NewNATS starts a JetStream server: embedded, or under the testcontainers
+// provider a container (unless opts name a store directory or turn
+// sync_interval off: the benchmarks that bulk-load a store on this host).
 func NewNATS(opts NATSOptions) (_ *NATS, err error) {
+	if opts.StoreDir == "" && !opts.NoSyncAlways && opts.Port == 0 {
+		if p, _, err := SelectProvider(); err != nil {
+			return nil, err
+		} else if p == ProviderTestcontainers {
+			return newNATSContainer(context.Background())
+		}
+	}
 	n := &NATS{StoreDir: opts.StoreDir, port: opts.Port, noSync: opts.NoSyncAlways}
 	if n.StoreDir == "" {
 		if n.dir, err = os.MkdirTemp("", "ayatori-nats-"); err != nil {
@@ -66,6 +82,9 @@ func NewNATS(opts NATSOptions) (_ *NATS, err error) {
 
 // Start starts the server on the same store and port (after Stop).
 func (n *NATS) Start() error {
+	if n.container != nil {
+		return n.container.Start(context.Background())
+	}
 	if n.srv != nil && n.srv.Running() {
 		return errors.New("nats: already running")
 	}
@@ -100,6 +119,11 @@ func (n *NATS) Start() error {
 
 // Stop shuts the server down and keeps the store (for restart tests).
 func (n *NATS) Stop() {
+	if n.container != nil {
+		timeout := 15 * time.Second
+		_ = n.container.Stop(context.Background(), &timeout)
+		return
+	}
 	if n.srv != nil {
 		n.srv.Shutdown()
 		n.srv.WaitForShutdown()
@@ -121,6 +145,10 @@ func (n *NATS) Server() *server.Server { return n.srv }
 
 // Close stops the server and removes the temp dir it created.
 func (n *NATS) Close() {
+	if n.container != nil {
+		_ = n.container.Terminate(context.Background())
+		n.container = nil
+	}
 	n.Stop()
 	if n.unreg != nil {
 		n.unreg()

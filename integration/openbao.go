@@ -51,8 +51,21 @@ func OpenBaoBinary() (string, error) {
 	return ToolPath("vault")
 }
 
-// NewOpenBao starts, initialises and unseals a server and mounts KV v2 at "kv".
-func NewOpenBao(ctx context.Context) (_ *OpenBao, err error) {
+// NewOpenBao starts, initialises and unseals a server and mounts KV v2 at
+// "kv", with the provider SelectProvider chose: a local process
+// (newLocalOpenBao) or a container (testcontainers provider).
+func NewOpenBao(ctx context.Context) (*OpenBao, error) {
+	p, _, err := SelectProvider()
+	if err != nil {
+		return nil, err
+	}
+	if p == ProviderTestcontainers {
+		return newOpenBaoContainer(ctx)
+	}
+	return newLocalOpenBao(ctx)
+}
+
+func newLocalOpenBao(ctx context.Context) (_ *OpenBao, err error) {
 	bin, err := OpenBaoBinary()
 	if err != nil {
 		return nil, err

@@ -71,9 +71,23 @@ func PostgresBinDir() (string, error) {
 	return dir, nil
 }
 
-// NewPostgres initialises and starts a cluster. When running as root,
+// NewPostgres starts a cluster with the provider SelectProvider chose: a
+// local process (newLocalPostgres) or a container (testcontainers
+// provider). Both serve the same contract on 127.0.0.1.
+func NewPostgres(ctx context.Context, opts PostgresOptions) (*Postgres, error) {
+	p, _, err := SelectProvider()
+	if err != nil {
+		return nil, err
+	}
+	if p == ProviderTestcontainers {
+		return newPostgresContainer(ctx, opts)
+	}
+	return newLocalPostgres(ctx, opts)
+}
+
+// newLocalPostgres initialises and starts a cluster. When running as root,
 // initdb and postgres run as the "postgres" OS user (initdb refuses root).
-func NewPostgres(ctx context.Context, opts PostgresOptions) (_ *Postgres, err error) {
+func newLocalPostgres(ctx context.Context, opts PostgresOptions) (_ *Postgres, err error) {
 	binDir, err := PostgresBinDir()
 	if err != nil {
 		return nil, err

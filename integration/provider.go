@@ -2,6 +2,8 @@ package integration
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -72,12 +74,18 @@ const (
 	upstreamPostgresImage = "docker.io/library/postgres:15.18-bookworm"
 	upstreamOpenBaoImage  = "quay.io/openbao/openbao:2.4.1"
 	localPostgresImage    = "ayatori-test/postgres:15"
-	localOpenBaoPrefix    = "ayatori-test/openbao:" // + the pinned VAULT_VERSION without "v"
+	localOpenBaoPrefix    = "ayatori-test/openbao:"   // + the pinned VAULT_VERSION without "v"
+	upstreamNATSPrefix    = "docker.io/library/nats:" // + the pinned NATS_SERVER_VERSION without "v"
+	localNATSPrefix       = "ayatori-test/nats:"
 )
 
 // ContainerImages are the images the testcontainers provider runs.
 type ContainerImages struct {
 	Postgres, OpenBao string
+	// NATS runs the single JetStream server of NewNATS
+	// (AYATORI_TC_NATS_IMAGE, else ayatori-test/nats:<pinned version> when
+	// built, else upstream nats:<pinned version>).
+	NATS string
 	// FromEnv: both were named by AYATORI_TC_*_IMAGE.
 	FromEnv bool
 }
@@ -105,6 +113,8 @@ func containerImages() ContainerImages {
 		images.Postgres, envPG = pick("AYATORI_TC_POSTGRES_IMAGE", localPostgresImage, upstreamPostgresImage)
 		images.OpenBao, envBao = pick("AYATORI_TC_OPENBAO_IMAGE", localOpenBaoPrefix+strings.TrimPrefix(Versions()["VAULT_VERSION"], "v"), upstreamOpenBaoImage)
 		images.FromEnv = envPG && envBao
+		natsVersion := strings.TrimPrefix(Versions()["NATS_SERVER_VERSION"], "v")
+		images.NATS, _ = pick("AYATORI_TC_NATS_IMAGE", localNATSPrefix+natsVersion, upstreamNATSPrefix+natsVersion)
 	})
 	return images
 }
@@ -147,6 +157,36 @@ func pingDocker() error {
 		return fmt.Errorf("docker ping: HTTP %d", resp.StatusCode)
 	}
 	return nil
+}
+
+// dockerBridgeGateway is the host's address on Docker's default bridge
+// network (e.g. 172.17.0.1): the address a container on that network
+// reaches the host at.
+func dockerBridgeGateway() (string, error) {
+	c, base, err := dockerAPI()
+	if err != nil {
+		return "", err
+	}
+	resp, err := c.Get(base + "/networks/bridge")
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("docker network inspect bridge: HTTP %d", resp.StatusCode)
+	}
+	var nw struct {
+		IPAM struct{ Config []struct{ Gateway string } }
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&nw); err != nil {
+		return "", fmt.Errorf("docker network inspect bridge: %w", err)
+	}
+	for _, c := range nw.IPAM.Config {
+		if ip := net.ParseIP(c.Gateway); ip != nil && ip.To4() != nil {
+			return ip.String(), nil
+		}
+	}
+	return "", errors.New("docker network inspect bridge: no IPv4 gateway")
 }
 
 // imageExists reports whether the Docker daemon has image name locally.

@@ -5,7 +5,7 @@ import (
 	"errors"
 )
 
-// newPostgresContainer and newOpenBaoContainer are the testcontainers
+// newPostgresContainer, newOpenBaoContainer and newNATSContainer are the testcontainers
 // provider (testcontainers_provider.go sets them in init).
 var (
 	newPostgresContainer = func(context.Context, PostgresOptions) (*Postgres, error) {
@@ -13,5 +13,8 @@ var (
 	}
 	newOpenBaoContainer = func(context.Context) (*OpenBao, error) {
 		return nil, errors.New("testcontainers provider: OpenBao container not available in this build")
+	}
+	newNATSContainer = func(context.Context) (*NATS, error) {
+		return nil, errors.New("testcontainers provider: NATS container not available in this build")
 	}
 )

@@ -26,6 +26,7 @@ import (
 func init() {
 	newPostgresContainer = startPostgresContainer
 	newOpenBaoContainer = startOpenBaoContainer
+	newNATSContainer = startNATSContainer
 }
 
 var tcHostOnce sync.Once
@@ -35,10 +36,17 @@ var tcHostOnce sync.Once
 // Without it, on a machine that is itself a container (/.dockerenv), it dials
 // the machine's default gateway, where nothing is published. The containers
 // run on the local Docker engine; a remote DOCKER_HOST is not supported.
+// It also turns the reaper (Ryuk) off unless TESTCONTAINERS_RYUK_DISABLED is
+// set: its image comes from a registry, and the provider does without it
+// (each test's cleanup terminates its containers; SweepOrphanContainers
+// removes those of killed test processes).
 func tcLoopbackHost() {
 	tcHostOnce.Do(func() {
 		if _, ok := os.LookupEnv("TESTCONTAINERS_HOST_OVERRIDE"); !ok {
 			_ = os.Setenv("TESTCONTAINERS_HOST_OVERRIDE", "127.0.0.1")
+		}
+		if _, ok := os.LookupEnv("TESTCONTAINERS_RYUK_DISABLED"); !ok {
+			_ = os.Setenv("TESTCONTAINERS_RYUK_DISABLED", "true")
 		}
 	})
 }
@@ -241,6 +249,51 @@ ui            = false
 	}
 	o.unreg = registerCleanup(o.Close)
 	return o, o.initialise(ctx)
+}
+
+// startNATSContainer runs nats-server with JetStream, file storage in the
+// container and sync_interval always (the embedded server's settings),
+// published on 127.0.0.1 only, on a host port that stays the same across
+// Stop/Start; the store survives Stop/Start.
+func startNATSContainer(ctx context.Context) (_ *NATS, err error) {
+	n := &NATS{StoreDir: "/data/jetstream"}
+	defer func() {
+		if err != nil {
+			n.Close()
+		}
+	}()
+	if n.port, err = FreePort(); err != nil {
+		return nil, err
+	}
+	n.URL = fmt.Sprintf("nats://127.0.0.1:%d", n.port)
+	cfg := `server_name: ayatori-test
+port: 4222
+http_port: 8222
+jetstream {
+  store_dir: "/data"
+  sync_interval: always
+}
+`
+	tcLoopbackHost()
+	sweepOrphansOnce()
+	c, err := testcontainers.Run(ctx, containerImages().NATS,
+		ownedByThisProcess(),
+		testcontainers.WithExposedPorts("4222/tcp", "8222/tcp"),
+		withLoopbackPort("4222/tcp", n.port),
+		testcontainers.WithFiles(testcontainers.ContainerFile{
+			Reader: strings.NewReader(cfg), ContainerFilePath: "/etc/ayatori-nats.conf", FileMode: 0o644,
+		}),
+		testcontainers.WithCmd("-c", "/etc/ayatori-nats.conf"),
+		testcontainers.WithWaitStrategy(wait.ForHTTP("/healthz?js-enabled-only=true").WithPort("8222/tcp").WithStartupTimeout(60*time.Second)),
+	)
+	if c != nil {
+		n.container = c
+	}
+	if err != nil {
+		return nil, fmt.Errorf("testcontainers nats (%s): %w\n--- last lines of the container log ---\n%s", containerImages().NATS, err, containerLogTail(c, 30))
+	}
+	n.unreg = registerCleanup(n.Close)
+	return n, nil
 }
 
 // withLoopbackPort publishes the container port on 127.0.0.1:hostPort only.

@@ -70,16 +70,8 @@ func StartNATSCluster(t testing.TB, opts NATSClusterOptions) *NATSCluster {
 // StartPostgres starts a TLS-only PostgreSQL cluster for t.
 func StartPostgres(t testing.TB, opts PostgresOptions) *Postgres {
 	t.Helper()
-	p := Servers(t)
-	var (
-		pg  *Postgres
-		err error
-	)
-	if p == ProviderTestcontainers {
-		pg, err = newPostgresContainer(context.Background(), opts)
-	} else {
-		pg, err = NewPostgres(context.Background(), opts)
-	}
+	Servers(t)
+	pg, err := NewPostgres(context.Background(), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,16 +82,8 @@ func StartPostgres(t testing.TB, opts PostgresOptions) *Postgres {
 // StartOpenBao starts an OpenBao-compatible server with KV v2 at "kv" for t.
 func StartOpenBao(t testing.TB) *OpenBao {
 	t.Helper()
-	p := Servers(t)
-	var (
-		ob  *OpenBao
-		err error
-	)
-	if p == ProviderTestcontainers {
-		ob, err = newOpenBaoContainer(context.Background())
-	} else {
-		ob, err = NewOpenBao(context.Background())
-	}
+	Servers(t)
+	ob, err := NewOpenBao(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
