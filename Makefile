@@ -71,15 +71,19 @@ build: ## Build the binaries into bin/.
 test-unit: ## Fast loop: unit tests only (no servers).
 	go test $(GO_TEST_FLAGS) -short ./...
 
+# Under AYATORI_TEST_PROVIDER=testcontainers the servers are containers of
+# the images `make images` builds (and the product image's smoke test runs).
+TEST_PREREQS := postgres tools $(if $(filter testcontainers,$(AYATORI_TEST_PROVIDER)),images)
+
 .PHONY: test
-test: postgres tools ## Unit + envtest + integration + stack tests on real servers.
+test: $(TEST_PREREQS) ## Unit + envtest + integration + stack tests on real servers (local processes; AYATORI_TEST_PROVIDER=testcontainers: containers, images built first).
 	go test $(GO_TEST_FLAGS) -count=1 -timeout 25m ./...
 
 .PHONY: test-containers
-test-containers: images tools ## The integration suite under AYATORI_TEST_PROVIDER=testcontainers on the images of `make images` (reaper off); fails if a test leaves a container behind.
+test-containers: images tools postgres ## Every suite again under AYATORI_TEST_PROVIDER=testcontainers (PostgreSQL, OpenBao, JetStream in containers of the `make images` images; the product image as manager in a smoke test; reaper off); fails if a test leaves a container behind.
 	@before="$$(docker ps -aq --filter label=org.testcontainers=true | sort)"; rc=0; start=$$SECONDS; \
 	AYATORI_TEST_PROVIDER=testcontainers TESTCONTAINERS_RYUK_DISABLED=true $(LOCAL_IMAGES_ENV) \
-		go test $(GO_TEST_FLAGS) -count=1 -timeout 25m ./integration/ || rc=$$?; \
+		go test $(GO_TEST_FLAGS) -count=1 -timeout 25m ./... || rc=$$?; \
 	echo "test-containers: go test took $$((SECONDS - start))s"; \
 	left="$$(comm -13 <(echo "$$before") <(docker ps -aq --filter label=org.testcontainers=true | sort))"; \
 	if [[ -n "$$left" ]]; then \

@@ -131,6 +131,18 @@ func (n *NATS) Stop() {
 	}
 }
 
+// Kill stops a container server with SIGKILL (`docker stop -t 0`); its
+// store stays for Start. The embedded server shares this process and cannot
+// be killed: Kill reports false and does nothing.
+func (n *NATS) Kill() bool {
+	if n.container == nil {
+		return false
+	}
+	timeout := time.Duration(0)
+	_ = n.container.Stop(context.Background(), &timeout)
+	return true
+}
+
 // SetSyncAlways changes sync_interval "always" for the next Start.
 func (n *NATS) SetSyncAlways(on bool) { n.noSync = !on }
 

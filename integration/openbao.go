@@ -228,6 +228,19 @@ func (o *OpenBao) Stop() {
 	}
 }
 
+// Kill stops the server with SIGKILL (a container: `docker stop -t 0`);
+// its storage stays for Start.
+func (o *OpenBao) Kill() {
+	if o.container != nil {
+		timeout := time.Duration(0)
+		_ = o.container.Stop(context.Background(), &timeout)
+		return
+	}
+	if o.proc != nil {
+		o.proc.kill()
+	}
+}
+
 // Start starts a stopped server on the same storage and port and unseals it.
 func (o *OpenBao) Start(ctx context.Context) error {
 	if o.container != nil {

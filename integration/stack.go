@@ -62,6 +62,9 @@ type StackOptions struct {
 	// startup time and the CPU of kube-controller-manager, kube-scheduler
 	// and kwok.
 	NoWorkload bool
+	// NoManager leaves the manager process out: for tests that run the
+	// manager another way (StartManagerContainer: the product image).
+	NoManager bool
 }
 
 // Stack is the local stack: a real control plane that also runs workloads
@@ -189,8 +192,10 @@ func StartStack(ctx context.Context, opts StackOptions) (_ *Stack, err error) {
 	if s.ESO, err = NewExternalSecrets(ctx, s.CP, s.Bao, ExternalSecretsOptions{StoreName: StoreName, Namespace: ControllerNamespace}); err != nil {
 		return nil, err
 	}
-	if err := s.StartManager(); err != nil {
-		return nil, err
+	if !opts.NoManager {
+		if err := s.StartManager(); err != nil {
+			return nil, err
+		}
 	}
 	s.logf("stack up in %s", time.Since(start).Round(100*time.Millisecond))
 	return s, nil

@@ -9,13 +9,18 @@
 #   ayatori-test/openbao:<v>      the cached Vault build (the OpenBao-compatible
 #                                 test server), entrypoint of the openbao image
 #   ayatori-test/nats:<v>         the cached nats-server build, JetStream on
+#   ayatori-test/golang:<v>       this machine's Go toolchain (GOROOT)
+#   ayatori-manager:latest        the product image: the repository's
+#                                 Dockerfile with the two local images as
+#                                 BUILD_IMAGE and RUNTIME_IMAGE
 #
 # Each image carries the label org.ayatori.images.inputs, the SHA-256 of its
 # inputs (its directory under integration/images/, the binary it copies, the
 # ID of the base image); it is rebuilt only when that hash changes, or for
 # every image with AYATORI_IMAGES_REBUILD=1. The Docker engine is installed
 # with apt when missing and dockerd started when none answers (root or
-# passwordless sudo). Usage: build.sh [debian|postgres|openbao|nats ...]
+# passwordless sudo). The product image relies on Docker's layer cache
+# instead. Usage: build.sh [debian|postgres|openbao|nats|golang|manager ...]
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -32,6 +37,10 @@ BASE_IMAGE="ayatori-test/debian:$suite"
 POSTGRES_IMAGE="ayatori-test/postgres:15"
 OPENBAO_IMAGE="ayatori-test/openbao:${VAULT_VERSION#v}"
 NATS_IMAGE="ayatori-test/nats:${NATS_SERVER_VERSION#v}"
+GO_VERSION="$(go env GOVERSION)"
+GOLANG_IMAGE="ayatori-test/golang:${GO_VERSION#go}"
+# The product image, under the name deploy/manager/deployment.yaml uses.
+MANAGER_IMAGE="${AYATORI_MANAGER_IMAGE:-ayatori-manager:latest}"
 
 log() { printf '[images] %s\n' "$*"; }
 fail() {
@@ -184,6 +193,61 @@ build_on_base() {
 	log "$image: built in $((SECONDS - start))s"
 }
 
+# build_golang: the Go toolchain of this machine (its GOROOT) and its CA
+# bundle on the base, for the product Dockerfile's BUILD_IMAGE.
+build_golang() {
+	local goroot base hash old start=$SECONDS ctx cabundle=${AYATORI_CA_BUNDLE:-/etc/ssl/certs/ca-certificates.crt}
+	goroot="$(go env GOROOT)"
+	[[ -r $cabundle ]] || fail "no CA bundle at $cabundle (set AYATORI_CA_BUNDLE)"
+	base="$(docker image inspect -f '{{.Id}}' "$BASE_IMAGE")"
+	hash="$(printf '%s %s %s %s %s\n' "$base" "$(hash_files "$here/golang" "$cabundle")" "$GO_VERSION" "$goroot" | sha256sum | cut -d' ' -f1)"
+	if fresh "$GOLANG_IMAGE" "$hash"; then
+		log "$GOLANG_IMAGE: cached"
+		return 0
+	fi
+	log "$GOLANG_IMAGE: building from $goroot"
+	old="$(docker image inspect -f '{{.Id}}' "$GOLANG_IMAGE" 2>/dev/null || true)"
+	ctx="$(mktemp -d "${TMPDIR:-/tmp}/ayatori-golang.XXXXXX")"
+	cp -al "$goroot" "$ctx/go" 2>/dev/null || cp -a "$goroot" "$ctx/go"
+	cp "$cabundle" "$ctx/ca-certificates.crt"
+	if ! docker build --force-rm -q --build-arg "BASE=$BASE_IMAGE" --label "$label=$hash" \
+		-f "$here/golang/Dockerfile" -t "$GOLANG_IMAGE" "$ctx" >"$ctx.log" 2>&1; then
+		tail -n 40 "$ctx.log" >&2
+		rm -rf "$ctx" "$ctx.log"
+		fail "$GOLANG_IMAGE: docker build failed (log above)"
+	fi
+	rm -rf "$ctx" "$ctx.log"
+	drop_old "$old"
+	log "$GOLANG_IMAGE: built in $((SECONDS - start))s"
+}
+
+# build_manager: the product's Dockerfile (repository root) with the local
+# bases; Docker's layer cache makes an unchanged tree a no-op. The build
+# stage downloads modules from GOPROXY (the host's), so it runs on the host
+# network.
+build_manager() {
+	local root old start=$SECONDS log="${TMPDIR:-/tmp}/ayatori-manager-image.log"
+	root="$(cd "$here/../.." && pwd)"
+	build_golang
+	old="$(docker image inspect -f '{{.Id}}' "$MANAGER_IMAGE" 2>/dev/null || true)"
+	log "$MANAGER_IMAGE: docker build $root (BUILD_IMAGE=$GOLANG_IMAGE, RUNTIME_IMAGE=$BASE_IMAGE)"
+	if ! docker build --force-rm --network host \
+		--build-arg "BUILD_IMAGE=$GOLANG_IMAGE" --build-arg "RUNTIME_IMAGE=$BASE_IMAGE" \
+		--build-arg "GOPROXY=$(go env GOPROXY)" \
+		-t "$MANAGER_IMAGE" "$root" >"$log" 2>&1; then
+		tail -n 40 "$log" >&2
+		fail "$MANAGER_IMAGE: docker build failed (log above; full log $log)"
+	fi
+	if [[ -n $old && $old != "$(docker image inspect -f '{{.Id}}' "$MANAGER_IMAGE")" ]]; then
+		drop_old "$old"
+		log "$MANAGER_IMAGE: built in $((SECONDS - start))s"
+	else
+		log "$MANAGER_IMAGE: up to date ($((SECONDS - start))s)"
+	fi
+	# The build stage's intermediate images: the final image keeps none of it.
+	docker image prune -f --filter "label!=$label" >/dev/null 2>&1 || true
+}
+
 # tool <name> <version>: the cached binary, built first when missing.
 tool() {
 	local bin="$cache/$1-$2/$1"
@@ -193,7 +257,7 @@ tool() {
 }
 
 want=("$@")
-((${#want[@]})) || want=(debian postgres openbao nats)
+((${#want[@]})) || want=(debian postgres openbao nats manager)
 total=$SECONDS
 ensure_docker
 build_debian
@@ -203,10 +267,12 @@ for w in "${want[@]}"; do
 	postgres) build_on_base "$POSTGRES_IMAGE" postgres ;;
 	openbao) build_on_base "$OPENBAO_IMAGE" openbao "$(tool vault "$VAULT_VERSION")" ;;
 	nats) build_on_base "$NATS_IMAGE" nats "$(tool nats-server "$NATS_SERVER_VERSION")" ;;
-	*) fail "unknown image $w (want debian, postgres, openbao or nats)" ;;
+	golang) build_golang ;;
+	manager) build_manager ;;
+	*) fail "unknown image $w (want debian, postgres, openbao, nats, golang or manager)" ;;
 	esac
 done
-for image in "$BASE_IMAGE" "$POSTGRES_IMAGE" "$OPENBAO_IMAGE" "$NATS_IMAGE"; do
+for image in "$BASE_IMAGE" "$POSTGRES_IMAGE" "$OPENBAO_IMAGE" "$NATS_IMAGE" "$GOLANG_IMAGE" "$MANAGER_IMAGE"; do
 	if docker image inspect "$image" >/dev/null 2>&1; then
 		log "$(printf '%-30s %s' "$image" "$(docker image ls --format '{{.Size}}' "$image")")"
 	fi

@@ -66,3 +66,52 @@ func TestJournalOutage(t *testing.T) {
 		resp.Body.Close()
 	}
 }
+
+// TestBackendContainersKilledMidProvisioning: the journal's and OpenBao's
+// containers are killed (SIGKILL, no shutdown) while Tenants are being
+// provisioned, and started again on the same volumes and ports. As in
+// TestJournalOutage, the manager keeps running, every Tenant becomes Ready,
+// the journal is clean and each password was generated once. A container
+// fault: under the local provider the journal is embedded in the test
+// process and cannot be killed alone.
+func TestBackendContainersKilledMidProvisioning(t *testing.T) {
+	if p := integration.Servers(t); p != integration.ProviderTestcontainers {
+		t.Skip("kills the journal's container: AYATORI_TEST_PROVIDER=testcontainers (make test-containers)")
+	}
+	s := getStack(t)
+	ns(t, s, "killed")
+	names := []string{"k0", "k1", "k2", "k3", "k4", "k5"}
+	for _, n := range names {
+		newTenant(t, s, "killed", n, nil)
+	}
+	time.Sleep(300 * time.Millisecond)
+	pid := s.ManagerPID()
+	if !s.NATS.Kill() {
+		t.Fatal("the journal is not a container")
+	}
+	s.Bao.Kill()
+	time.Sleep(3 * time.Second)
+	if err := s.NATS.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Bao.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	st := journalStore(t, s)
+	for _, n := range names {
+		tn := waitTenant(t, s, "killed", n, metav1.ConditionTrue, "Ready", 2*time.Minute)
+		recs, err := st.Read(t.Context(), string(tn.UID))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v := journal.Verify(recs, nil); len(v) > 0 {
+			t.Errorf("%s: journal invariants violated: %+v", n, v)
+		}
+		if _, ver := kvPassword(t, s, "killed", n); ver != 1 {
+			t.Errorf("%s: KV version %d", n, ver)
+		}
+	}
+	if s.ManagerPID() != pid {
+		t.Fatalf("the manager restarted:\n%s", integration.Tail(s.ManagerLog, 30))
+	}
+}
