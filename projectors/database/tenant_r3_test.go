@@ -316,8 +316,16 @@ func TestTenantsOnR3Cluster(t *testing.T) {
 		tn := waitTenant(t, s, "r3", n, metav1.ConditionTrue, "Ready", time.Second)
 		role, db := tn.Status.LoginRole, tn.Status.Database
 		for what, stmt := range map[string]string{"CREATE ROLE": `CREATE ROLE "` + role + `" `, "CREATE DATABASE": `CREATE DATABASE "` + db + `" `} {
-			if k := strings.Count(string(pglog), stmt); k != 1 {
-				t.Errorf("%s: %d × %s in the PostgreSQL statement log", n, k, what)
+			// Executions that took effect: each statement logged
+			// (log_statement) less those whose ERROR the server logged
+			// with it ("STATEMENT:  ..."; e.g. cancelled at the step's
+			// deadline on a loaded machine, then retried: not a duplicate).
+			run := strings.Count(string(pglog), "statement: "+stmt)
+			failed := strings.Count(string(pglog), "STATEMENT:  "+stmt)
+			if run-failed != 1 {
+				t.Errorf("%s: %s executed %d times with effect (%d logged, %d failed) in the PostgreSQL statement log", n, what, run-failed, run, failed)
+			} else if failed > 0 {
+				t.Logf("%s: %s failed %d time(s) before it took effect (retried)", n, what, failed)
 			}
 		}
 		for what, q := range map[string]string{
