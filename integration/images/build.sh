@@ -41,6 +41,7 @@ GO_VERSION="$(go env GOVERSION)"
 GOLANG_IMAGE="ayatori-test/golang:${GO_VERSION#go}"
 # The product image, under the name deploy/manager/deployment.yaml uses.
 MANAGER_IMAGE="${AYATORI_MANAGER_IMAGE:-ayatori-manager:latest}"
+MANAGER_BUILD_IMAGE="ayatori-test/manager-build:latest"
 
 log() { printf '[images] %s\n' "$*"; }
 fail() {
@@ -224,28 +225,30 @@ build_golang() {
 # build_manager: the product's Dockerfile (repository root) with the local
 # bases; Docker's layer cache makes an unchanged tree a no-op. The build
 # stage downloads modules from GOPROXY (the host's), so it runs on the host
-# network.
+# network. The build stage is tagged too (ayatori-test/manager-build), so its
+# module download layer stays cached while go.mod and go.sum do not change;
+# the stage images an earlier build left untagged are removed.
 build_manager() {
-	local root old start=$SECONDS log="${TMPDIR:-/tmp}/ayatori-manager-image.log"
+	local root old start=$SECONDS log="${TMPDIR:-/tmp}/ayatori-manager-image.log" args
 	root="$(cd "$here/../.." && pwd)"
 	build_golang
+	args=(--force-rm --network host --build-arg "BUILD_IMAGE=$GOLANG_IMAGE" --build-arg "RUNTIME_IMAGE=$BASE_IMAGE"
+		--build-arg "GOPROXY=$(go env GOPROXY)")
 	old="$(docker image inspect -f '{{.Id}}' "$MANAGER_IMAGE" 2>/dev/null || true)"
 	log "$MANAGER_IMAGE: docker build $root (BUILD_IMAGE=$GOLANG_IMAGE, RUNTIME_IMAGE=$BASE_IMAGE)"
-	if ! docker build --force-rm --network host \
-		--build-arg "BUILD_IMAGE=$GOLANG_IMAGE" --build-arg "RUNTIME_IMAGE=$BASE_IMAGE" \
-		--build-arg "GOPROXY=$(go env GOPROXY)" \
-		-t "$MANAGER_IMAGE" "$root" >"$log" 2>&1; then
+	if ! { docker build "${args[@]}" --target build -t "$MANAGER_BUILD_IMAGE" "$root" &&
+		docker build "${args[@]}" -t "$MANAGER_IMAGE" "$root"; } >"$log" 2>&1; then
 		tail -n 40 "$log" >&2
 		fail "$MANAGER_IMAGE: docker build failed (log above; full log $log)"
 	fi
-	if [[ -n $old && $old != "$(docker image inspect -f '{{.Id}}' "$MANAGER_IMAGE")" ]]; then
-		drop_old "$old"
+	if [[ $old != "$(docker image inspect -f '{{.Id}}' "$MANAGER_IMAGE")" ]]; then
 		log "$MANAGER_IMAGE: built in $((SECONDS - start))s"
 	else
 		log "$MANAGER_IMAGE: up to date ($((SECONDS - start))s)"
 	fi
-	# The build stage's intermediate images: the final image keeps none of it.
-	docker image prune -f --filter "label!=$label" >/dev/null 2>&1 || true
+	# Untagged images derived from ours (earlier builds' stages and finals;
+	# they inherit the inputs label from the local bases); nobody else's.
+	docker image prune -f --filter "label=$label" >/dev/null 2>&1 || true
 }
 
 # tool <name> <version>: the cached binary, built first when missing.
