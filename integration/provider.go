@@ -34,11 +34,10 @@ var (
 // SelectProvider reads AYATORI_TEST_PROVIDER (local | testcontainers | auto;
 // default auto). auto picks testcontainers only when a Docker daemon answers
 // a ping and both images are named (AYATORI_TC_POSTGRES_IMAGE and
-// AYATORI_TC_OPENBAO_IMAGE); else local: a daemon alone (no registry, or
-// images only `make images` built) does not move every suite into
-// containers, which so far only the integration package is proven under
-// (docs/testing.md "Providers"). The choice and its reason are returned for
-// printing.
+// AYATORI_TC_OPENBAO_IMAGE); else local: a daemon that `make images`
+// started does not by itself move the README's `make test` into
+// containers (CI runs each provider explicitly; docs/testing.md
+// "Providers"). The choice and its reason are returned for printing.
 func SelectProvider() (Provider, string, error) {
 	providerOnce.Do(func() {
 		providerChoice, providerReason, providerErr = chooseProvider(os.Getenv("AYATORI_TEST_PROVIDER"), pingDocker, containerImages)
