@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	goruntime "runtime"
 	"strconv"
+	"time"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -102,6 +103,10 @@ func NewControlPlane(opts ControlPlaneOptions) (_ *ControlPlane, err error) {
 		Scheme:                cp.Scheme,
 		CRDDirectoryPaths:     crdPaths,
 		ErrorIfCRDPathMissing: true,
+		// envtest's default, 20 s per component start, is short on a
+		// 2-vCPU machine running several stacks (a CI run under load
+		// average 18 failed to start an apiserver five times).
+		ControlPlaneStartTimeout: 90 * time.Second,
 	}
 	cp.env.ControlPlane.Etcd = &envtest.Etcd{Path: etcd}
 	cp.env.ControlPlane.APIServer = &envtest.APIServer{Path: apiserver}
