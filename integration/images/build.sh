@@ -233,7 +233,8 @@ build_manager() {
 	root="$(cd "$here/../.." && pwd)"
 	build_golang
 	args=(--force-rm --network host --build-arg "BUILD_IMAGE=$GOLANG_IMAGE" --build-arg "RUNTIME_IMAGE=$BASE_IMAGE"
-		--build-arg "GOPROXY=$(go env GOPROXY)")
+		--build-arg "GOPROXY=$(go env GOPROXY)"
+		--build-arg "PRECOMPILE=$(cd "$root" && go list -deps -f '{{if not .Standard}}{{if .Module}}{{if ne .Module.Path "git.ddupan.top/panxiao81/ayatori"}}{{.ImportPath}}{{end}}{{end}}{{end}}' ./cmd/ayatori-manager ./cmd/ayatori-journal | sort -u | tr '\n' ' ')")
 	old="$(docker image inspect -f '{{.Id}}' "$MANAGER_IMAGE" 2>/dev/null || true)"
 	log "$MANAGER_IMAGE: docker build $root (BUILD_IMAGE=$GOLANG_IMAGE, RUNTIME_IMAGE=$BASE_IMAGE)"
 	if ! { docker build "${args[@]}" --target build -t "$MANAGER_BUILD_IMAGE" "$root" &&
