@@ -351,7 +351,9 @@ func (s *Store) process(ctx context.Context, cfg ConsumerConfig, m jetstream.Msg
 	if cfg.BeforeHandle != nil {
 		cfg.BeforeHandle(rec)
 	}
+	started := s.cfg.Clock.Now()
 	out, herr := h(ctx, rec)
+	s.cfg.Metrics.observeExecution(rec.Operation, started.Sub(rec.Time), s.cfg.Clock.Since(started), delivered == 1)
 	if herr != nil {
 		if ctx.Err() != nil {
 			return handBack // shutting down: hand it to another replica now

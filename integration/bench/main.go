@@ -74,6 +74,8 @@ func main() {
 	kcmQPS := flag.Int("kcm-qps", 0, "with -jobs: kube-controller-manager --kube-api-qps (burst twice that); 0: its default (20, burst 30)")
 	ttl := flag.Int("ttl", -1, "with -jobs: the Ayatori Jobs get this ttlSecondsAfterFinished and are done when deleted (no plain Jobs; see ttl.go); -1: no TTL")
 	restart := flag.Bool("restart", false, "with -jobs and -ttl: SIGKILL the manager and start it again once half the Jobs succeeded")
+	out := flag.String("out", "", "directory for the critical-path timeline picture (timeline.svg); empty: a new temporary directory, printed at the end")
+	repeat := flag.Int("repeat", 0, "with -n 1: create M Tenants one after another, each once the previous is Ready (an idle stack), and report create→Ready p50/p90/max")
 	osJobs := flag.Int("opensandbox-jobs", 0, "instead of Tenants: N Ayatori Jobs on an OpenSandbox class against the spec-validating OpenSandbox test server, then all deleted (see opensandbox.go)")
 	flag.Parse()
 	if *osJobs != 0 {
@@ -117,13 +119,17 @@ func main() {
 		fmt.Fprintln(os.Stderr, "bench: -n must be at least 1")
 		os.Exit(2)
 	}
-	if err := run(*n, *timeout, sig, *cluster, *resync, *idle); err != nil {
+	if *repeat != 0 && (*n != 1 || *repeat < 1 || sig != 0 || *idle != 0) {
+		fmt.Fprintln(os.Stderr, "bench: -repeat M goes with -n 1 (and without -handover and -idle)")
+		os.Exit(2)
+	}
+	if err := run(*n, *timeout, sig, *cluster, *resync, *idle, *repeat, *out); err != nil {
 		fmt.Fprintln(os.Stderr, "bench FAILED:", err)
 		os.Exit(1)
 	}
 }
 
-func run(n int, timeout time.Duration, handover syscall.Signal, cluster bool, resync, idle time.Duration) error {
+func run(n int, timeout time.Duration, handover syscall.Signal, cluster bool, resync, idle time.Duration, repeat int, outDir string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	args := []string{"--tenant-resync-interval=" + resync.String(), "--executor-concurrency=8"}
@@ -175,6 +181,11 @@ func run(n int, timeout time.Duration, handover syscall.Signal, cluster bool, re
 	}
 	go sample(s, pids, &mu, &peakRSS, &peakConns, stopSampling)
 	var ho handoverState
+	if repeat > 0 {
+		defer close(stopSampling)
+		return runRepeat(ctx, s, repeat)
+	}
+	cpu0 := procCPU()
 
 	start := time.Now()
 	created := map[string]time.Time{}
@@ -263,6 +274,9 @@ func run(n int, timeout time.Duration, handover syscall.Signal, cluster bool, re
 	if handover == 0 {
 		fmt.Printf("  journal share            append+delivery time / (N x mean create→Ready) = %.1f%%\n",
 			100*(appendSum+deliverySum)/(float64(n)*meanSeconds(lat)))
+		if err := breakdown(ctx, s, s.Primary().MetricsURL, start, start.Add(total), created, readyAt, cpu0, outDir); err != nil {
+			return err
+		}
 		if idle > 0 {
 			if err := idleRow(ctx, s, n, resync, idle); err != nil {
 				return err
@@ -605,4 +619,45 @@ func (h histogram) since(h0 histogram) (float64, string) {
 		}
 	}
 	return total, "n/a"
+}
+
+// runRepeat creates m Tenants one after another on the idle stack, each
+// once the previous one is Ready (polled every 5 ms), and prints their
+// create→Ready latencies: what one user waits for one Tenant.
+func runRepeat(ctx context.Context, s *integration.Stack, m int) error {
+	c := s.CP.Client
+	var lat []time.Duration
+	for i := 0; i < m; i++ {
+		name := fmt.Sprintf("single%03d", i)
+		start := time.Now()
+		if err := c.Create(ctx, &v1alpha1.PostgreSQLTenant{ObjectMeta: metav1.ObjectMeta{Namespace: "bench", Name: name},
+			Spec: v1alpha1.PostgreSQLTenantSpec{InstanceRef: "shared"}}); err != nil {
+			return err
+		}
+		for {
+			t := &v1alpha1.PostgreSQLTenant{}
+			if err := c.Get(ctx, types.NamespacedName{Namespace: "bench", Name: name}, t); err != nil {
+				return err
+			}
+			ready := false
+			for _, cond := range t.Status.Conditions {
+				ready = ready || (cond.Type == "Ready" && cond.Status == metav1.ConditionTrue)
+			}
+			if ready {
+				break
+			}
+			if ctx.Err() != nil {
+				return fmt.Errorf("%s not Ready: %w", name, ctx.Err())
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		lat = append(lat, time.Since(start))
+		fmt.Printf("  %s create→Ready %s\n", name, lat[i].Round(time.Millisecond))
+		time.Sleep(200 * time.Millisecond) // let the stack settle: idle again
+	}
+	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	fmt.Printf("\none Tenant at a time on an idle stack, %d times (2 vCPU, load average %s)\n", m, loadAverage())
+	fmt.Printf("  create→Ready  p50 %s  p90 %s  min %s  max %s\n", quantile(lat, 0.5).Round(time.Millisecond), quantile(lat, 0.9).Round(time.Millisecond),
+		lat[0].Round(time.Millisecond), lat[len(lat)-1].Round(time.Millisecond))
+	return checkJournal(ctx, s)
 }
