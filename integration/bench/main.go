@@ -183,7 +183,7 @@ func run(n int, timeout time.Duration, handover syscall.Signal, cluster bool, re
 	var ho handoverState
 	if repeat > 0 {
 		defer close(stopSampling)
-		return runRepeat(ctx, s, repeat)
+		return runRepeat(ctx, s, repeat, outDir)
 	}
 	cpu0 := procCPU()
 
@@ -624,12 +624,15 @@ func (h histogram) since(h0 histogram) (float64, string) {
 // runRepeat creates m Tenants one after another on the idle stack, each
 // once the previous one is Ready (polled every 5 ms), and prints their
 // create→Ready latencies: what one user waits for one Tenant.
-func runRepeat(ctx context.Context, s *integration.Stack, m int) error {
+func runRepeat(ctx context.Context, s *integration.Stack, m int, outDir string) error {
 	c := s.CP.Client
 	var lat []time.Duration
+	created, readyAt := map[string]time.Time{}, map[string]time.Time{}
+	cpu0, begin := procCPU(), time.Now()
 	for i := 0; i < m; i++ {
 		name := fmt.Sprintf("single%03d", i)
 		start := time.Now()
+		created[name] = start
 		if err := c.Create(ctx, &v1alpha1.PostgreSQLTenant{ObjectMeta: metav1.ObjectMeta{Namespace: "bench", Name: name},
 			Spec: v1alpha1.PostgreSQLTenantSpec{InstanceRef: "shared"}}); err != nil {
 			return err
@@ -651,6 +654,7 @@ func runRepeat(ctx context.Context, s *integration.Stack, m int) error {
 			}
 			time.Sleep(5 * time.Millisecond)
 		}
+		readyAt[name] = time.Now()
 		lat = append(lat, time.Since(start))
 		fmt.Printf("  %s create→Ready %s\n", name, lat[i].Round(time.Millisecond))
 		time.Sleep(200 * time.Millisecond) // let the stack settle: idle again
@@ -659,5 +663,8 @@ func runRepeat(ctx context.Context, s *integration.Stack, m int) error {
 	fmt.Printf("\none Tenant at a time on an idle stack, %d times (2 vCPU, load average %s)\n", m, loadAverage())
 	fmt.Printf("  create→Ready  p50 %s  p90 %s  min %s  max %s\n", quantile(lat, 0.5).Round(time.Millisecond), quantile(lat, 0.9).Round(time.Millisecond),
 		lat[0].Round(time.Millisecond), lat[len(lat)-1].Round(time.Millisecond))
+	if err := breakdown(ctx, s, s.Primary().MetricsURL, begin, time.Now(), created, readyAt, cpu0, outDir); err != nil {
+		return err
+	}
 	return checkJournal(ctx, s)
 }
