@@ -268,7 +268,7 @@ func breakdown(ctx context.Context, s *integration.Stack, metricsURL string, sta
 		totQ, totE = totQ+qT, totE+eT
 	}
 	fmt.Printf("  %-21s %7d %7d %12.0f %10.0f %9.0f %9.0f\n", "total", tot.n, tot.failed, ms(tot.decide)/nT, ms(tot.inflow)/nT, totQ, totE)
-	fmt.Printf("  last outcome → Ready seen by the bench (its 250 ms poll included): %.0f ms\n", ms(lastToReady)/nT)
+	fmt.Printf("  last outcome → Ready seen by the bench (watch): %.0f ms\n", ms(lastToReady)/nT)
 	fmt.Printf("  outcome→next intent = watch + projector queue + pass until the append starts; intent→outcome = queue + exec + outcome append\n")
 	fmt.Printf("  journal appends: %d, mean %s ms\n", int(appends[0]), meanMS(appends))
 
