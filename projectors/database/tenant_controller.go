@@ -302,6 +302,21 @@ func (k tenantKind) Plan(ctx context.Context, t *v1alpha1.PostgreSQLTenant, h jo
 			d = DecideTenant(facts, r.Policy)
 		}
 	}
+	if !deleting && d.Intent != nil && d.Intent.Operation == dbcontract.OpObserveProjection && d.Intent.Attempt == 1 &&
+		facts.Now.Before(ensuredAt(st, t.Generation).Add(r.Policy.RetryBase)) {
+		// ESO syncs the ExternalSecret just created asynchronously: observe
+		// once it reports Ready (its status change is watched and wakes
+		// this pass), not before: an observation now would only fail and
+		// back off. After RetryBase the observation is decided anyway, so
+		// a projection that never syncs is still reported.
+		synced, err := r.projectionSynced(ctx, t, n)
+		if err != nil {
+			return plan{}, err
+		}
+		if !synced {
+			d.Intent, d.RequeueAfter = nil, ensuredAt(st, t.Generation).Add(r.Policy.RetryBase).Sub(facts.Now)
+		}
+	}
 	if !deleting && d.Intent == nil && d.RequeueAfter > 0 && reobserveDue(st, t.Generation) {
 		// Waiting to observe the projection again: if ESO has synced the
 		// ExternalSecret meanwhile (its status change woke this pass), do

@@ -1,6 +1,8 @@
 package database
 
 import (
+	"time"
+
 	"context"
 	"fmt"
 	"slices"
@@ -166,4 +168,20 @@ func (r *TenantReconciler) projectionSynced(ctx context.Context, t *v1alpha1.Pos
 		}
 	}
 	return false, nil
+}
+
+// ensuredAt is when this process first observed the outcome of the last
+// successful EnsureExternalSecret of generation gen (zero: none).
+func ensuredAt(st *journal.State, gen int64) time.Time {
+	var at time.Time
+	var seq uint64
+	for _, in := range st.Intents {
+		if in.Operation != dbcontract.OpEnsureExternalSecret || in.Object.Generation != gen || in.Sequence < seq {
+			continue
+		}
+		if o, ok := st.OutcomeOf(in.ID); ok && o.Result != nil && o.Result.Class == journal.Succeeded {
+			at, seq = o.Time, in.Sequence
+		}
+	}
+	return at
 }
