@@ -100,6 +100,9 @@ type Store struct {
 	// goroutine holds or waits for it (reference counted, see lockUID), so
 	// the map never needs a reset and one UID never has two locks.
 	uidLocks map[string]*uidMutex
+	// inflight holds the intent IDs this process's executor is processing
+	// (see takeIntent), under mu.
+	inflight map[string]chan struct{}
 }
 
 // uidMutex is one UID's lock and the number of goroutines holding or
