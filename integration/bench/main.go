@@ -286,10 +286,8 @@ func run(n int, timeout time.Duration, handover syscall.Signal, cluster bool, re
 				return err
 			}
 		}
-		if cluster {
-			return checkJournal(ctx, s)
-		}
-		return nil
+		// Every run: verify clean and zero duplicate intents.
+		return checkJournal(ctx, s)
 	}
 	fmt.Printf("  (journal metrics of the surviving replica only)\n")
 	fmt.Printf("\nleader hand-over (%s)\n", ho.signal)
