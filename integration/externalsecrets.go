@@ -95,6 +95,9 @@ func NewExternalSecrets(ctx context.Context, cp *ControlPlane, ob *OpenBao, opts
 			fmt.Sprintf("--metrics-addr=127.0.0.1:%d", metricsPort),
 			"--enable-leader-election=false",
 			"--loglevel=info",
+			// ESO reconciles one ExternalSecret at a time by default: 100
+			// Tenants created at once would wait in its queue (issue 17).
+			"--concurrent=8",
 			"--store-requeue-interval=10s",
 		},
 		env: []string{"KUBECONFIG=" + cp.KubeconfigPath},

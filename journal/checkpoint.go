@@ -211,9 +211,13 @@ func (s *Store) ReadView(ctx context.Context, uid string) (View, error) {
 		v.Through, v.checkpointSeq, start = cp.Through, seq, cp.Through+1
 		v.Records = append(v.Records, cp.Records...)
 	}
-	tail, err := s.readFrom(ctx, uid, start, true)
-	if err != nil {
-		return View{}, err
+	var tail []Record
+	if start <= v.Last {
+		// Records after the checkpoint exist (a record appended after the
+		// last-sequence read is picked up by the next pass).
+		if tail, err = s.readFrom(ctx, uid, start, true); err != nil {
+			return View{}, err
+		}
 	}
 	v.Tail = len(tail)
 	for _, r := range tail {

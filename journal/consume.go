@@ -329,6 +329,16 @@ func (s *Store) process(ctx context.Context, cfg ConsumerConfig, m jetstream.Msg
 	if delivered == 1 {
 		s.cfg.Metrics.observeDelivery(s.cfg.Clock.Now().Sub(rec.Time))
 	}
+	// 0. A redelivery of an intent this process is still executing (its
+	// heartbeats were lost in a NATS fault, or AckWait passed while the
+	// backend was slow) waits for that execution instead of running the
+	// handler a second time at once; the outcome check below then finds
+	// its outcome.
+	release, ok := s.takeIntent(ctx, rec.ID)
+	if !ok {
+		return handBack
+	}
+	defer release()
 	// 1. Outcome exists: ack without re-executing.
 	done, ok := s.outcomeExists(ctx, cfg, rec)
 	if !ok {
@@ -351,7 +361,9 @@ func (s *Store) process(ctx context.Context, cfg ConsumerConfig, m jetstream.Msg
 	if cfg.BeforeHandle != nil {
 		cfg.BeforeHandle(rec)
 	}
+	started := s.cfg.Clock.Now()
 	out, herr := h(ctx, rec)
+	s.cfg.Metrics.observeExecution(rec.Operation, started.Sub(rec.Time), s.cfg.Clock.Since(started), delivered == 1)
 	if herr != nil {
 		if ctx.Err() != nil {
 			return handBack // shutting down: hand it to another replica now
@@ -378,6 +390,37 @@ func (s *Store) process(ctx context.Context, cfg ConsumerConfig, m jetstream.Msg
 	}
 	// 4. Record.
 	return s.finish(ctx, cfg, rec, out)
+}
+
+// takeIntent marks the intent id as being processed by this process and
+// returns the function that unmarks it. When another delivery of the same
+// intent is being processed here, it waits for that one to finish first;
+// ok is false when ctx ended while waiting.
+func (s *Store) takeIntent(ctx context.Context, id string) (release func(), ok bool) {
+	for {
+		s.mu.Lock()
+		busy, taken := s.inflight[id]
+		if !taken {
+			if s.inflight == nil {
+				s.inflight = map[string]chan struct{}{}
+			}
+			done := make(chan struct{})
+			s.inflight[id] = done
+			s.mu.Unlock()
+			return func() {
+				s.mu.Lock()
+				delete(s.inflight, id)
+				s.mu.Unlock()
+				close(done)
+			}, true
+		}
+		s.mu.Unlock()
+		select {
+		case <-busy:
+		case <-ctx.Done():
+			return nil, false
+		}
+	}
 }
 
 // outcomeExists reports whether rec's outcome is in the journal. A failed

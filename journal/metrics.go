@@ -18,6 +18,13 @@ type Metrics struct {
 	// PullRestarts counts pulls of an executor consumer that failed (a
 	// NATS fault) and were started again.
 	PullRestarts prometheus.Counter
+	// QueueSeconds: per operation, time from an intent's record time to
+	// the start of its handler on its first delivery (waiting in the
+	// stream and for a free executor slot, plus the outcome check).
+	QueueSeconds *prometheus.HistogramVec
+	// ExecutionSeconds: per operation, how long its handler ran (the
+	// backend's work as the executor sees it).
+	ExecutionSeconds *prometheus.HistogramVec
 }
 
 // NewMetrics creates the metrics and registers them with reg (if not nil).
@@ -36,9 +43,15 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		PullRestarts: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "ayatori_journal_consumer_pull_restarts_total", Help: "Executor consumer pulls that failed on a NATS fault and were started again.",
 		}),
+		QueueSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "ayatori_journal_intent_queue_seconds", Help: "Time from an intent's append to the start of its handler (first delivery), by operation.", Buckets: buckets,
+		}, []string{"operation"}),
+		ExecutionSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "ayatori_journal_execution_seconds", Help: "How long an intent's handler ran, by operation.", Buckets: buckets,
+		}, []string{"operation"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.AppendSeconds, m.DeliverySeconds, m.Outcomes, m.PullRestarts)
+		reg.MustRegister(m.AppendSeconds, m.DeliverySeconds, m.Outcomes, m.PullRestarts, m.QueueSeconds, m.ExecutionSeconds)
 	}
 	return m
 }
@@ -65,4 +78,14 @@ func (m *Metrics) countPullRestart() {
 	if m != nil {
 		m.PullRestarts.Inc()
 	}
+}
+
+func (m *Metrics) observeExecution(op string, queued, ran time.Duration, first bool) {
+	if m == nil {
+		return
+	}
+	if first && queued >= 0 {
+		m.QueueSeconds.WithLabelValues(op).Observe(queued.Seconds())
+	}
+	m.ExecutionSeconds.WithLabelValues(op).Observe(ran.Seconds())
 }

@@ -100,6 +100,9 @@ type Store struct {
 	// goroutine holds or waits for it (reference counted, see lockUID), so
 	// the map never needs a reset and one UID never has two locks.
 	uidLocks map[string]*uidMutex
+	// inflight holds the intent IDs this process's executor is processing
+	// (see takeIntent), under mu.
+	inflight map[string]chan struct{}
 }
 
 // uidMutex is one UID's lock and the number of goroutines holding or
@@ -287,9 +290,17 @@ func (s *Store) Append(ctx context.Context, rec *Record, opts ...AppendOption) (
 
 	start := time.Now()
 	for attempt := 0; ; attempt++ {
-		st, err := s.refresh(ctx, rec.Object.UID)
-		if err != nil {
-			return AppendResult{}, err
+		// The read-first check needs no round trip when this process's
+		// cache of the UID is current: the cache holds every ID up to its
+		// last sequence, and the publish below carries that sequence as
+		// the expected one, so a record stored after it (by anyone) makes
+		// the server refuse the publish and the loop reads first.
+		st := s.cached(rec.Object.UID)
+		if st == nil || attempt > 0 || (o.expected != nil && *o.expected != st.lastSeq) {
+			var err error
+			if st, err = s.refresh(ctx, rec.Object.UID); err != nil {
+				return AppendResult{}, err
+			}
 		}
 		if seq, ok := st.ids[rec.ID]; ok {
 			return AppendResult{Sequence: seq, Duplicate: true}, nil
@@ -311,6 +322,17 @@ func (s *Store) Append(ctx context.Context, rec *Record, opts ...AppendOption) (
 			var apiErr *jetstream.APIError
 			if errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence {
 				s.forget(rec.Object.UID)
+				if o.expected != nil {
+					// The journal moved: the record may be among what moved
+					// it (an earlier attempt whose ack was lost).
+					st, rerr := s.refresh(ctx, rec.Object.UID)
+					if rerr != nil {
+						return AppendResult{}, rerr
+					}
+					if seq, ok := st.ids[rec.ID]; ok {
+						return AppendResult{Sequence: seq, Duplicate: true}, nil
+					}
+				}
 				if o.expected != nil || attempt >= o.maxRetries {
 					return AppendResult{}, fmt.Errorf("%w (expected last sequence %d)", ErrConflict, expected)
 				}
@@ -360,6 +382,14 @@ func (s *Store) lockUID(uid string) (unlock func()) {
 		}
 		s.mu.Unlock()
 	}
+}
+
+// cached returns this process's state of uid without reading the server
+// (nil: none). The caller holds uid's lock (lockUID).
+func (s *Store) cached(uid string) *uidState {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.uids[uid]
 }
 
 func (s *Store) forget(uid string) {

@@ -74,6 +74,8 @@ type databaseOptions struct {
 
 	instanceResync   time.Duration
 	tenantResync     time.Duration
+	tenantWorkers    int
+	intentEvents     bool
 	postgresMaxConns int
 }
 
@@ -101,6 +103,8 @@ func (o *databaseOptions) bind(fs *flag.FlagSet) {
 	fs.StringVar(&o.openBaoTenantBasePath, "openbao-tenant-base-path", "postgresql-tenants", "controller-owned KV path prefix (mount-relative)")
 	fs.StringVar(&o.externalSecretStoreName, "external-secret-store-name", "", "ClusterSecretStore the controller's ExternalSecrets reference; required by the Tenant components")
 	fs.StringVar(&o.postgresqlCABundlePath, "postgresql-ca-bundle-path", "", "PEM CA bundle verifying PostgreSQL servers (required for verify-ca/verify-full)")
+	fs.BoolVar(&o.intentEvents, "intent-events", true, "emit an IntentAppended Event on the Tenant for every step decided (false: the journal alone records them; fewer API writes at scale)")
+	fs.IntVar(&o.tenantWorkers, "tenant-workers", 8, "how many Tenants the Tenant projector reconciles at once (> 0; one Tenant is never reconciled twice at once)")
 	fs.DurationVar(&o.tenantResync, "tenant-resync-interval", 10*time.Minute, "re-check a Ready Tenant (one ObserveTenant) this long after its last successful check (> 0)")
 	fs.DurationVar(&o.instanceResync, "instance-resync-interval", 5*time.Minute, "re-observe a Ready Instance this long after its last successful observation (> 0)")
 	fs.IntVar(&o.postgresMaxConns, "postgresql-max-conns", 4, "connections per Instance pool (> 0)")
@@ -148,6 +152,9 @@ func (o *databaseOptions) validate(on selection) []error {
 	}
 	if o.openBaoConsumerAddress == "" {
 		o.openBaoConsumerAddress = o.openBaoAddress
+	}
+	if o.tenantWorkers <= 0 {
+		errs = append(errs, fmt.Errorf("--tenant-workers must be positive, got %d", o.tenantWorkers))
 	}
 	for name, d := range map[string]time.Duration{"--instance-resync-interval": o.instanceResync, "--tenant-resync-interval": o.tenantResync} {
 		if d <= 0 {
@@ -201,7 +208,8 @@ func (o *databaseOptions) setup(_ context.Context, mgr manager.Manager, store *j
 			r := &dbprojector.TenantReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Journal: store, Recorder: mgr.GetEventRecorder("ayatori-manager"),
 				Config: dbprojector.TenantConfig{KVMount: o.openBaoKVMount, BasePath: o.openBaoTenantBasePath,
 					ConsumerAddress: o.openBaoConsumerAddress, StoreName: o.externalSecretStoreName},
-				Policy: dbprojector.TenantPolicy{ResyncInterval: o.tenantResync, RetryBase: sh.retryBase, RetryMax: sh.retryMax, PendingRecheck: 30 * time.Second}}
+				Policy:  dbprojector.TenantPolicy{ResyncInterval: o.tenantResync, RetryBase: sh.retryBase, RetryMax: sh.retryMax, PendingRecheck: 30 * time.Second},
+				Workers: o.tenantWorkers, NoIntentEvents: !o.intentEvents}
 			if err := r.SetupWithManager(mgr, router.Tenants); err != nil {
 				return nil, fmt.Errorf("set up the PostgreSQLTenant projector: %w", err)
 			}

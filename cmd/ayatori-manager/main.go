@@ -91,6 +91,12 @@ func run(args []string) error {
 	if err != nil {
 		return fmt.Errorf("no Kubernetes API configuration (pass --kubeconfig, set KUBECONFIG, or run in a Pod): %w", err)
 	}
+	if o.kubeAPIQPS != 0 {
+		cfg.QPS, cfg.Burst = float32(o.kubeAPIQPS), o.kubeAPIBurst
+	}
+	// Request latency and client-side throttling of the manager's API
+	// calls, by verb (the bench's critical-path breakdown reads them).
+	crmetrics.RegisterRESTClientMetrics(crmetrics.MetricRequestLatency, crmetrics.MetricRateLimiterLatency)
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
 		return err

@@ -43,6 +43,8 @@ type options struct {
 	kubeconfig    string
 	actor         string
 	executorConns int
+	kubeAPIQPS    float64
+	kubeAPIBurst  int
 	ackWait       time.Duration
 
 	// domains are the domains this manager can run, with their flags
@@ -92,6 +94,8 @@ func (o *options) bind(fs *flag.FlagSet) {
 	fs.DurationVar(&o.retryBase, "retry-base", 5*time.Second, "first back-off after a dependency failure (> 0)")
 	fs.DurationVar(&o.retryMax, "retry-max", 5*time.Minute, "longest back-off after repeated failures (>= --retry-base)")
 	fs.IntVar(&o.executorConns, "executor-concurrency", 4, "intents executed at once per process (> 0)")
+	fs.Float64Var(&o.kubeAPIQPS, "kube-api-qps", 0, "client-side rate limit of the manager's Kubernetes API requests per second; 0: none (controller-runtime's default, the API server's priority and fairness applies), negative: none")
+	fs.IntVar(&o.kubeAPIBurst, "kube-api-burst", 0, "burst of --kube-api-qps (>= --kube-api-qps when set)")
 	fs.DurationVar(&o.ackWait, "executor-ack-wait", 0, "how long an intent taken by an executor that died stays invisible before redelivery (default: --reconcile-timeout + 30s; in-progress heartbeats keep long operations alive)")
 
 	fs.BoolVar(&o.leaderElect, "leader-elect", false, "enable leader election (run more than one replica): projectors run on the leader, executors on every replica")
@@ -173,6 +177,9 @@ func (o *options) validate() error {
 	}
 	if o.executorConns <= 0 {
 		bad("--executor-concurrency must be positive")
+	}
+	if o.kubeAPIQPS > 0 && float64(o.kubeAPIBurst) < o.kubeAPIQPS {
+		bad("--kube-api-burst (%d) must be at least --kube-api-qps (%g)", o.kubeAPIBurst, o.kubeAPIQPS)
 	}
 	switch o.journalReplicas {
 	case 1, 3, 5:

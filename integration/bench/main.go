@@ -74,6 +74,9 @@ func main() {
 	kcmQPS := flag.Int("kcm-qps", 0, "with -jobs: kube-controller-manager --kube-api-qps (burst twice that); 0: its default (20, burst 30)")
 	ttl := flag.Int("ttl", -1, "with -jobs: the Ayatori Jobs get this ttlSecondsAfterFinished and are done when deleted (no plain Jobs; see ttl.go); -1: no TTL")
 	restart := flag.Bool("restart", false, "with -jobs and -ttl: SIGKILL the manager and start it again once half the Jobs succeeded")
+	out := flag.String("out", "", "directory for the critical-path timeline picture (timeline.svg); empty: a new temporary directory, printed at the end")
+	intentEvents := flag.Bool("intent-events", true, "the manager's --intent-events (an IntentAppended Event per decided step)")
+	repeat := flag.Int("repeat", 0, "with -n 1: create M Tenants one after another, each once the previous is Ready (an idle stack), and report create→Ready p50/p90/max")
 	osJobs := flag.Int("opensandbox-jobs", 0, "instead of Tenants: N Ayatori Jobs on an OpenSandbox class against the spec-validating OpenSandbox test server, then all deleted (see opensandbox.go)")
 	flag.Parse()
 	if *osJobs != 0 {
@@ -117,16 +120,20 @@ func main() {
 		fmt.Fprintln(os.Stderr, "bench: -n must be at least 1")
 		os.Exit(2)
 	}
-	if err := run(*n, *timeout, sig, *cluster, *resync, *idle); err != nil {
+	if *repeat != 0 && (*n != 1 || *repeat < 1 || sig != 0 || *idle != 0) {
+		fmt.Fprintln(os.Stderr, "bench: -repeat M goes with -n 1 (and without -handover and -idle)")
+		os.Exit(2)
+	}
+	if err := run(*n, *timeout, sig, *cluster, *resync, *idle, *repeat, *out, *intentEvents); err != nil {
 		fmt.Fprintln(os.Stderr, "bench FAILED:", err)
 		os.Exit(1)
 	}
 }
 
-func run(n int, timeout time.Duration, handover syscall.Signal, cluster bool, resync, idle time.Duration) error {
+func run(n int, timeout time.Duration, handover syscall.Signal, cluster bool, resync, idle time.Duration, repeat int, outDir string, intentEvents bool) error {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	args := []string{"--tenant-resync-interval=" + resync.String(), "--executor-concurrency=8"}
+	args := []string{"--tenant-resync-interval=" + resync.String(), "--executor-concurrency=8", fmt.Sprintf("--intent-events=%t", intentEvents)}
 	if handover != 0 {
 		args = append(args, "--leader-elect")
 	}
@@ -175,6 +182,11 @@ func run(n int, timeout time.Duration, handover syscall.Signal, cluster bool, re
 	}
 	go sample(s, pids, &mu, &peakRSS, &peakConns, stopSampling)
 	var ho handoverState
+	if repeat > 0 {
+		defer close(stopSampling)
+		return runRepeat(ctx, s, repeat, outDir)
+	}
+	cpu0 := procCPU()
 
 	start := time.Now()
 	created := map[string]time.Time{}
@@ -188,22 +200,19 @@ func run(n int, timeout time.Duration, handover syscall.Signal, cluster bool, re
 	}
 	fmt.Printf("created %d Tenants in %s\n", n, time.Since(start).Round(time.Millisecond))
 	readyAt := map[string]time.Time{}
+	// A watch, not a List every 250 ms: the bench should not load the API
+	// server it measures (100 Tenants listed 4 times a second is a good
+	// part of its work), and a Tenant's Ready time is the event's.
+	tenants, err := watchTenants(ctx, s, "bench")
+	if err != nil {
+		return err
+	}
 	for len(readyAt) < n {
-		var list v1alpha1.PostgreSQLTenantList
-		if err := c.List(ctx, &list, client.InNamespace("bench")); err != nil {
-			return err
-		}
-		now := time.Now()
 		rank := 0
-		for _, t := range list.Items {
-			rank += phaseRank[t.Status.Phase]
-			if _, done := readyAt[t.Name]; done {
-				continue
-			}
-			for _, cond := range t.Status.Conditions {
-				if cond.Type == "Ready" && cond.Status == metav1.ConditionTrue {
-					readyAt[t.Name] = now
-				}
+		for _, t := range tenants.snapshot() {
+			rank += phaseRank[t.phase]
+			if _, done := readyAt[t.name]; !done && !t.readyAt.IsZero() {
+				readyAt[t.name] = t.readyAt
 			}
 		}
 		if ctx.Err() != nil {
@@ -228,9 +237,15 @@ func run(n int, timeout time.Duration, handover syscall.Signal, cluster bool, re
 				}
 			}
 		}
-		time.Sleep(250 * time.Millisecond)
+		time.Sleep(100 * time.Millisecond)
 	}
-	total := time.Since(start)
+	var last time.Time
+	for _, at := range readyAt {
+		if at.After(last) {
+			last = at
+		}
+	}
+	total := last.Sub(start)
 	close(stopSampling)
 	var lat []time.Duration
 	for name, at := range readyAt {
@@ -263,15 +278,16 @@ func run(n int, timeout time.Duration, handover syscall.Signal, cluster bool, re
 	if handover == 0 {
 		fmt.Printf("  journal share            append+delivery time / (N x mean create→Ready) = %.1f%%\n",
 			100*(appendSum+deliverySum)/(float64(n)*meanSeconds(lat)))
+		if err := breakdown(ctx, s, s.Primary().MetricsURL, start, start.Add(total), created, readyAt, cpu0, outDir); err != nil {
+			return err
+		}
 		if idle > 0 {
 			if err := idleRow(ctx, s, n, resync, idle); err != nil {
 				return err
 			}
 		}
-		if cluster {
-			return checkJournal(ctx, s)
-		}
-		return nil
+		// Every run: verify clean and zero duplicate intents.
+		return checkJournal(ctx, s)
 	}
 	fmt.Printf("  (journal metrics of the surviving replica only)\n")
 	fmt.Printf("\nleader hand-over (%s)\n", ho.signal)
@@ -605,4 +621,115 @@ func (h histogram) since(h0 histogram) (float64, string) {
 		}
 	}
 	return total, "n/a"
+}
+
+// runRepeat creates m Tenants one after another on the idle stack, each
+// once the previous one is Ready (watched), and prints their
+// create→Ready latencies: what one user waits for one Tenant.
+func runRepeat(ctx context.Context, s *integration.Stack, m int, outDir string) error {
+	c := s.CP.Client
+	var lat []time.Duration
+	created, readyAt := map[string]time.Time{}, map[string]time.Time{}
+	cpu0, begin := procCPU(), time.Now()
+	tenants, err := watchTenants(ctx, s, "bench")
+	if err != nil {
+		return err
+	}
+	for i := 0; i < m; i++ {
+		name := fmt.Sprintf("single%03d", i)
+		start := time.Now()
+		created[name] = start
+		if err := c.Create(ctx, &v1alpha1.PostgreSQLTenant{ObjectMeta: metav1.ObjectMeta{Namespace: "bench", Name: name},
+			Spec: v1alpha1.PostgreSQLTenantSpec{InstanceRef: "shared"}}); err != nil {
+			return err
+		}
+		for readyAt[name].IsZero() {
+			for _, t := range tenants.snapshot() {
+				if t.name == name && !t.readyAt.IsZero() {
+					readyAt[name] = t.readyAt
+				}
+			}
+			if ctx.Err() != nil {
+				return fmt.Errorf("%s not Ready: %w", name, ctx.Err())
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+		lat = append(lat, readyAt[name].Sub(start))
+		fmt.Printf("  %s create→Ready %s\n", name, lat[i].Round(time.Millisecond))
+		time.Sleep(200 * time.Millisecond) // let the stack settle: idle again
+	}
+	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	fmt.Printf("\none Tenant at a time on an idle stack, %d times (2 vCPU, load average %s)\n", m, loadAverage())
+	fmt.Printf("  create→Ready  p50 %s  p90 %s  min %s  max %s\n", quantile(lat, 0.5).Round(time.Millisecond), quantile(lat, 0.9).Round(time.Millisecond),
+		lat[0].Round(time.Millisecond), lat[len(lat)-1].Round(time.Millisecond))
+	if err := breakdown(ctx, s, s.Primary().MetricsURL, begin, time.Now(), created, readyAt, cpu0, outDir); err != nil {
+		return err
+	}
+	return checkJournal(ctx, s)
+}
+
+// tenantState is what the bench's watch saw of one Tenant.
+type tenantState struct {
+	name    string
+	phase   v1alpha1.TenantPhase
+	readyAt time.Time // first seen Ready
+}
+
+// tenantWatch follows the Tenants of one namespace.
+type tenantWatch struct {
+	mu sync.Mutex
+	by map[string]*tenantState
+}
+
+func (w *tenantWatch) snapshot() []tenantState {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := make([]tenantState, 0, len(w.by))
+	for _, t := range w.by {
+		out = append(out, *t)
+	}
+	return out
+}
+
+// watchTenants watches the Tenants of ns (re-watching from the last
+// resourceVersion when the watch ends) until ctx ends.
+func watchTenants(ctx context.Context, s *integration.Stack, ns string) (*tenantWatch, error) {
+	wc, err := client.NewWithWatch(s.CP.Config, client.Options{Scheme: s.CP.Client.Scheme()})
+	if err != nil {
+		return nil, err
+	}
+	w := &tenantWatch{by: map[string]*tenantState{}}
+	go func() {
+		rv := ""
+		for ctx.Err() == nil {
+			wi, err := wc.Watch(ctx, &v1alpha1.PostgreSQLTenantList{}, client.InNamespace(ns), &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: rv}})
+			if err != nil {
+				time.Sleep(100 * time.Millisecond)
+				continue
+			}
+			for ev := range wi.ResultChan() {
+				t, ok := ev.Object.(*v1alpha1.PostgreSQLTenant)
+				if !ok {
+					continue
+				}
+				rv = t.ResourceVersion
+				now := time.Now()
+				w.mu.Lock()
+				st := w.by[t.Name]
+				if st == nil {
+					st = &tenantState{name: t.Name}
+					w.by[t.Name] = st
+				}
+				st.phase = t.Status.Phase
+				for _, cond := range t.Status.Conditions {
+					if cond.Type == "Ready" && cond.Status == metav1.ConditionTrue && st.readyAt.IsZero() {
+						st.readyAt = now
+					}
+				}
+				w.mu.Unlock()
+			}
+			wi.Stop()
+		}
+	}()
+	return w, nil
 }

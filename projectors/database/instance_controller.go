@@ -9,8 +9,11 @@ import (
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1alpha1 "git.ddupan.top/panxiao81/ayatori/api/database/v1alpha1"
@@ -97,9 +100,15 @@ func (r *InstanceReconciler) SetupWithManager(mgr ctrl.Manager, outcomes <-chan 
 		// re-derived at once (our own writes settle after one no-op pass).
 		For(&v1alpha1.PostgreSQLInstance{}).
 		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.instancesForSecret)).
+		// A Tenant matters to its Instance only by its existence and its
+		// spec.instanceRef (a deleting Instance waits for its Tenants to be
+		// gone): a Tenant's status writes do not wake the Instance.
 		Watches(&v1alpha1.PostgreSQLTenant{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
 			return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: o.(*v1alpha1.PostgreSQLTenant).Spec.InstanceRef}}}
-		}))
+		}), builder.WithPredicates(predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+			o, n := e.ObjectOld.(*v1alpha1.PostgreSQLTenant), e.ObjectNew.(*v1alpha1.PostgreSQLTenant)
+			return o.Spec.InstanceRef != n.Spec.InstanceRef || o.DeletionTimestamp.IsZero() != n.DeletionTimestamp.IsZero()
+		}}))
 	if outcomes != nil {
 		b = b.WatchesRawSource(journaled.Source(outcomes))
 	}

@@ -15,6 +15,7 @@ import (
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -55,6 +56,14 @@ type TenantReconciler struct {
 	Clock    clock.PassiveClock
 	// APIReader: see InstanceReconciler.APIReader.
 	APIReader client.Reader
+	// Workers is how many Tenants are reconciled at once (0: one). The
+	// workqueue never hands one Tenant to two workers, and the journal's
+	// per-UID expected sequence rejects a decision on a stale view.
+	Workers int
+	// NoIntentEvents: no IntentAppended Event per decided step (the
+	// journal has every intent; at 1,000 Tenants the Events are about
+	// 9,000 API writes). Failure and release Events are still emitted.
+	NoIntentEvents bool
 
 	// observed stamps journal records with the time this process first
 	// saw them (set up by SetupWithManager; see journaled.Observations).
@@ -75,6 +84,7 @@ func (r *TenantReconciler) SetupWithManager(mgr ctrl.Manager, outcomes <-chan re
 	}
 	b := ctrl.NewControllerManagedBy(mgr).
 		Named("postgresqltenant").
+		WithOptions(controller.Options{MaxConcurrentReconciles: max(r.Workers, 1)}).
 		For(&v1alpha1.PostgreSQLTenant{}).
 		Watches(&v1alpha1.PostgreSQLInstance{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
 			var list v1alpha1.PostgreSQLTenantList
@@ -195,7 +205,11 @@ func immutable(t *v1alpha1.PostgreSQLTenant, n tenantNames, st *journal.State) [
 
 // Reconcile runs one pass (the journaled skeleton with tenantKind).
 func (r *TenantReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
-	return journaled.Reconcile(ctx, req, journaled.Deps{Client: r.Client, APIReader: r.APIReader, Journal: r.Journal, Recorder: r.Recorder,
+	announce := r.Recorder
+	if r.NoIntentEvents {
+		announce = nil
+	}
+	return journaled.Reconcile(ctx, req, journaled.Deps{Client: r.Client, APIReader: r.APIReader, Journal: r.Journal, Recorder: announce,
 		Observed: r.observed},
 		tenantKind{r})
 }
@@ -285,6 +299,34 @@ func (k tenantKind) Plan(ctx context.Context, t *v1alpha1.PostgreSQLTenant, h jo
 		}
 		if taken != "" {
 			facts.TargetTaken = taken
+			d = DecideTenant(facts, r.Policy)
+		}
+	}
+	if !deleting && d.Intent != nil && d.Intent.Operation == dbcontract.OpObserveProjection && d.Intent.Attempt == 1 &&
+		facts.Now.Before(ensuredAt(st, t.Generation).Add(r.Policy.RetryBase)) {
+		// ESO syncs the ExternalSecret just created asynchronously: observe
+		// once it reports Ready (its status change is watched and wakes
+		// this pass), not before: an observation now would only fail and
+		// back off. After RetryBase the observation is decided anyway, so
+		// a projection that never syncs is still reported.
+		synced, err := r.projectionSynced(ctx, t, n)
+		if err != nil {
+			return plan{}, err
+		}
+		if !synced {
+			d.Intent, d.RequeueAfter = nil, ensuredAt(st, t.Generation).Add(r.Policy.RetryBase).Sub(facts.Now)
+		}
+	}
+	if !deleting && d.Intent == nil && d.RequeueAfter > 0 && reobserveDue(st, t.Generation) {
+		// Waiting to observe the projection again: if ESO has synced the
+		// ExternalSecret meanwhile (its status change woke this pass), do
+		// it now.
+		synced, err := r.projectionSynced(ctx, t, n)
+		if err != nil {
+			return plan{}, err
+		}
+		if synced {
+			facts.ProjectionSynced = true
 			d = DecideTenant(facts, r.Policy)
 		}
 	}

@@ -77,9 +77,15 @@ type TenantFacts struct {
 	// metadata-only reads just before ClaimOwnership and
 	// EnsureExternalSecret would be planned, never while deleting.
 	TargetTaken string
-	Deleting    bool
-	SpecPolicy  v1alpha1.DeletionPolicy
-	Journal     *journal.State
+	// ProjectionSynced: the Tenant's ExternalSecret reports Ready=True
+	// (ESO synced it). The controller reads it only while the chain waits
+	// to observe the projection again after an attempt found it not yet
+	// synced: the ExternalSecret's status change (watched) then ends the
+	// wait at once instead of the back-off (issue 17).
+	ProjectionSynced bool
+	Deleting         bool
+	SpecPolicy       v1alpha1.DeletionPolicy
+	Journal          *journal.State
 	// Records are the UID's records in order (for notes).
 	Records []journal.Record
 	Status  v1alpha1.PostgreSQLTenantStatus
@@ -366,6 +372,11 @@ func tenantFailure(f TenantFacts, p TenantPolicy, st *journal.State, step tenant
 	if reason != v1alpha1.ReasonConflict {
 		n := attemptsSince(st, step.op, f.Generation, epoch)
 		delay = journaled.Backoff(p.RetryBase, p.RetryMax, n)
+		if step.op == dbcontract.OpObserveProjection && reason == v1alpha1.ReasonCredentialProjectionFailed && n < projectionGrace && f.ProjectionSynced {
+			// ESO has synced since: observe again now. Bounded by the
+			// grace attempts, so a Secret that stays wrong backs off.
+			delay = 0
+		}
 	}
 	due := out.Time.Add(delay)
 	if f.Now.Before(due) {

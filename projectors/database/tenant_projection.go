@@ -1,6 +1,8 @@
 package database
 
 import (
+	"time"
+
 	"context"
 	"fmt"
 	"slices"
@@ -133,4 +135,53 @@ func ownedExternalSecrets(st *journal.State) []dbcontract.ESRef {
 	}
 	slices.SortFunc(out, func(a, b dbcontract.ESRef) int { return strings.Compare(a.UID, b.UID) })
 	return out
+}
+
+// reobserveDue reports whether the last intent of generation gen is an
+// ObserveProjection that found the projection not yet synced.
+func reobserveDue(st *journal.State, gen int64) bool {
+	var last *journal.Record
+	for _, in := range st.Intents {
+		if in.Object.Generation == gen && (last == nil || in.Sequence > last.Sequence) {
+			in := in
+			last = &in
+		}
+	}
+	if last == nil || last.Operation != dbcontract.OpObserveProjection {
+		return false
+	}
+	o, ok := st.OutcomeOf(last.ID)
+	return ok && o.Result != nil && o.Result.Class != journal.Succeeded && o.Result.Reason == v1alpha1.ReasonCredentialProjectionFailed
+}
+
+// projectionSynced reports whether the Tenant's ExternalSecret exists and
+// reports Ready=True.
+func (r *TenantReconciler) projectionSynced(ctx context.Context, t *v1alpha1.PostgreSQLTenant, n tenantNames) (bool, error) {
+	es := newExternalSecret()
+	if err := r.Client.Get(ctx, types.NamespacedName{Namespace: t.Namespace, Name: n.externalSecret}, es); err != nil {
+		return false, client.IgnoreNotFound(err)
+	}
+	conds, _, _ := unstructured.NestedSlice(es.Object, "status", "conditions")
+	for _, c := range conds {
+		if m, ok := c.(map[string]any); ok && m["type"] == "Ready" && m["status"] == string(metav1.ConditionTrue) {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// ensuredAt is when this process first observed the outcome of the last
+// successful EnsureExternalSecret of generation gen (zero: none).
+func ensuredAt(st *journal.State, gen int64) time.Time {
+	var at time.Time
+	var seq uint64
+	for _, in := range st.Intents {
+		if in.Operation != dbcontract.OpEnsureExternalSecret || in.Object.Generation != gen || in.Sequence < seq {
+			continue
+		}
+		if o, ok := st.OutcomeOf(in.ID); ok && o.Result != nil && o.Result.Class == journal.Succeeded {
+			at, seq = o.Time, in.Sequence
+		}
+	}
+	return at
 }

@@ -104,6 +104,7 @@ func Reconcile[O client.Object, D any](ctx context.Context, req reconcile.Reques
 	if err := deps.Client.Get(ctx, req.NamespacedName, obj); err != nil {
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
+	timer := newPhaseTimer(obj)
 	fin := k.Finalizer()
 	if !controllerutil.ContainsFinalizer(obj, fin) {
 		if !obj.GetDeletionTimestamp().IsZero() {
@@ -114,9 +115,11 @@ func Reconcile[O client.Object, D any](ctx context.Context, req reconcile.Reques
 		if err := deps.Client.Patch(ctx, obj, patch); err != nil {
 			return reconcile.Result{}, err
 		}
+		timer.done("finalizer")
 	}
 	uid := string(obj.GetUID())
 	view, err := deps.Journal.ReadView(ctx, uid)
+	timer.done("read")
 	if err != nil {
 		if u, ok := any(k).(JournalUnavailable[O, D]); ok {
 			_ = k.Project(ctx, obj, u.JournalUnavailable(obj))
@@ -129,6 +132,7 @@ func Reconcile[O client.Object, D any](ctx context.Context, req reconcile.Reques
 	if err != nil {
 		return reconcile.Result{}, err
 	}
+	timer.done("plan")
 	if p.StatusLost && deps.APIReader != nil {
 		// The cache may not have seen this projector's own last status
 		// write yet: an empty status there is not proof of a lost one.
@@ -148,6 +152,7 @@ func Reconcile[O client.Object, D any](ctx context.Context, req reconcile.Reques
 		if err := deps.Journal.WriteCheckpoint(ctx, view); err != nil {
 			ctrl.LoggerFrom(ctx).Error(err, "journal checkpoint not written")
 		}
+		timer.done("checkpoint")
 	}
 	if rec := p.Record; rec != nil {
 		res, err := deps.Journal.Append(ctx, rec, journal.ExpectLastSequence(view.Last))
@@ -167,6 +172,7 @@ func Reconcile[O client.Object, D any](ctx context.Context, req reconcile.Reques
 				AnnounceIntent(deps.Recorder, obj, rec.Operation, rec.Attempt, res)
 			}
 		}
+		timer.done("append")
 	}
 	if p.RemoveFinalizer {
 		if p.OnRelease != nil {
@@ -188,5 +194,6 @@ func Reconcile[O client.Object, D any](ctx context.Context, req reconcile.Reques
 	if err := k.Project(ctx, obj, p.Status); err != nil {
 		return reconcile.Result{}, err
 	}
+	timer.done("status")
 	return reconcile.Result{Requeue: p.Requeue, RequeueAfter: p.RequeueAfter}, nil
 }
