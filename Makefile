@@ -12,7 +12,7 @@ GO_TEST_FLAGS ?=
 
 .PHONY: help
 help: ## Show this help.
-	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-14s %s\n", $$1, $$2}'
+	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-16s %s\n", $$1, $$2}'
 
 ##@ Build tools and servers
 
@@ -33,7 +33,7 @@ $(CONTROLLER_GEN):
 LOCAL_IMAGES_ENV := AYATORI_TC_POSTGRES_IMAGE=ayatori-test/postgres:15 AYATORI_TC_OPENBAO_IMAGE=ayatori-test/openbao:$(VAULT_VERSION:v%=%)
 
 .PHONY: images
-images: ## Build the testcontainers provider's images without a registry (Debian base by debootstrap, PostgreSQL 15, OpenBao-compatible server, nats-server); installs and starts Docker when missing (root or passwordless sudo); each image rebuilt only when its inputs change.
+images: ## Build the container images without a registry: the testcontainers provider's (Debian base by debootstrap, PostgreSQL 15, OpenBao-compatible server, nats-server), a Go toolchain image and the product image ayatori-manager:latest; installs and starts Docker when missing (root or passwordless sudo); cached.
 	@integration/images/build.sh
 
 ##@ Code generation
@@ -85,7 +85,8 @@ test-containers: images tools postgres ## Every suite again under AYATORI_TEST_P
 	AYATORI_TEST_PROVIDER=testcontainers TESTCONTAINERS_RYUK_DISABLED=true $(LOCAL_IMAGES_ENV) \
 		go test $(GO_TEST_FLAGS) -count=1 -timeout 25m ./... || rc=$$?; \
 	echo "test-containers: go test took $$((SECONDS - start))s"; \
-	left="$$(comm -13 <(echo "$$before") <(docker ps -aq --filter label=org.testcontainers=true | sort))"; \
+	after="$$(docker ps -aq --filter label=org.testcontainers=true)" || { echo "test-containers: docker ps failed; cannot check for containers left behind"; exit 1; }; \
+	left="$$(comm -13 <(echo "$$before") <(echo "$$after" | sort))"; \
 	if [[ -n "$$left" ]]; then \
 		echo "test-containers: the tests left these containers behind (remove them with: docker rm -f -v $$(echo $$left)):"; \
 		docker ps -a --filter label=org.testcontainers=true | grep -E "$$(echo $$left | tr ' ' '|')"; exit 1; fi; \

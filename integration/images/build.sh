@@ -209,7 +209,9 @@ build_golang() {
 	log "$GOLANG_IMAGE: building from $goroot"
 	old="$(docker image inspect -f '{{.Id}}' "$GOLANG_IMAGE" 2>/dev/null || true)"
 	ctx="$(mktemp -d "${TMPDIR:-/tmp}/ayatori-golang.XXXXXX")"
-	cp -al "$goroot" "$ctx/go" 2>/dev/null || cp -a "$goroot" "$ctx/go"
+	# Hard links when allowed (same file system, our files), else a copy;
+	# a failed `cp -al` leaves a partial tree behind, removed first.
+	cp -al "$goroot" "$ctx/go" 2>/dev/null || { rm -rf "$ctx/go" && cp -a "$goroot" "$ctx/go"; }
 	cp "$cabundle" "$ctx/ca-certificates.crt"
 	if ! docker build --force-rm -q --build-arg "BASE=$BASE_IMAGE" --label "$label=$hash" \
 		-f "$here/golang/Dockerfile" -t "$GOLANG_IMAGE" "$ctx" >"$ctx.log" 2>&1; then
@@ -229,12 +231,15 @@ build_golang() {
 # module download layer stays cached while go.mod and go.sum do not change;
 # the stage images an earlier build left untagged are removed.
 build_manager() {
-	local root old start=$SECONDS log="${TMPDIR:-/tmp}/ayatori-manager-image.log" args
+	local root old start=$SECONDS log="${TMPDIR:-/tmp}/ayatori-manager-image.log" args deps
 	root="$(cd "$here/../.." && pwd)"
 	build_golang
+	# The dependency packages as the build stage sees them (CGO off, Linux).
+	deps="$(cd "$root" && CGO_ENABLED=0 GOOS=linux go list -deps -f '{{if and (not .Standard) .Module (not .Module.Main)}}{{.ImportPath}}{{end}}' ./cmd/ayatori-manager ./cmd/ayatori-journal)"
+	deps="$(sort -u <<<"$deps" | tr '\n' ' ')"
 	args=(--force-rm --network host --build-arg "BUILD_IMAGE=$GOLANG_IMAGE" --build-arg "RUNTIME_IMAGE=$BASE_IMAGE"
 		--build-arg "GOPROXY=$(go env GOPROXY)"
-		--build-arg "PRECOMPILE=$(cd "$root" && go list -deps -f '{{if not .Standard}}{{if .Module}}{{if ne .Module.Path "git.ddupan.top/panxiao81/ayatori"}}{{.ImportPath}}{{end}}{{end}}{{end}}' ./cmd/ayatori-manager ./cmd/ayatori-journal | sort -u | tr '\n' ' ')")
+		--build-arg "PRECOMPILE=$deps")
 	old="$(docker image inspect -f '{{.Id}}' "$MANAGER_IMAGE" 2>/dev/null || true)"
 	log "$MANAGER_IMAGE: docker build $root (BUILD_IMAGE=$GOLANG_IMAGE, RUNTIME_IMAGE=$BASE_IMAGE)"
 	if ! { docker build "${args[@]}" --target build -t "$MANAGER_BUILD_IMAGE" "$root" &&
@@ -269,8 +274,14 @@ for w in "${want[@]}"; do
 	case "$w" in
 	debian) ;;
 	postgres) build_on_base "$POSTGRES_IMAGE" postgres ;;
-	openbao) build_on_base "$OPENBAO_IMAGE" openbao "$(tool vault "$VAULT_VERSION")" ;;
-	nats) build_on_base "$NATS_IMAGE" nats "$(tool nats-server "$NATS_SERVER_VERSION")" ;;
+	openbao)
+		bin="$(tool vault "$VAULT_VERSION")"
+		build_on_base "$OPENBAO_IMAGE" openbao "$bin"
+		;;
+	nats)
+		bin="$(tool nats-server "$NATS_SERVER_VERSION")"
+		build_on_base "$NATS_IMAGE" nats "$bin"
+		;;
 	golang) build_golang ;;
 	manager) build_manager ;;
 	*) fail "unknown image $w (want debian, postgres, openbao, nats, golang or manager)" ;;

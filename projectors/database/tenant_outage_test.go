@@ -68,7 +68,8 @@ func TestJournalOutage(t *testing.T) {
 }
 
 // TestBackendContainersKilledMidProvisioning: the journal's and OpenBao's
-// containers are killed (SIGKILL, no shutdown) while Tenants are being
+// containers are killed (`docker stop -t 0`: SIGKILL right after SIGTERM,
+// no time to shut down) while Tenants are being
 // provisioned, and started again on the same volumes and ports. As in
 // TestJournalOutage, the manager keeps running, every Tenant becomes Ready,
 // the journal is clean and each password was generated once. A container
