@@ -288,7 +288,7 @@ func TestLosingCommandIsNotTheTask(t *testing.T) {
 	loser := rawCommand(t, e.srv, sb, m.Script(string(j.UID), []string{"sleep", "30"}, "loser-token"))
 	patchMetadata(t, e.srv, sb, map[string]string{opensandbox.LabelCommandID: loser, opensandbox.LabelLaunching: "loser-token"})
 	refs := []execution.Reference{{Type: opensandbox.RefSandbox, ID: sb}, {Type: opensandbox.RefCommand, ID: loser}}
-	time.Sleep(300 * time.Millisecond) // the loser has exited
+	waitCommandExited(t, e.srv, sb, loser) // a fixed sleep was too short on a loaded machine
 	out, err := e.do(execution.OpObserve, j, refs, "")
 	if err != nil || out.Result.Class != journal.ResultUnknown || out.Result.Reason != opensandbox.ReasonCommandStateLost {
 		t.Fatalf("observe: %+v %v", out.Result, err)
@@ -305,6 +305,31 @@ func TestLosingCommandIsNotTheTask(t *testing.T) {
 	out, err = e.do(execution.OpObserve, j, refs, "")
 	if err != nil || obsOf(t, out).State != execution.StateNotFound {
 		t.Fatalf("after cancel: %+v %v", out.Result, err)
+	}
+}
+
+// waitCommandExited polls execd's status of command id in sandbox until it
+// is no longer running (at most 20 s).
+func waitCommandExited(t *testing.T, srv *ostest.Server, sandbox, id string) {
+	t.Helper()
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		req, _ := http.NewRequest(http.MethodGet, srv.URL()+"/sandboxes/"+sandbox+"/port/44772/command/status/"+id, nil)
+		req.Header.Set("X-EXECD-ACCESS-TOKEN", srv.ExecdToken(sandbox))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var st struct {
+			Running bool `json:"running"`
+		}
+		err = json.NewDecoder(resp.Body).Decode(&st)
+		resp.Body.Close()
+		if err == nil && resp.StatusCode == http.StatusOK && !st.Running {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("command %s still running after 20 s (HTTP %d, %v)", id, resp.StatusCode, err)
+		}
 	}
 }
 
