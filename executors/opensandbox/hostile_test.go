@@ -285,6 +285,10 @@ func TestLosingCommandIsNotTheTask(t *testing.T) {
 	// A second launch of the same Job's wrapper with its own token, as a
 	// redelivery would send it, recorded as the Job's command.
 	m := opensandbox.Marker{Dir: e.srv.FilesRoot()}
+	// The first command claims the marker asynchronously after its launch
+	// returned: on a loaded machine the loser could otherwise claim it
+	// first and run the task itself (CI saw it still running after 20 s).
+	waitFileWritten(t, m.OwnerPath(string(j.UID)))
 	loser := rawCommand(t, e.srv, sb, m.Script(string(j.UID), []string{"sleep", "30"}, "loser-token"))
 	patchMetadata(t, e.srv, sb, map[string]string{opensandbox.LabelCommandID: loser, opensandbox.LabelLaunching: "loser-token"})
 	refs := []execution.Reference{{Type: opensandbox.RefSandbox, ID: sb}, {Type: opensandbox.RefCommand, ID: loser}}
@@ -305,6 +309,20 @@ func TestLosingCommandIsNotTheTask(t *testing.T) {
 	out, err = e.do(execution.OpObserve, j, refs, "")
 	if err != nil || obsOf(t, out).State != execution.StateNotFound {
 		t.Fatalf("after cancel: %+v %v", out.Result, err)
+	}
+}
+
+// waitFileWritten polls until the file at path exists and is not empty
+// (at most 20 s).
+func waitFileWritten(t *testing.T, path string) {
+	t.Helper()
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if fi, err := os.Stat(path); err == nil && fi.Size() > 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s not written after 20 s", path)
+		}
 	}
 }
 
