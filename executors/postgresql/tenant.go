@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -667,37 +668,67 @@ func (e *Executor) verifyLogin(ctx context.Context, c tenantCall) (dbcontract.Te
 	if c.t.Endpoint.SSLMode != "disable" && c.t.Endpoint.HostAddr != "" {
 		targets = append(targets, true)
 	}
-	for _, viaIP := range targets {
-		conn, err := e.tenantLogin(ctx, c, viaIP)
+	// One password read for both logins, which run at once (each is a TLS
+	// handshake and a SCRAM exchange: the step's latency is the slower
+	// one's, not their sum). The first target's error wins when both fail.
+	pw, err := e.password(ctx, c)
+	if err != nil {
+		return out, err
+	}
+	errs := make([]error, len(targets))
+	var wg sync.WaitGroup
+	for i, viaIP := range targets {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = e.proveLogin(ctx, c, pw, viaIP)
+		}()
+	}
+	wg.Wait()
+	return out, firstNonNil(errs)
+}
+
+func firstNonNil(errs []error) error {
+	for _, err := range errs {
 		if err != nil {
-			return out, err
-		}
-		var user, db string
-		var super, createDB, createRole bool
-		err = conn.QueryRow(ctx, sqlLoginIdentity).Scan(&user, &db, &super, &createDB, &createRole)
-		if err == nil && (user != c.in.Role || db != c.in.Database) {
-			err = &dbcontract.Failure{Reason: dbcontract.ReasonProvisioningFailed, Message: "logged in as the wrong user or database"}
-		}
-		if err == nil && (super || createDB || createRole) {
-			err = &dbcontract.Failure{Reason: dbcontract.ReasonProvisioningFailed, Message: "the Tenant role has SUPERUSER, CREATEDB or CREATEROLE"}
-		}
-		if err == nil {
-			// Prove it: creating a role must fail with insufficient_privilege.
-			tx, terr := conn.Begin(ctx)
-			if terr == nil {
-				_, perr := tx.Exec(ctx, sqlLoginProbe)
-				_ = tx.Rollback(ctx)
-				if perr == nil || !isInsufficientPrivilege(perr) {
-					err = &dbcontract.Failure{Reason: dbcontract.ReasonProvisioningFailed, Message: "the Tenant role could create a role"}
-				}
-			}
-		}
-		_ = conn.Close(context.WithoutCancel(ctx))
-		if err != nil {
-			return out, err
+			return err
 		}
 	}
-	return out, nil
+	return nil
+}
+
+// proveLogin logs in as the Tenant role with pw (by host name, or by
+// endpoint.hostAddr when viaIP) and proves the session is the Tenant's:
+// the right user and database, no SUPERUSER, CREATEDB or CREATEROLE, and
+// creating a role fails with insufficient_privilege.
+func (e *Executor) proveLogin(ctx context.Context, c tenantCall, pw string, viaIP bool) error {
+	conn, err := e.Pools.ConnectTenant(ctx, c.t, TenantLogin{Role: c.in.Role, Password: pw, Database: c.in.Database}, viaIP)
+	if err != nil {
+		return classifyTenantLogin(err, c.in.Role, c.in.Database)
+	}
+	defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
+	var user, db string
+	var super, createDB, createRole bool
+	if err := conn.QueryRow(ctx, sqlLoginIdentity).Scan(&user, &db, &super, &createDB, &createRole); err != nil {
+		return err
+	}
+	if user != c.in.Role || db != c.in.Database {
+		return &dbcontract.Failure{Reason: dbcontract.ReasonProvisioningFailed, Message: "logged in as the wrong user or database"}
+	}
+	if super || createDB || createRole {
+		return &dbcontract.Failure{Reason: dbcontract.ReasonProvisioningFailed, Message: "the Tenant role has SUPERUSER, CREATEDB or CREATEROLE"}
+	}
+	// Prove it: creating a role must fail with insufficient_privilege.
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		return err // the session broke: nothing proven, the step is retried
+	}
+	_, perr := tx.Exec(ctx, sqlLoginProbe)
+	_ = tx.Rollback(ctx)
+	if perr == nil || !isInsufficientPrivilege(perr) {
+		return &dbcontract.Failure{Reason: dbcontract.ReasonProvisioningFailed, Message: "the Tenant role could create a role"}
+	}
+	return nil
 }
 
 // installedExtensions returns which of requested are installed in the

@@ -237,6 +237,21 @@ func TestTenantOperationFailures(t *testing.T) {
 			t.Fatalf("%+v", out.Result)
 		}
 	})
+	t.Run("login proof: a role given CREATEDB outside Ayatori fails VerifyLogin", func(t *testing.T) {
+		f.pws["t-cdb"] = "pw-cdb"
+		for _, op := range []string{dbcontract.OpClaimOwnership, dbcontract.OpCreateRole, dbcontract.OpCreateDatabase, dbcontract.OpVerifyLogin} {
+			must(t, op, first(f.tenant(t, "t-cdb", "cdb", op)))
+		}
+		superExec(t, f.pg, "postgres", "ALTER ROLE cdb CREATEDB")
+		out, _ := f.tenant(t, "t-cdb", "cdb", dbcontract.OpVerifyLogin)
+		if out.Result.Class == journal.Succeeded || out.Result.Reason != string(dbcontract.ReasonProvisioningFailed) ||
+			!strings.Contains(out.Result.Message, "CREATEDB") {
+			t.Fatalf("%+v", out.Result)
+		}
+		// Both logins (host name and endpoint.hostAddr, at once) pass again.
+		superExec(t, f.pg, "postgres", "ALTER ROLE cdb NOCREATEDB")
+		must(t, dbcontract.OpVerifyLogin, first(f.tenant(t, "t-cdb", "cdb", dbcontract.OpVerifyLogin)))
+	})
 	t.Run("role owns an object elsewhere: DeletionBlocked (2BP01)", func(t *testing.T) {
 		f.pws["t-own"] = "pw-own"
 		for _, op := range []string{dbcontract.OpClaimOwnership, dbcontract.OpCreateRole} {

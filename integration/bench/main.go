@@ -76,6 +76,7 @@ func main() {
 	restart := flag.Bool("restart", false, "with -jobs and -ttl: SIGKILL the manager and start it again once half the Jobs succeeded")
 	out := flag.String("out", "", "directory for the critical-path timeline picture (timeline.svg); empty: a new temporary directory, printed at the end")
 	intentEvents := flag.Bool("intent-events", true, "the manager's --intent-events (an IntentAppended Event per decided step)")
+	profile := flag.Duration("profile-apiserver", 0, "with -n: take a CPU profile of the kube-apiserver over this much of the run from the first create, write it next to the picture and print its top functions")
 	repeat := flag.Int("repeat", 0, "with -n 1: create M Tenants one after another, each once the previous is Ready (an idle stack), and report create→Ready p50/p90/max")
 	osJobs := flag.Int("opensandbox-jobs", 0, "instead of Tenants: N Ayatori Jobs on an OpenSandbox class against the spec-validating OpenSandbox test server, then all deleted (see opensandbox.go)")
 	flag.Parse()
@@ -124,13 +125,13 @@ func main() {
 		fmt.Fprintln(os.Stderr, "bench: -repeat M goes with -n 1 (and without -handover and -idle)")
 		os.Exit(2)
 	}
-	if err := run(*n, *timeout, sig, *cluster, *resync, *idle, *repeat, *out, *intentEvents); err != nil {
+	if err := run(*n, *timeout, sig, *cluster, *resync, *idle, *repeat, *out, *intentEvents, *profile); err != nil {
 		fmt.Fprintln(os.Stderr, "bench FAILED:", err)
 		os.Exit(1)
 	}
 }
 
-func run(n int, timeout time.Duration, handover syscall.Signal, cluster bool, resync, idle time.Duration, repeat int, outDir string, intentEvents bool) error {
+func run(n int, timeout time.Duration, handover syscall.Signal, cluster bool, resync, idle time.Duration, repeat int, outDir string, intentEvents bool, profile time.Duration) error {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	args := []string{"--tenant-resync-interval=" + resync.String(), "--executor-concurrency=8", fmt.Sprintf("--intent-events=%t", intentEvents)}
@@ -189,6 +190,15 @@ func run(n int, timeout time.Duration, handover syscall.Signal, cluster bool, re
 	cpu0 := procCPU()
 
 	start := time.Now()
+	var profiled <-chan string
+	if profile > 0 {
+		if outDir == "" {
+			if outDir, err = os.MkdirTemp("", "ayatori-bench-"); err != nil {
+				return err
+			}
+		}
+		profiled = profileAPIServer(ctx, s.CP.Config, profile, outDir)
+	}
 	created := map[string]time.Time{}
 	for i := 0; i < n; i++ {
 		name := fmt.Sprintf("t%05d", i)
@@ -285,6 +295,9 @@ func run(n int, timeout time.Duration, handover syscall.Signal, cluster bool, re
 			if err := idleRow(ctx, s, n, resync, idle); err != nil {
 				return err
 			}
+		}
+		if profiled != nil {
+			fmt.Println(<-profiled)
 		}
 		// Every run: verify clean and zero duplicate intents.
 		return checkJournal(ctx, s)

@@ -1,0 +1,73 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"k8s.io/client-go/rest"
+)
+
+// profileAPIServer takes a CPU profile of the kube-apiserver cfg points at
+// (its /debug/pprof/profile, on by default with --profiling) for d,
+// writes it to dir/kube-apiserver.pprof and prints `go tool pprof -top`
+// of it: where the API server's CPU goes while the Tenants are provisioned.
+// The profile is taken while the run goes on; errors are printed, never
+// fatal (the figures do not depend on it).
+func profileAPIServer(ctx context.Context, cfg *rest.Config, d time.Duration, dir string) <-chan string {
+	done := make(chan string, 1)
+	go func() {
+		path, err := fetchProfile(ctx, cfg, d, dir)
+		if err != nil {
+			done <- "kube-apiserver CPU profile: " + err.Error()
+			return
+		}
+		out, err := exec.CommandContext(ctx, "go", "tool", "pprof", "-top", "-nodecount=25", path).CombinedOutput()
+		if err != nil {
+			done <- fmt.Sprintf("kube-apiserver CPU profile %s: go tool pprof: %v", path, err)
+			return
+		}
+		cum, _ := exec.CommandContext(ctx, "go", "tool", "pprof", "-top", "-cum", "-nodecount=40", path).CombinedOutput()
+		done <- fmt.Sprintf("kube-apiserver CPU profile over the first %s (%s; by self time, then cumulative):\n%s\n%s", d, path, out, cum)
+	}()
+	return done
+}
+
+func fetchProfile(ctx context.Context, cfg *rest.Config, d time.Duration, dir string) (string, error) {
+	hc, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		return "", err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", strings.TrimRight(cfg.Host, "/"), int(d.Seconds())), nil)
+	if err != nil {
+		return "", err
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return "", fmt.Errorf("HTTP %d: %s", resp.StatusCode, b)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, "kube-apiserver.pprof")
+	f, err := os.Create(path)
+	if err != nil {
+		return "", err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		f.Close()
+		return "", err
+	}
+	return path, f.Close()
+}
