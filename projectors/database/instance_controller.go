@@ -70,6 +70,7 @@ type InstanceReconciler struct {
 	// observed stamps journal records with the time this process first
 	// saw them (set up by SetupWithManager; see journaled.Observations).
 	observed *journaled.Observations
+	own      journaled.OwnWrites
 }
 
 // SetupWithManager registers the projector, its indexes and watches.
@@ -97,8 +98,9 @@ func (r *InstanceReconciler) SetupWithManager(mgr ctrl.Manager, outcomes <-chan 
 	b := ctrl.NewControllerManagedBy(mgr).
 		Named("postgresqlinstance").
 		// Every change, status included: a status written by anyone else is
-		// re-derived at once (our own writes settle after one no-op pass).
-		For(&v1alpha1.PostgreSQLInstance{}).
+		// re-derived at once; the event of this process's own last write is
+		// dropped (journaled.OwnWrites: it would only start a no-op pass).
+		For(&v1alpha1.PostgreSQLInstance{}, builder.WithPredicates(r.own.Predicate())).
 		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.instancesForSecret)).
 		// A Tenant matters to its Instance only by its existence and its
 		// spec.instanceRef (a deleting Instance waits for its Tenants to be
@@ -143,7 +145,7 @@ func (r *InstanceReconciler) instancesForSecret(ctx context.Context, o client.Ob
 // Reconcile runs one pass (the journaled skeleton with instanceKind).
 func (r *InstanceReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	return journaled.Reconcile(ctx, req, journaled.Deps{Client: r.Client, APIReader: r.APIReader, Journal: r.Journal, Recorder: r.Recorder,
-		Observed: r.observed},
+		Observed: r.observed, OwnWrites: &r.own},
 		instanceKind{r})
 }
 

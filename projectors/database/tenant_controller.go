@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
@@ -68,6 +69,7 @@ type TenantReconciler struct {
 	// observed stamps journal records with the time this process first
 	// saw them (set up by SetupWithManager; see journaled.Observations).
 	observed *journaled.Observations
+	own      journaled.OwnWrites
 }
 
 // SetupWithManager registers the projector and its watches.
@@ -85,7 +87,10 @@ func (r *TenantReconciler) SetupWithManager(mgr ctrl.Manager, outcomes <-chan re
 	b := ctrl.NewControllerManagedBy(mgr).
 		Named("postgresqltenant").
 		WithOptions(controller.Options{MaxConcurrentReconciles: max(r.Workers, 1)}).
-		For(&v1alpha1.PostgreSQLTenant{}).
+		// Every change, status included, except the event of this
+		// process's own last write (journaled.OwnWrites: a no-op pass that
+		// would hold the Tenant's key while the next outcome arrives).
+		For(&v1alpha1.PostgreSQLTenant{}, builder.WithPredicates(r.own.Predicate())).
 		Watches(&v1alpha1.PostgreSQLInstance{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
 			var list v1alpha1.PostgreSQLTenantList
 			if err := r.Client.List(ctx, &list, client.MatchingFields{indexTenantInstance: o.GetName()}); err != nil {
@@ -210,7 +215,7 @@ func (r *TenantReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 		announce = nil
 	}
 	return journaled.Reconcile(ctx, req, journaled.Deps{Client: r.Client, APIReader: r.APIReader, Journal: r.Journal, Recorder: announce,
-		Observed: r.observed},
+		Observed: r.observed, OwnWrites: &r.own},
 		tenantKind{r})
 }
 

@@ -96,6 +96,9 @@ type Deps struct {
 	// Observed stamps records with their local observation time (nil:
 	// records keep the appender's time; tests only).
 	Observed *Observations
+	// OwnWrites records the resourceVersion of the finalizer and status
+	// writes a pass makes (nil: none), for the kind's OwnWrites.Predicate.
+	OwnWrites *OwnWrites
 }
 
 // Reconcile runs one pass over the object req names.
@@ -115,6 +118,7 @@ func Reconcile[O client.Object, D any](ctx context.Context, req reconcile.Reques
 		if err := deps.Client.Patch(ctx, obj, patch); err != nil {
 			return reconcile.Result{}, err
 		}
+		deps.OwnWrites.Record(obj)
 		timer.done("finalizer")
 	}
 	uid := string(obj.GetUID())
@@ -186,13 +190,18 @@ func Reconcile[O client.Object, D any](ctx context.Context, req reconcile.Reques
 		// The object is gone for good: its checkpoint goes (the journal
 		// records stay for forensics until retention removes them).
 		deps.Observed.Forget(uid)
+		deps.OwnWrites.Forget(obj)
 		if err := deps.Journal.DropCheckpoint(ctx, uid); err != nil {
 			ctrl.LoggerFrom(ctx).Error(err, "journal checkpoint not dropped")
 		}
 		return reconcile.Result{}, nil
 	}
+	rv := obj.GetResourceVersion()
 	if err := k.Project(ctx, obj, p.Status); err != nil {
 		return reconcile.Result{}, err
+	}
+	if obj.GetResourceVersion() != rv {
+		deps.OwnWrites.Record(obj) // Project wrote the status
 	}
 	timer.done("status")
 	return reconcile.Result{Requeue: p.Requeue, RequeueAfter: p.RequeueAfter}, nil

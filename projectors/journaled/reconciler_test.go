@@ -90,7 +90,8 @@ func TestSkeleton(t *testing.T) {
 	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(pod).WithStatusSubresource(pod).Build()
 	rec := &recorder{}
 	k := &podKind{c: c}
-	deps := journaled.Deps{Client: c, APIReader: c, Journal: store, Recorder: rec}
+	own := &journaled.OwnWrites{}
+	deps := journaled.Deps{Client: c, APIReader: c, Journal: store, Recorder: rec, OwnWrites: own}
 	req := reconcile.Request{NamespacedName: types.NamespacedName{Namespace: "ns", Name: "p"}}
 	get := func() *corev1.Pod {
 		p := &corev1.Pod{}
@@ -119,6 +120,11 @@ func TestSkeleton(t *testing.T) {
 	}
 	if len(rec.reasons) != 1 || rec.reasons[0] != journaled.EventIntentAppended {
 		t.Fatalf("events %v", rec.reasons)
+	}
+	// The pass's last write (the status) is recorded as its own: its watch
+	// event starts no pass.
+	if !own.IsOwn(pod, p) {
+		t.Fatalf("the status write at resourceVersion %s is not recorded as the pass's own", p.ResourceVersion)
 	}
 	recs, _ := store.Read(ctx, string(pod.UID))
 	if len(recs) != 1 || recs[0].ID != journal.IntentID(string(pod.UID), 1, "Ensure", "", 1) {
