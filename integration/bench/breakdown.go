@@ -56,6 +56,33 @@ type tenantTrace struct {
 
 // procCPU is the CPU time (user+system) of every process below this one,
 // by command name.
+const machinePrefix = "machine: "
+
+// machineCPU reads the machine's CPU time from the first line of
+// /proc/stat (USER_HZ ticks): busy (user, nice, system, irq, softirq),
+// iowait and steal, under the keys machinePrefix + "busy", "iowait",
+// "steal". Empty when /proc/stat cannot be read.
+func machineCPU() map[string]time.Duration {
+	out := map[string]time.Duration{}
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return out
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	if len(f) < 9 || f[0] != "cpu" {
+		return out
+	}
+	tick := func(i int) time.Duration {
+		v, _ := strconv.ParseInt(f[i], 10, 64)
+		return time.Duration(v) * (time.Second / 100)
+	}
+	out[machinePrefix+"busy"] = tick(1) + tick(2) + tick(3) + tick(6) + tick(7)
+	out[machinePrefix+"iowait"] = tick(5)
+	out[machinePrefix+"steal"] = tick(8)
+	return out
+}
+
 func procCPU() map[string]time.Duration {
 	self := os.Getpid()
 	parent := map[int]int{}
@@ -85,7 +112,7 @@ func procCPU() map[string]time.Duration {
 		st, _ := strconv.ParseInt(f[12], 10, 64)
 		parent[pid], comm[pid], ticks[pid] = pp, s[i+1:j], u+st
 	}
-	out := map[string]time.Duration{}
+	out := machineCPU()
 	for pid := range comm {
 		for p := pid; p > 1; p = parent[p] {
 			if p == self {
@@ -338,7 +365,12 @@ func breakdown(ctx context.Context, s *integration.Stack, metricsURL string, sta
 	}
 	var pcs []pc
 	var cpuTotal time.Duration
+	machine := map[string]time.Duration{}
 	for name, d := range cpu1 {
+		if strings.HasPrefix(name, machinePrefix) {
+			machine[strings.TrimPrefix(name, machinePrefix)] = d - cpu0[name]
+			continue
+		}
 		if d -= cpu0[name]; d > 0 {
 			pcs = append(pcs, pc{name, d})
 			cpuTotal += d
@@ -349,6 +381,13 @@ func breakdown(ctx context.Context, s *integration.Stack, metricsURL string, sta
 		fmt.Printf("  %-30s %6.1f s  %3.0f%%\n", p.name, p.d.Seconds(), 100*p.d.Seconds()/wall/2)
 	}
 	fmt.Printf("  %-30s %6.1f s  %3.0f%% of both cores (the machine's load average: %s)\n", "total", cpuTotal.Seconds(), 100*cpuTotal.Seconds()/wall/2, loadAverage())
+	if busy := machine["busy"]; busy > 0 {
+		// /proc/stat: what the whole machine did meanwhile. Steal is time
+		// the hypervisor gave these vCPUs to someone else: the same work
+		// then takes longer, and runs of one code differ.
+		fmt.Printf("  machine (/proc/stat): busy %.1f s (processes outside the stack %.1f s), iowait %.1f s, steal %.1f s\n",
+			busy.Seconds(), max(busy-cpuTotal, 0).Seconds(), machine["iowait"].Seconds(), machine["steal"].Seconds())
+	}
 
 	if outDir == "" {
 		if outDir, err = os.MkdirTemp("", "ayatori-bench-"); err != nil {
