@@ -18,7 +18,9 @@ func cm(rv string, gen int64, ann map[string]string) *corev1.ConfigMap {
 func TestOwnWritesDropsOnlyTheOwnWritesEvent(t *testing.T) {
 	var w OwnWrites
 	p := w.Predicate()
-	upd := func(old, new *corev1.ConfigMap) bool { return p.Update(event.UpdateEvent{ObjectOld: old, ObjectNew: new}) }
+	upd := func(old, new *corev1.ConfigMap) bool {
+		return p.Update(event.UpdateEvent{ObjectOld: old, ObjectNew: new})
+	}
 	if !upd(cm("1", 1, nil), cm("2", 1, nil)) {
 		t.Fatal("nothing recorded: the update must pass")
 	}
