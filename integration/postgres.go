@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"os/user"
@@ -237,6 +238,25 @@ func (pg *Postgres) Start(ctx context.Context) error {
 	}
 	pg.proc = proc
 	return proc.waitReady(60*time.Second, ready)
+}
+
+// ReadLog returns the whole server log as written so far: the postmaster's
+// stderr file (LogPath) for a local process; for a container, Docker's own
+// log of it (complete across Stop/Start), not the streamed copy at
+// LogPath: testcontainers-go cuts that stream every few seconds and resumes
+// it at "now", so lines still in flight when the stream lagged (a loaded
+// machine) are missing from the copy. Tests that count statements in the
+// log read it here.
+func (pg *Postgres) ReadLog(ctx context.Context) ([]byte, error) {
+	if pg.container == nil {
+		return os.ReadFile(pg.LogPath)
+	}
+	rc, err := pg.container.Logs(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("postgres container log: %w", err)
+	}
+	defer rc.Close()
+	return io.ReadAll(rc)
 }
 
 // Stop shuts the server down (fast shutdown) and keeps the data directory.

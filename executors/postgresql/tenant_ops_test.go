@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -293,7 +292,7 @@ func TestTenantOperationFailures(t *testing.T) {
 			must(t, op, first(f.tenant(t, "t-ext", "ext", op, "pg_trgm")))
 		}
 		// log_connections with the %u@%d prefix: every session is in the log.
-		log, err := os.ReadFile(f.pg.LogPath)
+		log, err := f.pg.ReadLog(context.Background())
 		if err != nil {
 			t.Fatal(err)
 		}

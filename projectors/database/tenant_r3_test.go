@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"os/exec"
 	"sort"
 	"strconv"
@@ -303,7 +302,7 @@ func TestTenantsOnR3Cluster(t *testing.T) {
 	}
 
 	// Zero duplicate side effects.
-	pglog, err := os.ReadFile(s.PG.LogPath)
+	pglog, err := s.PG.ReadLog(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

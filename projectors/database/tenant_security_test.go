@@ -3,7 +3,6 @@ package database_test
 import (
 	"context"
 	"fmt"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -149,7 +148,7 @@ func TestTenantCodeNeverRunsWithAdminRights(t *testing.T) {
 	}
 	// log_connections and the %u@%d prefix: the admin role never had a
 	// session in the Tenant database.
-	pglog, err := os.ReadFile(s.PG.LogPath)
+	pglog, err := s.PG.ReadLog(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}

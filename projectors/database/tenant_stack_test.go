@@ -478,7 +478,7 @@ func TestZZTenantCanary(t *testing.T) {
 	}
 	secrets = append(secrets, s.AdminPassword)
 	logs, _ := os.ReadFile(s.ManagerLog)
-	pglog, _ := os.ReadFile(s.PG.LogPath)
+	pglog, _ := s.PG.ReadLog(ctx)
 	var tenants v1alpha1.PostgreSQLTenantList
 	_ = s.CP.Client.List(ctx, &tenants)
 	var insts v1alpha1.PostgreSQLInstanceList
