@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -420,15 +421,16 @@ func (e *env) esUnchanged(t *testing.T, want *unstructured.Unstructured, when st
 // acting between the executor's read and its write.
 type racingReader struct {
 	client.Reader
-	kind string
-	race func()
-	ran  bool
+	kind   string
+	race   func()
+	ran    bool
+	always bool // race after every read, not only the first
 }
 
 func (r *racingReader) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
 	kind := obj.GetObjectKind().GroupVersionKind().Kind
 	err := r.Reader.Get(ctx, key, obj, opts...)
-	if !r.ran && kind == r.kind {
+	if (!r.ran || r.always) && kind == r.kind {
 		r.ran = true
 		r.race()
 	}
@@ -438,6 +440,13 @@ func (r *racingReader) Get(ctx context.Context, key client.ObjectKey, obj client
 func (e *env) racing(kind string, race func()) *externalsecrets.Executor {
 	ex := e.executor()
 	ex.Reader = &racingReader{Reader: e.cp.Client, kind: kind, race: race}
+	return ex
+}
+
+// racingAlways is racing with a concurrent write after every read.
+func (e *env) racingAlways(kind string, race func()) *externalsecrets.Executor {
+	ex := e.executor()
+	ex.Reader = &racingReader{Reader: e.cp.Client, kind: kind, race: race, always: true}
 	return ex
 }
 
@@ -998,26 +1007,37 @@ func TestFailureReasons(t *testing.T) {
 	})
 
 	t.Run("Conflict: concurrent update", func(t *testing.T) {
+		// Another writer between the read and the update (a person, or
+		// ESO writing the ExternalSecret's status after each sync) makes
+		// the update conflict: the operation reads again and decides on
+		// the fresh object, keeping the other writer's change; only a
+		// conflict on every attempt is a (transient) failure.
 		tn := e.synced(t, ex, ns, "busy")
-		touch := func(key, value string) func() {
+		touch := func(key string) func() {
+			n := 0
 			return func() {
+				n++
 				e.updateES(t, ns, tn.in.ExternalSecret, func(es *unstructured.Unstructured) {
 					ann := es.GetAnnotations()
-					ann[key] = value
+					ann[key] = strconv.Itoa(n)
 					es.SetAnnotations(ann)
 				})
 			}
 		}
-		apiFailure(t, "EnsureExternalSecret (racing)", tn.run(t, e.racing("ExternalSecret", touch("example.com/a", "1")), dbcontract.OpEnsureExternalSecret), metav1.StatusReasonConflict)
-		done(t, "EnsureExternalSecret", tn.run(t, ex, dbcontract.OpEnsureExternalSecret))
+		done(t, "EnsureExternalSecret (one concurrent write)", tn.run(t, e.racing("ExternalSecret", touch("example.com/a")), dbcontract.OpEnsureExternalSecret))
 		if got := e.getES(t, ns, tn.in.ExternalSecret).GetAnnotations()["example.com/a"]; got != "1" {
 			t.Fatalf("EnsureExternalSecret dropped another writer's annotation (%q)", got)
 		}
-		apiFailure(t, "RetainExternalSecret (racing)", tn.run(t, e.racing("ExternalSecret", touch("example.com/b", "1")), dbcontract.OpRetainExternalSecret), metav1.StatusReasonConflict)
+		apiFailure(t, "EnsureExternalSecret (a concurrent write before every update)", tn.run(t, e.racingAlways("ExternalSecret", touch("example.com/c")), dbcontract.OpEnsureExternalSecret), metav1.StatusReasonConflict)
+		done(t, "EnsureExternalSecret", tn.run(t, ex, dbcontract.OpEnsureExternalSecret))
+		apiFailure(t, "RetainExternalSecret (a concurrent write before every update)", tn.run(t, e.racingAlways("ExternalSecret", touch("example.com/d")), dbcontract.OpRetainExternalSecret), metav1.StatusReasonConflict)
 		if es := e.getES(t, ns, tn.in.ExternalSecret); !dbcontract.OwnedBy(es, tn.obj.UID) || es.GetAnnotations()[externalsecrets.AnnotationRetained] != "" {
 			t.Fatal("a failed RetainExternalSecret released the ExternalSecret")
 		}
-		done(t, "RetainExternalSecret", tn.run(t, ex, dbcontract.OpRetainExternalSecret))
+		done(t, "RetainExternalSecret (one concurrent write)", tn.run(t, e.racing("ExternalSecret", touch("example.com/b")), dbcontract.OpRetainExternalSecret))
+		if es := e.getES(t, ns, tn.in.ExternalSecret); dbcontract.OwnedBy(es, tn.obj.UID) || es.GetAnnotations()["example.com/b"] != "1" {
+			t.Fatal("RetainExternalSecret did not release the ExternalSecret on fresh data, keeping the other writer's annotation")
+		}
 	})
 
 	t.Run("AlreadyExists: created meanwhile", func(t *testing.T) {
