@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"k8s.io/client-go/util/retry"
 	"strconv"
 	"strings"
 	"time"
@@ -95,7 +96,16 @@ func (e *Executor) opOut(fn func(ctx context.Context, rec journal.Record, in dbc
 		}
 		ctx, cancel := context.WithTimeout(ctx, t)
 		defer cancel()
-		out, err := fn(ctx, rec, in)
+		// Another writer between an operation's read and its update (ESO
+		// writes the ExternalSecret's status after every sync; a person)
+		// conflicts with the resourceVersion read: the operation runs again
+		// from its reads and decides on the fresh object, a few times,
+		// before a conflict is reported (transient, redelivered).
+		var out *dbcontract.ProjectionOutcome
+		err := retry.RetryOnConflict(retry.DefaultRetry, func() (err error) {
+			out, err = fn(ctx, rec, in)
+			return err
+		})
 		if err != nil {
 			var sk *skipped
 			if errors.As(err, &sk) {
