@@ -9,7 +9,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"k8s.io/client-go/util/retry"
 	"strconv"
 	"strings"
 	"time"
@@ -18,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dbcontract "git.ddupan.top/panxiao81/ayatori/contracts/database"
