@@ -57,6 +57,16 @@ type ServerCert struct {
 // A certificate with the wrong SANs (for example DNS "wrong.example") is how
 // the negative host-name tests are built.
 func (ca *CA) IssueServer(dnsNames []string, ips []string) (*ServerCert, error) {
+	return ca.issue(dnsNames, ips, x509.ExtKeyUsageServerAuth)
+}
+
+// IssuePeer issues a certificate for both ends of a mutual TLS link (server
+// and client auth), as NATS cluster routes use one certificate for both.
+func (ca *CA) IssuePeer(dnsNames []string, ips []string) (*ServerCert, error) {
+	return ca.issue(dnsNames, ips, x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth)
+}
+
+func (ca *CA) issue(dnsNames []string, ips []string, usages ...x509.ExtKeyUsage) (*ServerCert, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, err
@@ -67,7 +77,7 @@ func (ca *CA) IssueServer(dnsNames []string, ips []string) (*ServerCert, error) 
 		NotBefore:    time.Now().Add(-time.Hour),
 		NotAfter:     time.Now().Add(24 * time.Hour),
 		KeyUsage:     x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		ExtKeyUsage:  usages,
 		DNSNames:     dnsNames,
 	}
 	for _, s := range ips {

@@ -28,6 +28,8 @@ type ExecutionStack struct {
 	CP       *ControlPlane
 	Workload *Workload
 	NATS     *NATS
+	// JournalKeys sign the manager's records.
+	JournalKeys *JournalKeys
 	// Dir holds the built binaries and the manager log.
 	Dir string
 	// ManagerLog is the manager's log file; MetricsURL its Prometheus
@@ -113,6 +115,9 @@ func NewExecutionStack(ctx context.Context, opts ExecutionStackOptions) (_ *Exec
 	if s.NATS, err = NewNATS(NATSOptions{}); err != nil {
 		return nil, err
 	}
+	if s.JournalKeys, err = TestJournalKeys(); err != nil {
+		return nil, err
+	}
 	port, err := FreePort()
 	if err != nil {
 		return nil, err
@@ -129,6 +134,7 @@ func NewExecutionStack(ctx context.Context, opts ExecutionStackOptions) (_ *Exec
 	s.MetricsURL = fmt.Sprintf("http://127.0.0.1:%d/metrics", port)
 	s.args = []string{"--kubeconfig", s.CP.KubeconfigPath, "--namespace", ControllerNamespace, "--nats-url", s.NATS.URL,
 		"--metrics-bind-address", fmt.Sprintf("127.0.0.1:%d", port), "--health-probe-bind-address", "0"}
+	s.args = append(append(s.args, s.NATS.Auth.ManagerArgs()...), s.JournalKeys.ManagerJournalArgs()...)
 	if !opts.DefaultTimings {
 		s.args = append(s.args, "--retry-base", "1s", "--retry-max", "5s", "--job-resolve-interval", "2s", "--job-observe-max-interval", "2s")
 	}
@@ -176,6 +182,12 @@ func (s *ExecutionStack) WaitManagerExit(timeout time.Duration) bool {
 
 // ManagerPID returns the manager's PID (0 when not running).
 func (s *ExecutionStack) ManagerPID() int { return s.manager.livePID() }
+
+// JournalReaderArgs are the ayatori-journal flags of the read-only
+// identity (--server, --nkey, --tlsca, --trusted-keys).
+func (s *ExecutionStack) JournalReaderArgs() []string {
+	return append(append([]string{"--server", s.NATS.URL}, s.NATS.Auth.ReaderArgs()...), "--trusted-keys", s.JournalKeys.TrustedKeysFile)
+}
 
 // Close stops everything and removes the stack's files.
 func (s *ExecutionStack) Close() {

@@ -9,7 +9,11 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
 	"github.com/testcontainers/testcontainers-go"
+
+	natsdeploy "git.ddupan.top/panxiao81/ayatori/deploy/nats"
+	"git.ddupan.top/panxiao81/ayatori/journal"
 )
 
 // NATSOptions tune the embedded JetStream server.
@@ -33,14 +37,18 @@ type NATSOptions struct {
 // same settings instead (Server then returns nil; StoreDir is inside the
 // container).
 type NATS struct {
-	// URL is the client URL, nats://127.0.0.1:<port>.
+	// URL is the client URL, nats://127.0.0.1:<port> (TLS is required by
+	// the server; the clients' options verify it with Auth.CAFile).
 	URL string
 	// StoreDir is the JetStream store directory.
 	StoreDir string
+	// Auth is the server's TLS material and the journal identities
+	// (deploy/nats auth.conf): every client connects as one of them.
+	Auth *NATSAuth
 
 	port   int
+	mon    int
 	noSync bool
-	ownDir bool
 	dir    string
 	srv    *server.Server
 	unreg  func()
@@ -60,17 +68,23 @@ func NewNATS(opts NATSOptions) (_ *NATS, err error) {
 		}
 	}
 	n := &NATS{StoreDir: opts.StoreDir, port: opts.Port, noSync: opts.NoSyncAlways}
+	if n.dir, err = os.MkdirTemp("", "ayatori-nats-"); err != nil {
+		return nil, err
+	}
 	if n.StoreDir == "" {
-		if n.dir, err = os.MkdirTemp("", "ayatori-nats-"); err != nil {
-			return nil, err
-		}
-		n.ownDir = true
 		n.StoreDir = filepath.Join(n.dir, "jetstream")
+	}
+	if n.Auth, err = NewNATSAuth(filepath.Join(n.dir, "auth")); err != nil {
+		_ = os.RemoveAll(n.dir)
+		return nil, err
 	}
 	if n.port == 0 {
 		if n.port, err = FreePort(); err != nil {
 			return nil, err
 		}
+	}
+	if n.mon, err = FreePort(); err != nil {
+		return nil, err
 	}
 	n.unreg = registerCleanup(n.Close)
 	if err := n.Start(); err != nil {
@@ -88,17 +102,19 @@ func (n *NATS) Start() error {
 	if n.srv != nil && n.srv.Running() {
 		return errors.New("nats: already running")
 	}
-	opts := &server.Options{
-		ServerName: "ayatori-test",
-		Host:       "127.0.0.1",
-		Port:       n.port,
-		JetStream:  true,
-		StoreDir:   n.StoreDir,
-		SyncAlways: !n.noSync, // sync_interval: always
-		NoSigs:     true,
-		NoLog:      true,
-		// The HTTP monitoring endpoint stays off; tests read state via the API.
+	// The shipped configuration (deploy/nats nats.conf and auth.conf) with
+	// this server's addresses, paths and keys.
+	conf, err := n.Auth.render(n.dir, natsdeploy.Settings{ServerName: "ayatori-test",
+		Client: fmt.Sprintf("127.0.0.1:%d", n.port), Monitor: fmt.Sprintf("127.0.0.1:%d", n.mon),
+		StoreDir: n.StoreDir, NoSyncAlways: n.noSync})
+	if err != nil {
+		return err
 	}
+	opts, err := server.ProcessConfigFile(conf)
+	if err != nil {
+		return fmt.Errorf("nats: %w", err)
+	}
+	opts.NoSigs, opts.NoLog = true, true
 	srv, err := server.NewServer(opts)
 	if err != nil {
 		return fmt.Errorf("nats: %w", err)
@@ -113,8 +129,19 @@ func (n *NATS) Start() error {
 		return errors.New("nats: JetStream did not start")
 	}
 	n.srv = srv
-	n.URL = srv.ClientURL()
+	n.URL = fmt.Sprintf("nats://127.0.0.1:%d", n.port)
 	return nil
+}
+
+// ClientOptions returns the NATS options of identity id (its NKey, inbox
+// prefix and the server's CA) followed by extra.
+func (n *NATS) ClientOptions(id journal.Identity, extra ...nats.Option) []nats.Option {
+	return n.Auth.ClientOptions(id, extra...)
+}
+
+// Connect connects to the server as identity id.
+func (n *NATS) Connect(id journal.Identity, extra ...nats.Option) (*nats.Conn, error) {
+	return nats.Connect(n.URL, n.ClientOptions(id, extra...)...)
 }
 
 // Stop shuts the server down and keeps the store (for restart tests).
@@ -165,7 +192,9 @@ func (n *NATS) Close() {
 	if n.unreg != nil {
 		n.unreg()
 	}
-	if n.ownDir {
+	if n.dir != "" {
+		// The configuration, keys and (unless the caller named one) the
+		// store; a caller's StoreDir is elsewhere and stays.
 		_ = os.RemoveAll(n.dir)
 	}
 }

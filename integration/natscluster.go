@@ -15,6 +15,9 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	natsdeploy "git.ddupan.top/panxiao81/ayatori/deploy/nats"
+	"git.ddupan.top/panxiao81/ayatori/journal"
 )
 
 // NATSClusterOptions tune a JetStream cluster.
@@ -39,6 +42,9 @@ type NATSCluster struct {
 	Name string
 	// Nodes are the servers, named n1, n2, ...
 	Nodes []*NATSNode
+	// Auth is the cluster's TLS material and journal identities (one CA
+	// and certificate for every node, as deploy/ has one Secret).
+	Auth *NATSAuth
 
 	dir   string
 	log   func(format string, args ...any)
@@ -94,6 +100,9 @@ func NewNATSCluster(opts NATSClusterOptions) (_ *NATSCluster, err error) {
 			c.Close()
 		}
 	}()
+	if c.Auth, err = NewNATSAuth(filepath.Join(c.dir, "auth")); err != nil {
+		return nil, err
+	}
 	type ports struct{ client, route, monitor int }
 	ps := make([]ports, opts.Size)
 	var routes []string
@@ -103,7 +112,7 @@ func NewNATSCluster(opts NATSClusterOptions) (_ *NATSCluster, err error) {
 				return nil, err
 			}
 		}
-		routes = append(routes, fmt.Sprintf("nats-route://127.0.0.1:%d", ps[i].route))
+		routes = append(routes, fmt.Sprintf("nats://127.0.0.1:%d", ps[i].route))
 	}
 	for i, p := range ps {
 		n := &NATSNode{Name: fmt.Sprintf("n%d", i+1), URL: fmt.Sprintf("nats://127.0.0.1:%d", p.client),
@@ -112,24 +121,13 @@ func NewNATSCluster(opts NATSClusterOptions) (_ *NATSCluster, err error) {
 		if err := os.MkdirAll(nd, 0o755); err != nil {
 			return nil, err
 		}
-		n.StoreDir, n.LogPath, n.conf = filepath.Join(nd, "jetstream"), filepath.Join(nd, "nats.log"), filepath.Join(nd, "nats.conf")
-		conf := fmt.Sprintf(`server_name: %s
-listen: 127.0.0.1:%d
-http: 127.0.0.1:%d
-jetstream {
-  store_dir: %q
-  # fsync before every ack, as in production (docs/journal.md)
-  sync_interval: always
-}
-cluster {
-  name: %s
-  listen: 127.0.0.1:%d
-  routes: [
-    %s
-  ]
-}
-`, n.Name, p.client, p.monitor, n.StoreDir, opts.Name, p.route, strings.Join(routes, "\n    "))
-		if err := os.WriteFile(n.conf, []byte(conf), 0o644); err != nil {
+		n.StoreDir, n.LogPath = filepath.Join(nd, "jetstream"), filepath.Join(nd, "nats.log")
+		// The shipped cluster configuration (deploy/nats nats-cluster.conf,
+		// auth.conf): TLS for clients, mutual TLS on routes, the journal
+		// identities; this node's addresses and paths.
+		if n.conf, err = c.Auth.render(nd, natsdeploy.Settings{ServerName: n.Name, Cluster: true,
+			Client: fmt.Sprintf("127.0.0.1:%d", p.client), Monitor: fmt.Sprintf("127.0.0.1:%d", p.monitor),
+			ClusterListen: fmt.Sprintf("127.0.0.1:%d", p.route), Routes: routes, StoreDir: n.StoreDir}); err != nil {
 			return nil, err
 		}
 		c.Nodes = append(c.Nodes, n)
@@ -162,6 +160,16 @@ func (c *NATSCluster) URLs() []string {
 // manager's --nats-url and ayatori-journal --server take it.
 func (c *NATSCluster) URL() string { return strings.Join(c.URLs(), ",") }
 
+// ClientOptions returns the NATS options of identity id followed by extra.
+func (c *NATSCluster) ClientOptions(id journal.Identity, extra ...nats.Option) []nats.Option {
+	return c.Auth.ClientOptions(id, extra...)
+}
+
+// Connect connects to the cluster (every node's URL) as identity id.
+func (c *NATSCluster) Connect(id journal.Identity, extra ...nats.Option) (*nats.Conn, error) {
+	return nats.Connect(c.URL(), c.ClientOptions(id, extra...)...)
+}
+
 // Node returns the node named name (nil if none).
 func (c *NATSCluster) Node(name string) *NATSNode {
 	for _, n := range c.Nodes {
@@ -179,7 +187,7 @@ func (c *NATSCluster) conn() (*nats.Conn, error) {
 	if c.nc != nil && !c.nc.IsClosed() {
 		return c.nc, nil
 	}
-	nc, err := nats.Connect(c.URL(), nats.Name("ayatori-test-cluster-probe"), nats.MaxReconnects(-1),
+	nc, err := c.Connect(journal.IdentityManager, nats.Name("ayatori-test-cluster-probe"), nats.MaxReconnects(-1),
 		nats.ReconnectWait(100*time.Millisecond), nats.PingInterval(2*time.Second), nats.MaxPingsOutstanding(2))
 	if err != nil {
 		return nil, err

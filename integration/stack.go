@@ -10,9 +10,12 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/nats-io/nats.go"
 	bao "github.com/openbao/openbao/api/v2"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"git.ddupan.top/panxiao81/ayatori/journal"
 )
 
 // ControllerNamespace is the manager's namespace in the local stack.
@@ -85,7 +88,12 @@ type Stack struct {
 	// NATSURL is the journal's client URL: the server's, or the
 	// comma-separated list of every cluster node.
 	NATSURL string
-	PG      *Postgres
+	// NATSAuth is the journal server's TLS material and identities (the
+	// single server's or the cluster's).
+	NATSAuth *NATSAuth
+	// JournalKeys sign the manager's records (journal.SigningKey).
+	JournalKeys *JournalKeys
+	PG          *Postgres
 	Bao     *OpenBao
 	ESO     *ExternalSecrets
 	// ControllerTokenFile holds the manager's OpenBao token (policy limited
@@ -154,13 +162,16 @@ func StartStack(ctx context.Context, opts StackOptions) (_ *Stack, err error) {
 		if s.NATSCluster, err = NewNATSCluster(NATSClusterOptions{Log: opts.Log}); err != nil {
 			return nil, err
 		}
-		s.NATSURL = s.NATSCluster.URL()
+		s.NATSURL, s.NATSAuth = s.NATSCluster.URL(), s.NATSCluster.Auth
 	} else {
 		s.logf("starting NATS JetStream (file storage, sync_interval always)")
 		if s.NATS, err = NewNATS(NATSOptions{}); err != nil {
 			return nil, err
 		}
-		s.NATSURL = s.NATS.URL
+		s.NATSURL, s.NATSAuth = s.NATS.URL, s.NATS.Auth
+	}
+	if s.JournalKeys, err = TestJournalKeys(); err != nil {
+		return nil, err
 	}
 	s.logf("starting PostgreSQL 15 (TLS only, per-run CA)")
 	if s.PG, err = NewPostgres(ctx, PostgresOptions{LogStatements: true}); err != nil {
@@ -264,7 +275,8 @@ func (s *Stack) startManager(logName string, env, extra []string) (*Manager, err
 		"--postgresql-ca-bundle-path", s.PG.CAFile, "--metrics-bind-address", fmt.Sprintf("127.0.0.1:%d", port), "--health-probe-bind-address", "0",
 		"--retry-base", "1s", "--retry-max", "10s",
 		"--openbao-address", s.Bao.Address, "--openbao-token-file", s.ControllerTokenFile, "--openbao-kv-mount", KVMount,
-		"--external-secret-store-name", StoreName}, s.opts.ManagerArgs...)
+		"--external-secret-store-name", StoreName}, s.JournalArgs()...)
+	args = append(args, s.opts.ManagerArgs...)
 	if s.NATSCluster != nil {
 		args = append(args, "--journal-replicas=3")
 	}
@@ -273,6 +285,23 @@ func (s *Stack) startManager(logName string, env, extra []string) (*Manager, err
 		return nil, err
 	}
 	return m, nil
+}
+
+// JournalArgs are the manager's journal identity flags: its NATS NKey and
+// the servers' CA, its signing key and the trusted keys.
+func (s *Stack) JournalArgs() []string {
+	return append(s.NATSAuth.ManagerArgs(), s.JournalKeys.ManagerJournalArgs()...)
+}
+
+// JournalReaderArgs are the ayatori-journal flags of the read-only
+// identity (--server, --nkey, --tlsca, --trusted-keys).
+func (s *Stack) JournalReaderArgs() []string {
+	return append(append([]string{"--server", s.NATSURL}, s.NATSAuth.ReaderArgs()...), "--trusted-keys", s.JournalKeys.TrustedKeysFile)
+}
+
+// ConnectNATS connects to the journal's NATS server(s) as identity id.
+func (s *Stack) ConnectNATS(id journal.Identity, extra ...nats.Option) (*nats.Conn, error) {
+	return nats.Connect(s.NATSURL, s.NATSAuth.ClientOptions(id, extra...)...)
 }
 
 // Primary returns the manager started by StartStack/StartManager as a

@@ -21,6 +21,8 @@ import (
 	"github.com/testcontainers/testcontainers-go"
 	tcpostgres "github.com/testcontainers/testcontainers-go/modules/postgres"
 	"github.com/testcontainers/testcontainers-go/wait"
+
+	natsdeploy "git.ddupan.top/panxiao81/ayatori/deploy/nats"
 )
 
 func init() {
@@ -266,24 +268,42 @@ func startNATSContainer(ctx context.Context) (_ *NATS, err error) {
 		return nil, err
 	}
 	n.URL = fmt.Sprintf("nats://127.0.0.1:%d", n.port)
-	cfg := `server_name: ayatori-test
-port: 4222
-http_port: 8222
-jetstream {
-  store_dir: "/data"
-  sync_interval: always
-}
-`
+	// The shipped configuration (deploy/nats), rendered for the container's
+	// paths; its TLS material and identities are made on this host.
+	if n.dir, err = os.MkdirTemp("", "ayatori-nats-"); err != nil {
+		return nil, err
+	}
+	if n.Auth, err = NewNATSAuth(filepath.Join(n.dir, "auth")); err != nil {
+		return nil, err
+	}
+	confDir := filepath.Join(n.dir, "conf")
+	if err := os.MkdirAll(confDir, 0o700); err != nil {
+		return nil, err
+	}
+	settings := n.Auth.Settings()
+	settings.ServerName, settings.Client, settings.Monitor, settings.StoreDir = "ayatori-test", "0.0.0.0:4222", "0.0.0.0:8222", "/data/jetstream"
+	settings.TLSDir = "/etc/nats/tls"
+	if _, err := natsdeploy.Render(confDir, settings); err != nil {
+		return nil, err
+	}
+	var files []testcontainers.ContainerFile
+	for _, f := range []struct{ host, container string }{
+		{filepath.Join(confDir, "nats.conf"), "/etc/nats/nats.conf"}, {filepath.Join(confDir, "auth.conf"), "/etc/nats/auth.conf"},
+		{filepath.Join(n.Auth.TLSDir, "tls.crt"), "/etc/nats/tls/tls.crt"}, {filepath.Join(n.Auth.TLSDir, "tls.key"), "/etc/nats/tls/tls.key"},
+		{filepath.Join(n.Auth.TLSDir, "ca.crt"), "/etc/nats/tls/ca.crt"},
+	} {
+		// World-readable inside the container: the image's server may run
+		// as another user than this process.
+		files = append(files, testcontainers.ContainerFile{HostFilePath: f.host, ContainerFilePath: f.container, FileMode: 0o644})
+	}
 	tcLoopbackHost()
 	sweepOrphansOnce()
 	c, err := testcontainers.Run(ctx, containerImages().NATS,
 		ownedByThisProcess(),
 		testcontainers.WithExposedPorts("4222/tcp", "8222/tcp"),
 		withLoopbackPort("4222/tcp", n.port),
-		testcontainers.WithFiles(testcontainers.ContainerFile{
-			Reader: strings.NewReader(cfg), ContainerFilePath: "/etc/ayatori-nats.conf", FileMode: 0o644,
-		}),
-		testcontainers.WithCmd("-c", "/etc/ayatori-nats.conf"),
+		testcontainers.WithFiles(files...),
+		testcontainers.WithCmd("-c", "/etc/nats/nats.conf"),
 		testcontainers.WithWaitStrategy(wait.ForHTTP("/healthz?js-enabled-only=true").WithPort("8222/tcp").WithStartupTimeout(60*time.Second)),
 	)
 	if c != nil {

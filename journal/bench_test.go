@@ -40,13 +40,15 @@ func reportPercentiles(b *testing.B, lat []time.Duration) {
 // three-node cluster (nats-server processes, sync_interval always on each)
 // with stream replicas 3.
 func benchStore(b *testing.B, r3 bool) *journal.Store {
-	url, cfg := "", journal.Config{Actor: "bench"}
+	cfg := journal.Config{Actor: "bench", Signer: testKey(b)}
+	var nc *nats.Conn
+	var err error
 	if r3 {
-		url, cfg.Replicas = integration.StartNATSCluster(b, integration.NATSClusterOptions{Log: func(string, ...any) {}}).URL(), 3
+		cfg.Replicas = 3
+		nc, err = integration.StartNATSCluster(b, integration.NATSClusterOptions{Log: func(string, ...any) {}}).Connect(journal.IdentityManager)
 	} else {
-		url = integration.StartNATS(b).URL
+		nc, err = integration.StartNATS(b).Connect(journal.IdentityManager)
 	}
-	nc, err := nats.Connect(url)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -209,10 +211,10 @@ func benchTimelineLarge(b *testing.B, ls *largeStream, records func(journal.Obje
 	if ls.err != nil {
 		b.Fatal(ls.err)
 	}
-	nc, _ := nats.Connect(ls.nats.URL)
+	nc, _ := ls.nats.Connect(journal.IdentityManager)
 	defer nc.Close()
 	ctx := context.Background()
-	st, err := journal.Open(ctx, nc, journal.Config{Actor: "bench"})
+	st, err := journal.Open(ctx, nc, journal.Config{Actor: "bench", Signer: testKey(b)})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -300,7 +302,7 @@ func populateLarge(b *testing.B, ls *largeStream, total int, records func(journa
 		return "", err
 	}
 	ls.nats = n
-	nc, err := nats.Connect(n.URL)
+	nc, err := n.Connect(journal.IdentityManager)
 	if err != nil {
 		return "", err
 	}
@@ -323,6 +325,9 @@ func populateLarge(b *testing.B, ls *largeStream, total int, records func(journa
 		}
 		for _, r := range records(o) {
 			r.Time, r.Actor = time.Now(), "bench"
+			if err := r.Sign(testKey(b)); err != nil {
+				return "", err
+			}
 			domain, err := journal.Domain(r.Object.Group)
 			if err != nil {
 				return "", err

@@ -69,7 +69,7 @@ var errTransient = errors.New("transient")
 func TestBudgetExhaustedRecordsOneOutcome(t *testing.T) {
 	n := integration.StartNATS(t)
 	ctx := context.Background()
-	s := open(t, n.URL, journal.Config{})
+	s := open(t, n, journal.Config{})
 	o := obj()
 	in := intent(t, o, "CreateRole", 1)
 	if _, err := s.Append(ctx, in); err != nil {
@@ -108,7 +108,7 @@ func TestBudgetExhaustedRecordsOneOutcome(t *testing.T) {
 func TestDurableConsumerLiftsServerLimitInPlace(t *testing.T) {
 	n := integration.StartNATS(t)
 	ctx := context.Background()
-	s := open(t, n.URL, journal.Config{})
+	s := open(t, n, journal.Config{})
 	st, err := s.JetStream().Stream(ctx, journal.DefaultStreamName)
 	if err != nil {
 		t.Fatal(err)
@@ -138,7 +138,7 @@ func TestDurableConsumerLiftsServerLimitInPlace(t *testing.T) {
 func TestHandBackOnLastDeliveryKeepsIntent(t *testing.T) {
 	n := integration.StartNATS(t)
 	ctx := context.Background()
-	s := open(t, n.URL, journal.Config{})
+	s := open(t, n, journal.Config{})
 	o := obj()
 	in := intent(t, o, "CreateDatabase", 1)
 	if _, err := s.Append(ctx, in); err != nil {
@@ -207,7 +207,7 @@ func updateStream(t *testing.T, s *journal.Store, change func(*jetstream.StreamC
 func TestFailedReadOnLastDeliveryKeepsIntent(t *testing.T) {
 	n := integration.StartNATS(t)
 	ctx := context.Background()
-	s := open(t, n.URL, journal.Config{})
+	s := open(t, n, journal.Config{})
 	o := obj()
 	in := intent(t, o, "CreateRole", 1)
 	if _, err := s.Append(ctx, in); err != nil {
@@ -247,7 +247,7 @@ func TestFailedReadOnLastDeliveryKeepsIntent(t *testing.T) {
 func TestFailedOutcomeAppendOnLastDeliveryKeepsIntent(t *testing.T) {
 	n := integration.StartNATS(t)
 	ctx := context.Background()
-	s := open(t, n.URL, journal.Config{})
+	s := open(t, n, journal.Config{})
 	o := obj()
 	in := intent(t, o, "CreateRole", 1)
 	if _, err := s.Append(ctx, in); err != nil {
@@ -289,10 +289,10 @@ func TestFailedOutcomeAppendOnLastDeliveryKeepsIntent(t *testing.T) {
 // crashOnce takes one delivery of the consumer's next intent on its own
 // connection and dies without acking it, as a crashed executor does: the
 // delivery ends by AckWait expiry.
-func crashOnce(t *testing.T, url, durable string) {
+func crashOnce(t *testing.T, n *integration.NATS, durable string) {
 	t.Helper()
 	ctx := context.Background()
-	dying := connect(t, url)
+	dying := connect(t, n)
 	defer dying.Close()
 	djs, err := jetstream.New(dying)
 	if err != nil {
@@ -320,7 +320,7 @@ func crashOnce(t *testing.T, url, durable string) {
 func TestCrashOnLastDeliveryKeepsIntent(t *testing.T) {
 	n := integration.StartNATS(t)
 	ctx := context.Background()
-	s := open(t, n.URL, journal.Config{})
+	s := open(t, n, journal.Config{})
 	cc := journal.ConsumerConfig{Durable: "exec-crash-last", AckWait: time.Second, MaxDeliver: 2,
 		BackOff: []time.Duration{50 * time.Millisecond}}
 	if _, err := s.DurableConsumer(ctx, testDomain, cc); err != nil {
@@ -331,8 +331,8 @@ func TestCrashOnLastDeliveryKeepsIntent(t *testing.T) {
 	if _, err := s.Append(ctx, in); err != nil {
 		t.Fatal(err)
 	}
-	crashOnce(t, n.URL, cc.Durable) // delivery 1
-	crashOnce(t, n.URL, cc.Durable) // delivery 2, the last of the budget
+	crashOnce(t, n, cc.Durable) // delivery 1
+	crashOnce(t, n, cc.Durable) // delivery 2, the last of the budget
 	var calls atomic.Int32
 	runConsumer(t, s, cc, map[string]journal.Handler{"CreateRole": func(ctx context.Context, r journal.Record) (journal.Outcome, error) {
 		calls.Add(1)
@@ -352,7 +352,7 @@ func TestCrashOnLastDeliveryKeepsIntent(t *testing.T) {
 func TestCrashLoopEndsWithRetriesExhausted(t *testing.T) {
 	n := integration.StartNATS(t)
 	ctx := context.Background()
-	s := open(t, n.URL, journal.Config{})
+	s := open(t, n, journal.Config{})
 	cc := journal.ConsumerConfig{Durable: "exec-crash-loop", AckWait: time.Second, MaxDeliver: 1, DeliveryLimit: 2,
 		BackOff: []time.Duration{50 * time.Millisecond}}
 	if _, err := s.DurableConsumer(ctx, testDomain, cc); err != nil {
@@ -363,8 +363,8 @@ func TestCrashLoopEndsWithRetriesExhausted(t *testing.T) {
 	if _, err := s.Append(ctx, in); err != nil {
 		t.Fatal(err)
 	}
-	crashOnce(t, n.URL, cc.Durable)
-	crashOnce(t, n.URL, cc.Durable)
+	crashOnce(t, n, cc.Durable)
+	crashOnce(t, n, cc.Durable)
 	var calls atomic.Int32
 	runConsumer(t, s, cc, map[string]journal.Handler{"CreateRole": func(ctx context.Context, r journal.Record) (journal.Outcome, error) {
 		calls.Add(1)
@@ -388,7 +388,7 @@ func TestCrashLoopEndsWithRetriesExhausted(t *testing.T) {
 func TestPersistentOperationRetriedUntilItSucceeds(t *testing.T) {
 	n := integration.StartNATS(t)
 	ctx := context.Background()
-	s := open(t, n.URL, journal.Config{})
+	s := open(t, n, journal.Config{})
 	o := obj()
 	in := intent(t, o, "RetainOwnership", 1)
 	if _, err := s.Append(ctx, in); err != nil {

@@ -44,7 +44,8 @@ func (s *Store) ScanForSecret(ctx context.Context, needle string) ([]uint64, err
 	if err != nil {
 		return hits, fmt.Errorf("journal: scan checkpoints: %w", err)
 	}
-	return hits, s.eachMsgOf(ctx, cps, []string{checkpointPrefix(s.cfg.SubjectPrefix) + ".>"}, 0, nil, scan(CheckpointHitBase))
+	cpScan := scan(CheckpointHitBase)
+	return hits, s.eachMsgOf(ctx, cps, checkpointPrefix(s.cfg.SubjectPrefix)+".>", 0, nil, func(m storedMsg) error { return cpScan(m.data, m.hdr, m.seq) })
 }
 
 // CheckpointHitBase is added to the sequence of a ScanForSecret hit in the

@@ -35,6 +35,15 @@ type Checkpoint struct {
 	// journal sequence (Record.Sequence is stored here, unlike in the
 	// journal itself).
 	Records []Record `json:"records"`
+	// Proof is the checkpoint's own proof of origin (over everything
+	// above), so a checkpoint can neither be forged nor hide records.
+	Proof *Proof `json:"proof,omitempty"`
+}
+
+func (c *Checkpoint) canonical() ([]byte, error) {
+	cp := *c
+	cp.Proof = nil
+	return json.Marshal(&cp)
 }
 
 // keepSucceeded holds the (domain, operation) pairs registered with
@@ -207,8 +216,9 @@ func (s *Store) ReadView(ctx context.Context, uid string) (View, error) {
 		return View{}, err
 	}
 	start := uint64(1)
+	v.checkpointSeq = seq
 	if cp != nil {
-		v.Through, v.checkpointSeq, start = cp.Through, seq, cp.Through+1
+		v.Through, start = cp.Through, cp.Through+1
 		v.Records = append(v.Records, cp.Records...)
 	}
 	var tail []Record
@@ -246,7 +256,35 @@ func (s *Store) readCheckpoint(ctx context.Context, uid string) (*Checkpoint, ui
 	if cp.UID != uid {
 		return nil, 0, fmt.Errorf("%w: checkpoint under %s names uid %q", ErrInvalidRecord, uid, cp.UID)
 	}
+	if err := s.admitCheckpoint(&cp); err != nil {
+		// Not the manager's: read the whole journal instead (the next
+		// checkpoint written replaces it). Its sequence still guards the
+		// next write.
+		s.cfg.Metrics.countUntrusted("checkpoint")
+		return nil, seq, nil
+	}
 	return &cp, seq, nil
+}
+
+// admitCheckpoint checks a checkpoint's own proof and every record it
+// keeps (no check without Config.Trust); the error wraps ErrUntrusted.
+func (s *Store) admitCheckpoint(cp *Checkpoint) error {
+	if s.cfg.Trust == nil {
+		return nil
+	}
+	b, err := cp.canonical()
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrUntrusted, err)
+	}
+	if err := s.cfg.Trust.verify(checkpointContext, cp.Proof, b); err != nil {
+		return err
+	}
+	for i := range cp.Records {
+		if err := s.admit("", &cp.Records[i]); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // WriteCheckpoint stores the compaction of v (through its last record) as
@@ -271,6 +309,13 @@ func (s *Store) WriteCheckpoint(ctx context.Context, v View) error {
 		return nil
 	}
 	cp.Records = kept
+	if s.cfg.Signer != nil {
+		b, err := cp.canonical()
+		if err != nil {
+			return fmt.Errorf("journal: encode checkpoint: %w", err)
+		}
+		cp.Proof = s.cfg.Signer.sign(checkpointContext, b)
+	}
 	data, err := json.Marshal(cp)
 	if err != nil {
 		return fmt.Errorf("journal: encode checkpoint: %w", err)

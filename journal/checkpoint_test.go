@@ -3,8 +3,7 @@ package journal_test
 import (
 	"context"
 	"testing"
-
-	"github.com/nats-io/nats.go/jetstream"
+	"time"
 
 	"git.ddupan.top/panxiao81/ayatori/integration"
 	"git.ddupan.top/panxiao81/ayatori/journal"
@@ -86,7 +85,8 @@ func TestCompact(t *testing.T) {
 // the server's (0 when all aged out), so the next append is accepted.
 func TestCheckpointOutlivesRetention(t *testing.T) {
 	n := integration.StartNATS(t)
-	s := open(t, n.URL, journal.Config{})
+	// Retention by age, for real: records older than 2 s are removed.
+	s := open(t, n, journal.Config{MaxAge: 2 * time.Second, DuplicateWindow: time.Second})
 	ctx := context.Background()
 	o := obj()
 	for a := 1; a <= 5; a++ {
@@ -105,14 +105,8 @@ func TestCheckpointOutlivesRetention(t *testing.T) {
 	if err := s.WriteCheckpoint(ctx, v); err != nil {
 		t.Fatal(err)
 	}
-	// Age everything out.
-	str, err := s.JetStream().Stream(ctx, s.Config().StreamName)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := str.Purge(ctx, jetstream.WithPurgeSubject("ayatori.journal.*."+o.UID+".*")); err != nil {
-		t.Fatal(err)
-	}
+	// Everything ages out.
+	waitAgedOut(t, s)
 	v, err = s.ReadView(ctx, o.UID)
 	if err != nil || v.Through != 10 || v.Tail != 0 || v.Last != 0 || len(v.Records) != 10 {
 		t.Fatalf("view after retention %+v %v", v, err)
@@ -151,7 +145,7 @@ func TestCheckpointOutlivesRetention(t *testing.T) {
 // hold copies of journal records.
 func TestCanaryScanCoversCheckpoints(t *testing.T) {
 	n := integration.StartNATS(t)
-	s := open(t, n.URL, journal.Config{})
+	s := open(t, n, journal.Config{MaxAge: 2 * time.Second, DuplicateWindow: time.Second})
 	ctx := context.Background()
 	o := obj()
 	in, err := journal.NewIntent(o, "Observe", "CANARY-in-a-checkpoint", 1, nil)
@@ -168,12 +162,22 @@ func TestCanaryScanCoversCheckpoints(t *testing.T) {
 	if err := s.WriteCheckpoint(ctx, v); err != nil {
 		t.Fatal(err)
 	}
-	str, _ := s.JetStream().Stream(ctx, s.Config().StreamName)
-	if err := str.Purge(ctx, jetstream.WithPurgeSubject("ayatori.journal.*."+o.UID+".*")); err != nil {
-		t.Fatal(err)
-	}
+	waitAgedOut(t, s)
 	hits, err := s.ScanForSecret(ctx, "CANARY-in-a-checkpoint")
 	if err != nil || len(hits) != 1 || hits[0] < journal.CheckpointHitBase {
 		t.Fatalf("hits %v, %v: want one in the checkpoint stream", hits, err)
+	}
+}
+
+// waitAgedOut waits until retention (the stream's MaxAge) has removed
+// every record of the journal stream.
+func waitAgedOut(t *testing.T, s *journal.Store) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for streamMsgs(t, s) > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("records still stored after %s of MaxAge %s", 30*time.Second, s.Config().MaxAge)
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 }

@@ -236,7 +236,7 @@ func connectFirst(t *testing.T, c *integration.NATSCluster, first int, name stri
 	t.Helper()
 	urls := c.URLs()
 	urls = append(urls[first:], urls[:first]...)
-	nc, err := nats.Connect(strings.Join(urls, ","), append(journal.ClientOptions(name), nats.DontRandomize())...)
+	nc, err := nats.Connect(strings.Join(urls, ","), c.ClientOptions(journal.IdentityManager, append(journal.ClientOptions(name), nats.DontRandomize())...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -262,7 +262,7 @@ func TestR3ClusterFaults(t *testing.T) {
 	c := integration.StartNATSCluster(t, integration.NATSClusterOptions{})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	cfg := journal.Config{Replicas: 3, Actor: "r3-test"}
+	cfg := journal.Config{Replicas: 3, Actor: "r3-test", Signer: testKey(t)}
 	mk := func(first int, name string) *journal.Store {
 		s, err := journal.Open(ctx, connectFirst(t, c, first, name), cfg)
 		if err != nil {

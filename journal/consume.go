@@ -80,6 +80,10 @@ type ConsumerConfig struct {
 	// AfterOutcome, when set, runs after the outcome is appended and before
 	// the intent is acked (crash-test failpoint; nil in production).
 	AfterOutcome func(intent Record)
+	// OnUntrusted, when set, is told every intent Consume refused for
+	// want of a valid proof of origin (for logs and Events; the record is
+	// someone else's: its fields are data, never trusted).
+	OnUntrusted func(intent Record, seq uint64, err error)
 }
 
 func (c *ConsumerConfig) defaults() {
@@ -175,6 +179,9 @@ func (s *Store) Consume(ctx context.Context, cfg ConsumerConfig, d *Dispatcher) 
 	cfg.defaults()
 	if d == nil {
 		return errors.New("journal: consume without a dispatcher")
+	}
+	if s.cfg.Trust == nil {
+		return errors.New("journal: consume without trusted keys (Config.Trust or Config.Signer): an executor acts only on records it can attribute to the manager")
 	}
 	sem := make(chan struct{}, cfg.Concurrency)
 	var wg sync.WaitGroup
@@ -325,6 +332,9 @@ func (s *Store) process(ctx context.Context, cfg ConsumerConfig, m jetstream.Msg
 	rec, derr := DecodeRecord(m.Data(), md.Sequence.Stream)
 	if derr != nil || rec.Type != TypeIntent {
 		return s.poison(ctx, cfg, m, md.Sequence.Stream)
+	}
+	if err := s.admit(m.Subject(), &rec); err != nil {
+		return s.refuse(ctx, cfg, m, rec, md.Sequence.Stream, err)
 	}
 	if delivered == 1 {
 		s.cfg.Metrics.observeDelivery(s.cfg.Clock.Now().Sub(rec.Time))
@@ -531,6 +541,50 @@ func (s *Store) poison(ctx context.Context, cfg ConsumerConfig, m jetstream.Msg,
 		return handBack
 	}
 	return ack
+}
+
+// refuse answers an intent without a valid proof of origin (forged,
+// changed, or copied from another object's subject) with one
+// Failed/UntrustedIntent outcome on the subject's object, and says to ack;
+// no handler runs. The outcome's ID derives from the stream sequence, not
+// from the record's ID, so it never answers (or blocks) an intent of the
+// manager's with the same ID; a redelivery finds it and only acks.
+func (s *Store) refuse(ctx context.Context, cfg ConsumerConfig, m jetstream.Msg, rec Record, seq uint64, why error) settlement {
+	s.cfg.Metrics.countUntrusted("executor")
+	if cfg.OnUntrusted != nil {
+		cfg.OnUntrusted(rec, seq, why)
+	}
+	parts := strings.Split(strings.TrimPrefix(m.Subject(), s.cfg.SubjectPrefix+"."), ".")
+	if len(parts) != 3 || ValidateUID(parts[1]) != nil {
+		return term
+	}
+	obj := rec.Object
+	obj.UID = parts[1]
+	if d, err := Domain(obj.Group); err != nil || d != parts[0] {
+		obj.Group = parts[0]
+	}
+	intent := Record{ID: UntrustedIntentID(obj.UID, seq), Operation: rec.Operation, Object: obj, Step: rec.Step, Attempt: max(rec.Attempt, 1)}
+	o, err := NewOutcome(intent, Result{Class: Failed, Reason: ReasonUntrustedIntent,
+		Message: fmt.Sprintf("intent %s at stream sequence %d not executed: %v", shorten(rec.ID), seq, why)}, nil)
+	if err != nil {
+		return term
+	}
+	o.Actor = s.cfg.Actor
+	if err := s.appendRetrying(ctx, cfg, &o); err != nil {
+		if errors.Is(err, ErrInvalidRecord) {
+			return term
+		}
+		return handBack
+	}
+	s.cfg.Metrics.countOutcome(rec.Operation, Failed)
+	return ack
+}
+
+// UntrustedIntentID is the causation ID of the Failed/UntrustedIntent
+// outcome an executor appends for the untrusted record at stream sequence
+// seq on uid's subject.
+func UntrustedIntentID(uid string, seq uint64) string {
+	return fmt.Sprintf("%s/untrusted/seq%d", uid, seq)
 }
 
 func (c ConsumerConfig) backoff(delivered uint64) time.Duration {

@@ -64,7 +64,7 @@ func expectRunning(t *testing.T, early <-chan error, when string) {
 func TestConsumeSurvivesConsumerDeleted(t *testing.T) {
 	n := integration.StartNATS(t)
 	ctx := context.Background()
-	s := open(t, n.URL, journal.Config{})
+	s := open(t, n, journal.Config{})
 	cc := journal.ConsumerConfig{Durable: "exec-deleted", AckWait: 2 * time.Second}
 	early := consumeWatched(t, s, cc, map[string]journal.Handler{"CreateRole": succeed})
 
@@ -75,7 +75,7 @@ func TestConsumeSurvivesConsumerDeleted(t *testing.T) {
 	}
 	waitOutcome(t, s, o.UID, first.ID, journal.Succeeded)
 
-	js, err := jetstream.New(connect(t, n.URL))
+	js, err := jetstream.New(connect(t, n))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,7 +102,7 @@ func TestConsumeSurvivesConsumerDeleted(t *testing.T) {
 func TestConsumeSurvivesConsumerLeaderPartition(t *testing.T) {
 	c := integration.StartNATSCluster(t, integration.NATSClusterOptions{})
 	ctx := context.Background()
-	cfg := journal.Config{Replicas: 3, Actor: "consume-partition"}
+	cfg := journal.Config{Replicas: 3, Actor: "consume-partition", Signer: testKey(t)}
 	cc := journal.ConsumerConfig{Durable: "exec-partition", AckWait: 3 * time.Second, PullExpiry: 2 * time.Second}
 
 	setup, err := journal.Open(ctx, connectFirst(t, c, 0, "setup"), cfg)

@@ -3,6 +3,7 @@ package journal
 import (
 	"fmt"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 )
@@ -89,11 +90,14 @@ type Violation struct {
 // add their own with RegisterInvariant.
 const (
 	RuleOutcomeWithoutIntent = "outcome-without-intent"
-	RuleConflictingOutcomes  = "intent-executed-twice-with-different-results"
-	RuleDuplicateRecordID    = "duplicate-record-id"
-	RuleIntentWhilePending   = "intent-while-step-pending"
-	RuleStepRepeated         = "step-repeated-after-success"
-	RuleUndecodableRecord    = "undecodable-record"
+	// RuleUntrustedIntentRefused: someone other than the manager wrote an
+	// intent, and an executor refused it (Failed/UntrustedIntent).
+	RuleUntrustedIntentRefused = "untrusted-intent-refused"
+	RuleConflictingOutcomes    = "intent-executed-twice-with-different-results"
+	RuleDuplicateRecordID      = "duplicate-record-id"
+	RuleIntentWhilePending     = "intent-while-step-pending"
+	RuleStepRepeated           = "step-repeated-after-success"
+	RuleUndecodableRecord      = "undecodable-record"
 )
 
 // InvariantCheck follows the records of one object (one UID) in stream
@@ -222,6 +226,11 @@ func verifyUID(uid string, recs []Record) []Violation {
 		case TypeIntent:
 			intents[r.ID] = r
 		case TypeOutcome:
+			if r.Result.Reason == ReasonUntrustedIntent && strings.HasPrefix(r.CausationID, r.Object.UID+"/untrusted/seq") {
+				add(RuleUntrustedIntentRefused, obj, fmt.Sprintf("an executor refused an intent without a valid proof of origin (%s): %s",
+					strings.TrimPrefix(r.CausationID, r.Object.UID+"/untrusted/"), r.Result.Message), r.Sequence)
+				continue
+			}
 			if _, ok := intents[r.CausationID]; !ok {
 				add(RuleOutcomeWithoutIntent, obj, fmt.Sprintf("outcome of %s has no earlier intent", r.CausationID), r.Sequence)
 			}

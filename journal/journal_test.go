@@ -16,9 +16,9 @@ import (
 	"git.ddupan.top/panxiao81/ayatori/journal"
 )
 
-func connect(t *testing.T, url string) *nats.Conn {
+func connect(t *testing.T, n *integration.NATS) *nats.Conn {
 	t.Helper()
-	nc, err := nats.Connect(url, nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
+	nc, err := n.Connect(journal.IdentityManager, nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -26,13 +26,27 @@ func connect(t *testing.T, url string) *nats.Conn {
 	return nc
 }
 
-func open(t *testing.T, url string, cfg journal.Config) *journal.Store {
+// open opens a store as the manager, signing with the test process's
+// journal key unless cfg names a signer.
+func open(t *testing.T, n *integration.NATS, cfg journal.Config) *journal.Store {
 	t.Helper()
-	s, err := journal.Open(context.Background(), connect(t, url), cfg)
+	if cfg.Signer == nil {
+		cfg.Signer = testKey(t)
+	}
+	s, err := journal.Open(context.Background(), connect(t, n), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return s
+}
+
+func testKey(t testing.TB) *journal.SigningKey {
+	t.Helper()
+	k, err := integration.TestJournalKeys()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k.Key
 }
 
 var uidCounter atomic.Int64
@@ -66,7 +80,7 @@ func streamMsgs(t *testing.T, s *journal.Store) uint64 {
 
 func TestAppendAckedBeforeReturn(t *testing.T) {
 	n := integration.StartNATS(t)
-	s := open(t, n.URL, journal.Config{Actor: "test"})
+	s := open(t, n, journal.Config{Actor: "test"})
 	ctx := context.Background()
 	o := obj()
 	res, err := s.Append(ctx, intent(t, o, "ObserveInstance", 1))
@@ -74,7 +88,7 @@ func TestAppendAckedBeforeReturn(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A different connection sees the record at the acked sequence at once.
-	other := open(t, n.URL, journal.Config{})
+	other := open(t, n, journal.Config{})
 	st, _ := other.JetStream().Stream(ctx, journal.DefaultStreamName)
 	m, err := st.GetMsg(ctx, res.Sequence)
 	if err != nil {
@@ -92,7 +106,7 @@ func TestAppendAckedBeforeReturn(t *testing.T) {
 
 func TestAppendRejectsInvalidRecordBeforeWriting(t *testing.T) {
 	n := integration.StartNATS(t)
-	s := open(t, n.URL, journal.Config{})
+	s := open(t, n, journal.Config{})
 	bad := intent(t, obj(), "ObserveInstance", 1)
 	bad.Object.UID = "not a uid!"
 	if _, err := s.Append(context.Background(), bad); !errors.Is(err, journal.ErrInvalidRecord) {
@@ -105,8 +119,8 @@ func TestAppendRejectsInvalidRecordBeforeWriting(t *testing.T) {
 
 func TestDedupeInsideWindow(t *testing.T) {
 	n := integration.StartNATS(t)
-	a := open(t, n.URL, journal.Config{})
-	b := open(t, n.URL, journal.Config{})
+	a := open(t, n, journal.Config{})
+	b := open(t, n, journal.Config{})
 	ctx := context.Background()
 	o := obj()
 	r1, err := a.Append(ctx, intent(t, o, "ClaimOwnership", 1))
@@ -120,11 +134,17 @@ func TestDedupeInsideWindow(t *testing.T) {
 	if !r2.Duplicate || r2.Sequence != r1.Sequence || streamMsgs(t, a) != 1 {
 		t.Fatalf("second append %+v, stream holds %d", r2, streamMsgs(t, a))
 	}
-	// The server's own de-duplication also holds for a raw re-publish.
-	raw := intent(t, o, "ClaimOwnership", 1)
+	// The server's own de-duplication also holds for a raw re-publish of
+	// the stored message (its Nats-Msg-Id: the ID and the start of the
+	// signature).
+	st, _ := a.JetStream().Stream(ctx, journal.DefaultStreamName)
+	stored, err := st.GetMsg(ctx, r1.Sequence)
+	if err != nil {
+		t.Fatal(err)
+	}
 	pub := nats.NewMsg("ayatori.journal.database." + o.UID + ".intent")
-	pub.Data = []byte(`{}`)
-	pub.Header.Set(jetstream.MsgIDHeader, raw.ID)
+	pub.Data = stored.Data
+	pub.Header.Set(jetstream.MsgIDHeader, stored.Header.Get(jetstream.MsgIDHeader))
 	ack, err := a.JetStream().PublishMsg(ctx, pub)
 	if err != nil || !ack.Duplicate {
 		t.Fatalf("raw re-publish: ack %+v err %v", ack, err)
@@ -133,8 +153,8 @@ func TestDedupeInsideWindow(t *testing.T) {
 
 func TestNoDuplicateAfterWindowExpires(t *testing.T) {
 	n := integration.StartNATS(t)
-	cfg := journal.Config{StreamName: "SHORTWINDOW", DuplicateWindow: 200 * time.Millisecond}
-	a := open(t, n.URL, cfg)
+	cfg := journal.Config{DuplicateWindow: 200 * time.Millisecond}
+	a := open(t, n, cfg)
 	ctx := context.Background()
 	o := obj()
 	if _, err := a.Append(ctx, intent(t, o, "WriteCredential", 1)); err != nil {
@@ -142,7 +162,7 @@ func TestNoDuplicateAfterWindowExpires(t *testing.T) {
 	}
 	time.Sleep(time.Second) // well past the server's window
 	// A fresh store (no cache), as after a manager restart an hour later.
-	b := open(t, n.URL, cfg)
+	b := open(t, n, cfg)
 	res, err := b.Append(ctx, intent(t, o, "WriteCredential", 1))
 	if err != nil {
 		t.Fatal(err)
@@ -154,8 +174,8 @@ func TestNoDuplicateAfterWindowExpires(t *testing.T) {
 
 func TestStaleWriterGetsConflict(t *testing.T) {
 	n := integration.StartNATS(t)
-	a := open(t, n.URL, journal.Config{Actor: "replica-a"})
-	b := open(t, n.URL, journal.Config{Actor: "replica-b"})
+	a := open(t, n, journal.Config{Actor: "replica-a"})
+	b := open(t, n, journal.Config{Actor: "replica-b"})
 	ctx := context.Background()
 	o := obj()
 	first, err := a.Append(ctx, intent(t, o, "ObserveInstance", 1))
@@ -183,7 +203,7 @@ func TestStaleWriterGetsConflict(t *testing.T) {
 
 func TestConcurrentDecisionsNeverInterleave(t *testing.T) {
 	n := integration.StartNATS(t)
-	stores := []*journal.Store{open(t, n.URL, journal.Config{Actor: "a"}), open(t, n.URL, journal.Config{Actor: "b"})}
+	stores := []*journal.Store{open(t, n, journal.Config{Actor: "a"}), open(t, n, journal.Config{Actor: "b"})}
 	ctx := context.Background()
 	for round := 0; round < 20; round++ {
 		o := obj()
@@ -217,7 +237,7 @@ func TestConcurrentDecisionsNeverInterleave(t *testing.T) {
 
 func TestReadAndFold(t *testing.T) {
 	n := integration.StartNATS(t)
-	s := open(t, n.URL, journal.Config{})
+	s := open(t, n, journal.Config{})
 	ctx := context.Background()
 	o, other := obj(), obj()
 	i1 := intent(t, o, "ObserveInstance", 1)
@@ -255,7 +275,7 @@ func TestReadAndFold(t *testing.T) {
 func TestConsumeRedeliversAfterWorkerDies(t *testing.T) {
 	n := integration.StartNATS(t)
 	ctx := context.Background()
-	s := open(t, n.URL, journal.Config{})
+	s := open(t, n, journal.Config{})
 	cc := journal.ConsumerConfig{Durable: "exec-die", AckWait: time.Second, MaxDeliver: 5}
 	cons, err := s.DurableConsumer(ctx, testDomain, cc)
 	if err != nil {
@@ -267,7 +287,7 @@ func TestConsumeRedeliversAfterWorkerDies(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A worker takes the intent and dies without acking.
-	dying := connect(t, n.URL)
+	dying := connect(t, n)
 	djs, _ := jetstream.New(dying)
 	dcons, _ := djs.Consumer(ctx, journal.DefaultStreamName, cons.CachedInfo().Name)
 	batch, err := dcons.Fetch(1, jetstream.FetchMaxWait(5*time.Second))
@@ -300,7 +320,7 @@ func TestConsumeRedeliversAfterWorkerDies(t *testing.T) {
 func TestShutdownHandsBackIntents(t *testing.T) {
 	n := integration.StartNATS(t)
 	ctx := context.Background()
-	s := open(t, n.URL, journal.Config{})
+	s := open(t, n, journal.Config{})
 	var ins []*journal.Record
 	var objs []journal.ObjectRef
 	for i := 0; i < 3; i++ {
@@ -348,7 +368,7 @@ func TestShutdownHandsBackIntents(t *testing.T) {
 func TestHeartbeatPreventsRedelivery(t *testing.T) {
 	n := integration.StartNATS(t)
 	ctx := context.Background()
-	s := open(t, n.URL, journal.Config{})
+	s := open(t, n, journal.Config{})
 	o := obj()
 	in := intent(t, o, "VerifyLogin", 1)
 	if _, err := s.Append(ctx, in); err != nil {
@@ -371,7 +391,7 @@ func TestHeartbeatPreventsRedelivery(t *testing.T) {
 func TestPoisonIntentBecomesFailedOutcome(t *testing.T) {
 	n := integration.StartNATS(t)
 	ctx := context.Background()
-	s := open(t, n.URL, journal.Config{})
+	s := open(t, n, journal.Config{})
 	o := obj()
 	msg := nats.NewMsg("ayatori.journal.database." + o.UID + ".intent")
 	msg.Data = []byte("{not json")
@@ -411,7 +431,7 @@ func TestPoisonIntentBecomesFailedOutcome(t *testing.T) {
 func TestOutcomeExistsAcksWithoutReexecution(t *testing.T) {
 	n := integration.StartNATS(t)
 	ctx := context.Background()
-	s := open(t, n.URL, journal.Config{})
+	s := open(t, n, journal.Config{})
 	o := obj()
 	in := intent(t, o, "WriteCredential", 1)
 	if _, err := s.Append(ctx, in); err != nil {
@@ -454,7 +474,7 @@ func TestWatchOutcomes(t *testing.T) {
 	n := integration.StartNATS(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	s := open(t, n.URL, journal.Config{})
+	s := open(t, n, journal.Config{})
 	ch, err := s.WatchOutcomes(ctx, "database")
 	if err != nil {
 		t.Fatal(err)
@@ -480,7 +500,7 @@ func TestWatchOutcomes(t *testing.T) {
 
 func TestCanaryScan(t *testing.T) {
 	n := integration.StartNATS(t)
-	s := open(t, n.URL, journal.Config{})
+	s := open(t, n, journal.Config{})
 	ctx := context.Background()
 	o := obj()
 	if _, err := s.Append(ctx, intent(t, o, "ObserveInstance", 1)); err != nil {
@@ -504,7 +524,7 @@ func TestCanaryScan(t *testing.T) {
 
 func TestServerRestartLosesNoAckedRecord(t *testing.T) {
 	n := integration.StartNATS(t)
-	s := open(t, n.URL, journal.Config{})
+	s := open(t, n, journal.Config{})
 	ctx := context.Background()
 	o := obj()
 	const total = 200
@@ -516,7 +536,7 @@ func TestServerRestartLosesNoAckedRecord(t *testing.T) {
 	if err := n.Restart(); err != nil {
 		t.Fatal(err)
 	}
-	fresh := open(t, n.URL, journal.Config{})
+	fresh := open(t, n, journal.Config{})
 	recs, err := fresh.Read(ctx, o.UID)
 	if err != nil {
 		t.Fatal(err)

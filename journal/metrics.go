@@ -25,6 +25,11 @@ type Metrics struct {
 	// ExecutionSeconds: per operation, how long its handler ran (the
 	// backend's work as the executor sees it).
 	ExecutionSeconds *prometheus.HistogramVec
+	// UntrustedRecords counts records and checkpoints without a valid
+	// proof of origin that a reader dropped or an executor refused, by
+	// reader (read, watch, checkpoint, executor). Any increase means
+	// someone other than the manager wrote to the journal (an alert).
+	UntrustedRecords *prometheus.CounterVec
 }
 
 // NewMetrics creates the metrics and registers them with reg (if not nil).
@@ -49,9 +54,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		ExecutionSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "ayatori_journal_execution_seconds", Help: "How long an intent's handler ran, by operation.", Buckets: buckets,
 		}, []string{"operation"}),
+		UntrustedRecords: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ayatori_journal_untrusted_records_total", Help: "Journal records and checkpoints without a valid proof of origin, dropped by a reader or refused by an executor.",
+		}, []string{"reader"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.AppendSeconds, m.DeliverySeconds, m.Outcomes, m.PullRestarts, m.QueueSeconds, m.ExecutionSeconds)
+		reg.MustRegister(m.AppendSeconds, m.DeliverySeconds, m.Outcomes, m.PullRestarts, m.QueueSeconds, m.ExecutionSeconds, m.UntrustedRecords)
 	}
 	return m
 }
@@ -71,6 +79,12 @@ func (m *Metrics) observeDelivery(d time.Duration) {
 func (m *Metrics) countOutcome(op string, class ResultClass) {
 	if m != nil {
 		m.Outcomes.WithLabelValues(op, string(class)).Inc()
+	}
+}
+
+func (m *Metrics) countUntrusted(reader string) {
+	if m != nil {
+		m.UntrustedRecords.WithLabelValues(reader).Inc()
 	}
 }
 

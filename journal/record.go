@@ -66,6 +66,11 @@ const (
 	ReasonRetriesExhausted = "RetriesExhausted"
 	// ReasonUnknownOperation: no executor handles the intent's operation.
 	ReasonUnknownOperation = "UnknownOperation"
+	// ReasonUntrustedIntent: the intent was not executed because it can not
+	// be attributed to the manager: no valid proof of origin, published on
+	// another object's subject, or (checked by the executor) parameters
+	// that differ from what the live objects say.
+	ReasonUntrustedIntent = "UntrustedIntent"
 )
 
 // ObjectRef identifies the Kubernetes object a record is about.
@@ -130,6 +135,10 @@ type Record struct {
 	Time  time.Time `json:"time"`
 	// Payload is the operation's typed payload (see RegisterPayload).
 	Payload json.RawMessage `json:"payload,omitempty"`
+	// Proof is the record's proof of origin (see Proof), set by Append
+	// when its Store has a signing key; readers that trust a set of keys
+	// take no record without a valid one.
+	Proof *Proof `json:"proof,omitempty"`
 
 	// Sequence is the JetStream stream sequence; set on read, never stored.
 	Sequence uint64 `json:"seq,omitempty"`

@@ -2,6 +2,7 @@ package journal
 
 import (
 	"context"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -50,6 +51,17 @@ type Config struct {
 	Clock clock.PassiveClock
 	// Metrics receives append/delivery latencies (optional).
 	Metrics *Metrics
+	// Signer signs every record and checkpoint this store appends (the
+	// manager's journal signing key; nil for read-only tools).
+	Signer *SigningKey
+	// Trust are the public keys whose records this store takes: with it,
+	// Read, ReadView, WatchOutcomes and the executors' Consume drop (and
+	// count) every record without a valid proof, Consume answers an
+	// untrusted intent with a Failed/UntrustedIntent outcome and never runs
+	// it, and Scan and Follow deliver such a record with an error wrapping
+	// ErrUntrusted. Defaults to the Signer's own public key; Consume
+	// refuses to run without it.
+	Trust *TrustedKeys
 }
 
 func (c *Config) defaults() {
@@ -74,6 +86,9 @@ func (c *Config) defaults() {
 	if c.Clock == nil {
 		c.Clock = clock.RealClock{}
 	}
+	if c.Trust == nil && c.Signer != nil {
+		c.Trust = NewTrustedKeys(c.Signer.Public())
+	}
 }
 
 // Store appends and reads journal records on one JetStream stream.
@@ -86,6 +101,9 @@ type Store struct {
 	// checkpoints: the checkpoint stream exists (Open creates it;
 	// OpenExisting finds it or reads without checkpoints).
 	checkpoints bool
+	// readOnly: opened with OpenExisting (the read-only tools): reads use
+	// direct gets only.
+	readOnly bool
 
 	mu sync.Mutex
 	// uids caches what this process knows of each UID's records. An entry
@@ -196,7 +214,7 @@ func OpenExisting(ctx context.Context, nc *nats.Conn, cfg Config) (*Store, error
 	} else if err != nil {
 		return nil, fmt.Errorf("journal: stream %s: %w", CheckpointStreamName(cfg.StreamName), err)
 	}
-	return &Store{cfg: cfg, nc: nc, js: js, stream: stream, checkpoints: checkpoints, uids: map[string]*uidState{}, uidLocks: map[string]*uidMutex{}}, nil
+	return &Store{cfg: cfg, nc: nc, js: js, stream: stream, checkpoints: checkpoints, readOnly: true, uids: map[string]*uidState{}, uidLocks: map[string]*uidMutex{}}, nil
 }
 
 // Config returns the effective configuration.
@@ -281,10 +299,16 @@ func (s *Store) Append(ctx context.Context, rec *Record, opts ...AppendOption) (
 	if err != nil {
 		return AppendResult{}, err
 	}
+	if s.cfg.Signer != nil {
+		if err := rec.Sign(s.cfg.Signer); err != nil {
+			return AppendResult{}, err
+		}
+	}
 	data, err := json.Marshal(rec)
 	if err != nil {
 		return AppendResult{}, fmt.Errorf("journal: encode record: %w", err)
 	}
+	msgID := messageID(rec)
 	unlock := s.lockUID(rec.Object.UID)
 	defer unlock()
 
@@ -314,7 +338,7 @@ func (s *Store) Append(ctx context.Context, rec *Record, opts ...AppendOption) (
 		}
 		msg := nats.NewMsg(subject)
 		msg.Data = data
-		msg.Header.Set(jetstream.MsgIDHeader, rec.ID)
+		msg.Header.Set(jetstream.MsgIDHeader, msgID)
 		msg.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(expected, 10))
 		msg.Header.Set("Nats-Expected-Last-Subject-Sequence-Subject", s.uidFilter(rec.Object.UID))
 		ack, err := s.js.PublishMsg(ctx, msg)
@@ -355,6 +379,19 @@ func (s *Store) Append(ctx context.Context, rec *Record, opts ...AppendOption) (
 		s.cfg.Metrics.observeAppend(time.Since(start))
 		return AppendResult{Sequence: ack.Sequence}, nil
 	}
+}
+
+// messageID is the Nats-Msg-Id of a record: its ID, and for a signed record
+// the start of its signature. The server's window then de-duplicates a
+// retried publish of the same bytes (Ed25519 signatures are deterministic),
+// while a record someone else published under the same ID, which this
+// store does not trust, can never make the server drop ours. Idempotency by
+// ID is Append's read-first check over the trusted records.
+func messageID(rec *Record) string {
+	if rec.Proof == nil || len(rec.Proof.Signature) < 8 {
+		return rec.ID
+	}
+	return rec.ID + "~" + hex.EncodeToString(rec.Proof.Signature[:8])
 }
 
 // lockUID locks uid's lock and returns the function that unlocks it. The
@@ -497,8 +534,10 @@ func (s *Store) Read(ctx context.Context, uid string) ([]Record, error) {
 	return s.readFrom(ctx, uid, 1, true)
 }
 
-// Latest returns the UID's last record, or nil when it has none. A uid
-// that is not a UID is an error wrapping ErrInvalidSubjectToken.
+// Latest returns the UID's last record, or nil when it has none (nor a
+// trusted one: with Config.Trust an untrusted last record is an error
+// wrapping ErrUntrusted). A uid that is not a UID is an error wrapping
+// ErrInvalidSubjectToken.
 func (s *Store) Latest(ctx context.Context, uid string) (*Record, error) {
 	m, err := s.directLast(ctx, uid)
 	if err != nil || m == nil {
@@ -509,7 +548,28 @@ func (s *Store) Latest(ctx context.Context, uid string) (*Record, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := s.admit(m.Header.Get(jetstream.SubjectHeader), &r); err != nil {
+		return nil, err
+	}
 	return &r, nil
+}
+
+// admit checks a record read from subject against the trusted keys (no
+// check without Config.Trust): it must carry a valid proof and be stored
+// on its own subject, so a signed record copied onto another object's
+// subject is not taken as that object's. subject "" skips the subject
+// check (records kept inside a checkpoint). The error wraps ErrUntrusted.
+func (s *Store) admit(subject string, r *Record) error {
+	if s.cfg.Trust == nil {
+		return nil
+	}
+	if subject != "" {
+		want, err := s.Subject(r.Object, r.Type)
+		if err != nil || subject != want {
+			return fmt.Errorf("%w: the record names %s %s but was published on %s", ErrUntrusted, r.Object.UID, r.Type, shorten(subject))
+		}
+	}
+	return s.cfg.Trust.Verify(r)
 }
 
 func (s *Store) readFrom(ctx context.Context, uid string, startSeq uint64, strict bool) ([]Record, error) {
@@ -517,12 +577,16 @@ func (s *Store) readFrom(ctx context.Context, uid string, startSeq uint64, stric
 		return nil, fmt.Errorf("journal: uid %w", err)
 	}
 	var out []Record
-	err := s.eachMsg(ctx, []string{s.uidFilter(uid)}, startSeq, nil, func(data []byte, _ nats.Header, seq uint64) error {
-		r, err := DecodeRecord(data, seq)
+	err := s.eachMsg(ctx, s.uidFilter(uid), startSeq, nil, func(m storedMsg) error {
+		r, err := DecodeRecord(m.data, m.seq)
 		if err != nil {
 			if strict && errors.Is(err, ErrNewerSchema) {
 				return err
 			}
+			return nil
+		}
+		if s.admit(m.subject, &r) != nil {
+			s.cfg.Metrics.countUntrusted("read")
 			return nil
 		}
 		out = append(out, r)
@@ -533,8 +597,11 @@ func (s *Store) readFrom(ctx context.Context, uid string, startSeq uint64, stric
 
 // ScanOptions select the records Scan delivers.
 type ScanOptions struct {
-	// Filters are subject filters; empty means the whole stream.
-	Filters []string
+	// UID selects one object's records (empty: the whole stream, or Filter).
+	UID string
+	// Filter is a subject filter (ignored with UID); empty means the whole
+	// stream.
+	Filter string
 	// Since starts at the first record stored at or after this time.
 	Since *time.Time
 	// StartSequence starts at this stream sequence (ignored with Since).
@@ -543,36 +610,63 @@ type ScanOptions struct {
 
 // Scan delivers every record selected by opts, in stream order, to fn,
 // decoding each one; an undecodable record is passed as an error with its
-// sequence (fn decides whether to stop by returning an error). It stops at
-// the end of the stream as it was when the scan started.
+// sequence, and (with Config.Trust) a record without a valid proof is
+// passed with an error wrapping ErrUntrusted (fn decides whether to stop
+// by returning an error). It stops at the end of the stream as it was
+// when the scan started. A UID that is not a UID is an error wrapping
+// ErrInvalidSubjectToken.
 func (s *Store) Scan(ctx context.Context, opts ScanOptions, fn func(Record, error) error) error {
-	filters := opts.Filters
-	if len(filters) == 0 {
-		filters = []string{s.cfg.SubjectPrefix + ".>"}
+	filter := opts.Filter
+	if opts.UID != "" {
+		if err := ValidateUID(opts.UID); err != nil {
+			return fmt.Errorf("journal: uid %w", err)
+		}
+		filter = s.uidFilter(opts.UID)
 	}
-	return s.eachMsg(ctx, filters, opts.StartSequence, opts.Since, func(data []byte, _ nats.Header, seq uint64) error {
-		return fn(DecodeRecord(data, seq))
+	if filter == "" {
+		filter = s.cfg.SubjectPrefix + ".>"
+	}
+	return s.eachMsg(ctx, filter, opts.StartSequence, opts.Since, func(m storedMsg) error {
+		r, err := DecodeRecord(m.data, m.seq)
+		if err == nil {
+			err = s.admit(m.subject, &r)
+		}
+		return fn(r, err)
 	})
 }
 
 // ScanRaw delivers every stored message of the stream (data and headers),
 // decodable or not; used by the secret canary scan.
 func (s *Store) ScanRaw(ctx context.Context, fn func(data []byte, hdr nats.Header, seq uint64) error) error {
-	return s.eachMsg(ctx, []string{s.cfg.SubjectPrefix + ".>"}, 0, nil, fn)
+	return s.eachMsg(ctx, s.cfg.SubjectPrefix+".>", 0, nil, func(m storedMsg) error { return fn(m.data, m.hdr, m.seq) })
 }
 
-// eachMsg delivers every message matching filters from startSeq (or since)
-// to fn, through an ordered consumer; it stops at the end of the stream as
-// it was when it started.
-func (s *Store) eachMsg(ctx context.Context, filters []string, startSeq uint64, since *time.Time, fn func([]byte, nats.Header, uint64) error) error {
-	return s.eachMsgOf(ctx, s.stream, filters, startSeq, since, fn)
+// storedMsg is one message read from a stream.
+type storedMsg struct {
+	subject string
+	data    []byte
+	hdr     nats.Header
+	seq     uint64
+}
+
+// eachMsg delivers every message matching filter from startSeq (or since)
+// to fn; it stops at the end of the stream as it was when it started.
+func (s *Store) eachMsg(ctx context.Context, filter string, startSeq uint64, since *time.Time, fn func(storedMsg) error) error {
+	return s.eachMsgOf(ctx, s.stream, filter, startSeq, since, fn)
 }
 
 // eachMsgOf is eachMsg on another stream of the journal (the checkpoints).
-func (s *Store) eachMsgOf(ctx context.Context, stream jetstream.Stream, filters []string, startSeq uint64, since *time.Time, fn func([]byte, nats.Header, uint64) error) error {
+// A store opened with Open reads through an ordered consumer (served by
+// the stream leader); one opened with OpenExisting, the read-only tools',
+// with batched direct gets, which need no consumer, so the read-only NATS
+// identity has no right to create one.
+func (s *Store) eachMsgOf(ctx context.Context, stream jetstream.Stream, filter string, startSeq uint64, since *time.Time, fn func(storedMsg) error) error {
+	if s.readOnly {
+		return s.eachMsgDirect(ctx, stream, filter, startSeq, since, 0, fn)
+	}
 	// Ephemeral consumers are deleted when the read ends; the inactivity
 	// threshold cleans up after a crashed reader.
-	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: filters, DeliverPolicy: jetstream.DeliverAllPolicy, InactiveThreshold: 30 * time.Second}
+	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}, DeliverPolicy: jetstream.DeliverAllPolicy, InactiveThreshold: 30 * time.Second}
 	if since != nil {
 		cfg.DeliverPolicy = jetstream.DeliverByStartTimePolicy
 		cfg.OptStartTime = since
@@ -616,7 +710,7 @@ func (s *Store) eachMsgOf(ctx context.Context, stream jetstream.Stream, filters 
 			if err != nil {
 				return fmt.Errorf("journal: read: %w", err)
 			}
-			if err := fn(m.Data(), m.Headers(), md.Sequence.Stream); err != nil {
+			if err := fn(storedMsg{subject: m.Subject(), data: m.Data(), hdr: m.Headers(), seq: md.Sequence.Stream}); err != nil {
 				return err
 			}
 			pending = md.NumPending
@@ -633,6 +727,110 @@ func (s *Store) eachMsgOf(ctx context.Context, stream jetstream.Stream, filters 
 		}
 	}
 	return nil
+}
+
+// directBatch is how many messages one batched direct get asks for.
+const directBatch = 500
+
+// directBatchRequest is JetStream's batched direct get request body.
+type directBatchRequest struct {
+	Seq       uint64     `json:"seq,omitempty"`
+	NextFor   string     `json:"next_by_subj"`
+	Batch     int        `json:"batch"`
+	StartTime *time.Time `json:"start_time,omitempty"`
+}
+
+// eachMsgDirect reads the messages of stream matching filter from startSeq
+// (or since) with batched direct gets, up to upTo (0: the stream's last
+// sequence when the read starts), and delivers them to fn in order.
+func (s *Store) eachMsgDirect(ctx context.Context, stream jetstream.Stream, filter string, startSeq uint64, since *time.Time, upTo uint64, fn func(storedMsg) error) error {
+	if upTo == 0 {
+		info, err := stream.Info(ctx)
+		if err != nil {
+			return fmt.Errorf("journal: read: %w", err)
+		}
+		if upTo = info.State.LastSeq; upTo == 0 {
+			return nil
+		}
+	}
+	name := stream.CachedInfo().Config.Name
+	inbox := s.nc.NewRespInbox()
+	sub, err := s.nc.SubscribeSync(inbox)
+	if err != nil {
+		return fmt.Errorf("journal: read: %w", err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	next := max(startSeq, 1)
+	first := true
+	for next <= upTo {
+		req := directBatchRequest{Seq: next, NextFor: filter, Batch: directBatch}
+		if first && since != nil {
+			req = directBatchRequest{StartTime: since, NextFor: filter, Batch: directBatch}
+		}
+		first = false
+		body, _ := json.Marshal(req)
+		if err := s.nc.PublishRequest("$JS.API.DIRECT.GET."+name, inbox, body); err != nil {
+			return fmt.Errorf("journal: read: %w", err)
+		}
+		last, done, err := s.directBatchReply(ctx, sub, upTo, fn)
+		if err != nil || done {
+			return err
+		}
+		next = last + 1
+	}
+	return nil
+}
+
+// directBatchReply reads one batch of a direct get until its end-of-batch
+// marker. done: nothing more matches (or the batch reached upTo).
+func (s *Store) directBatchReply(ctx context.Context, sub *nats.Subscription, upTo uint64, fn func(storedMsg) error) (last uint64, done bool, err error) {
+	rctx := ctx
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		rctx, cancel = context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+	}
+	for {
+		m, err := sub.NextMsgWithContext(rctx)
+		if err != nil {
+			return last, false, fmt.Errorf("journal: read: %w", err)
+		}
+		switch m.Header.Get("Status") {
+		case "":
+		case "204": // end of batch
+			pending, _ := strconv.ParseUint(m.Header.Get("Nats-Num-Pending"), 10, 64)
+			return last, done || pending == 0 || last >= upTo || last == 0, nil
+		case "404":
+			return last, true, nil
+		default:
+			return last, false, fmt.Errorf("journal: read: status %s %s", m.Header.Get("Status"), m.Header.Get("Description"))
+		}
+		seq, _ := strconv.ParseUint(m.Header.Get(jetstream.SequenceHeader), 10, 64)
+		if seq > upTo {
+			// Stored after the read started: the next read gets it. The
+			// rest of this batch is drained and ignored.
+			done = true
+			continue
+		}
+		last = seq
+		if done {
+			continue
+		}
+		if err := fn(storedMsg{subject: m.Header.Get(jetstream.SubjectHeader), data: m.Data, hdr: m.Header, seq: seq}); err != nil {
+			return last, true, drainBatch(rctx, sub, err)
+		}
+	}
+}
+
+// drainBatch reads the rest of a batch (up to its end-of-batch marker) so
+// no reply of it is left in the subscription, and returns err.
+func drainBatch(ctx context.Context, sub *nats.Subscription, err error) error {
+	for {
+		m, rerr := sub.NextMsgWithContext(ctx)
+		if rerr != nil || m.Header.Get("Status") != "" {
+			return err
+		}
+	}
 }
 
 // DecodeRecord decodes and validates one stored record.

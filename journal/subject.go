@@ -66,5 +66,10 @@ func (c *Config) validate() error {
 	if err := ValidateSubjectPrefix(c.SubjectPrefix); err != nil {
 		return fmt.Errorf("journal: subject prefix %w", err)
 	}
+	if c.Signer != nil {
+		if _, ok := c.Trust.keys[c.Signer.ID()]; !ok {
+			return fmt.Errorf("journal: the signing key %s is not among the trusted keys %v: this store could not read its own records", c.Signer.ID(), c.Trust.IDs())
+		}
+	}
 	return nil
 }

@@ -70,7 +70,7 @@ func TestStoreRejectsWildcardUIDs(t *testing.T) {
 		t.Skip("needs JetStream")
 	}
 	n := integration.StartNATS(t)
-	s := open(t, n.URL, journal.Config{})
+	s := open(t, n, journal.Config{})
 	ctx := context.Background()
 	for i := 0; i < 2; i++ {
 		if _, err := s.Append(ctx, intent(t, obj(), "ObserveInstance", 1)); err != nil {
@@ -84,11 +84,11 @@ func TestStoreRejectsWildcardUIDs(t *testing.T) {
 		if r, err := s.Latest(ctx, uid); !errors.Is(err, journal.ErrInvalidSubjectToken) || r != nil {
 			t.Errorf("Latest(%q) = %v, %v; want ErrInvalidSubjectToken", uid, r, err)
 		}
-		if err := s.Follow(ctx, uid, 0, func(journal.Record) { t.Errorf("Follow(%q) delivered a record", uid) }); !errors.Is(err, journal.ErrInvalidSubjectToken) {
+		if err := s.Follow(ctx, uid, 0, func(journal.Record, error) { t.Errorf("Follow(%q) delivered a record", uid) }); !errors.Is(err, journal.ErrInvalidSubjectToken) {
 			t.Errorf("Follow(%q) = %v; want ErrInvalidSubjectToken", uid, err)
 		}
 	}
-	nc := connect(t, n.URL)
+	nc := connect(t, n)
 	for _, cfg := range []journal.Config{{SubjectPrefix: "a.*"}, {SubjectPrefix: ">"}, {SubjectPrefix: "a..b"}, {StreamName: "A.B"}, {StreamName: "*"}} {
 		if _, err := journal.Open(ctx, nc, cfg); !errors.Is(err, journal.ErrInvalidSubjectToken) {
 			t.Errorf("Open(%+v) = %v; want ErrInvalidSubjectToken", cfg, err)

@@ -20,7 +20,7 @@ import (
 func TestUIDLockHeldAcrossCacheReset(t *testing.T) {
 	defer journal.SetUIDCacheLimit(4)()
 	n := integration.StartNATS(t)
-	s := open(t, n.URL, journal.Config{})
+	s := open(t, n, journal.Config{})
 
 	unlockX := s.LockUID("x")
 	for i := 0; i < 50; i++ { // far past the limit
@@ -60,7 +60,7 @@ func TestUIDLockHeldAcrossCacheReset(t *testing.T) {
 func TestUIDLockSerialisesUnderChurn(t *testing.T) {
 	defer journal.SetUIDCacheLimit(8)()
 	n := integration.StartNATS(t)
-	s := open(t, n.URL, journal.Config{})
+	s := open(t, n, journal.Config{})
 
 	shared := []string{"a", "b", "c"}
 	counts := map[string]*int{}
@@ -112,7 +112,7 @@ func TestUIDLockSerialisesUnderChurn(t *testing.T) {
 func TestAppendAcrossCacheReset(t *testing.T) {
 	defer journal.SetUIDCacheLimit(2)()
 	n := integration.StartNATS(t)
-	s := open(t, n.URL, journal.Config{})
+	s := open(t, n, journal.Config{})
 	ctx := context.Background()
 	shared := []journal.ObjectRef{obj(), obj(), obj()}
 	const workers, rounds = 6, 8

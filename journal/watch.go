@@ -3,6 +3,7 @@ package journal
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -35,6 +36,10 @@ func (s *Store) WatchOutcomes(ctx context.Context, domain string) (<-chan Record
 		if err != nil {
 			return
 		}
+		if s.admit(m.Subject(), &r) != nil {
+			s.cfg.Metrics.countUntrusted("watch")
+			return
+		}
 		select {
 		case out <- r:
 		case <-ctx.Done():
@@ -53,11 +58,26 @@ func (s *Store) WatchOutcomes(ctx context.Context, domain string) (<-chan Record
 }
 
 // Follow delivers the records of one UID stored after afterSeq to fn, in
-// order, until ctx is done (for `ayatori-journal timeline --follow`). A
-// uid that is not a UID is an error wrapping ErrInvalidSubjectToken.
-func (s *Store) Follow(ctx context.Context, uid string, afterSeq uint64, fn func(Record)) error {
+// order, until ctx is done (for `ayatori-journal timeline --follow`); a
+// record that does not decode or (with Config.Trust) has no valid proof is
+// delivered with the error, as Scan does. A store opened with OpenExisting
+// polls with direct gets every FollowInterval (it may create no
+// consumer). A uid that is not a UID is an error wrapping
+// ErrInvalidSubjectToken.
+func (s *Store) Follow(ctx context.Context, uid string, afterSeq uint64, fn func(Record, error)) error {
 	if err := ValidateUID(uid); err != nil {
 		return fmt.Errorf("journal: uid %w", err)
+	}
+	deliver := func(m storedMsg) error {
+		r, err := DecodeRecord(m.data, m.seq)
+		if err == nil {
+			err = s.admit(m.subject, &r)
+		}
+		fn(r, err)
+		return nil
+	}
+	if s.readOnly {
+		return s.followDirect(ctx, uid, afterSeq, deliver)
 	}
 	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{s.uidFilter(uid)}, DeliverPolicy: jetstream.DeliverNewPolicy}
 	if afterSeq > 0 {
@@ -73,9 +93,7 @@ func (s *Store) Follow(ctx context.Context, uid string, afterSeq uint64, fn func
 		if err != nil {
 			return
 		}
-		if r, err := DecodeRecord(m.Data(), md.Sequence.Stream); err == nil {
-			fn(r)
-		}
+		_ = deliver(storedMsg{subject: m.Subject(), data: m.Data(), hdr: m.Headers(), seq: md.Sequence.Stream})
 	})
 	if err != nil {
 		return fmt.Errorf("journal: follow: %w", err)
@@ -83,4 +101,39 @@ func (s *Store) Follow(ctx context.Context, uid string, afterSeq uint64, fn func
 	<-ctx.Done()
 	cc.Stop()
 	return nil
+}
+
+// FollowInterval is how often Follow on a read-only store looks for new
+// records.
+var FollowInterval = 500 * time.Millisecond
+
+func (s *Store) followDirect(ctx context.Context, uid string, afterSeq uint64, deliver func(storedMsg) error) error {
+	next := afterSeq + 1
+	if afterSeq == 0 {
+		// Only what is stored from now on.
+		last, err := s.lastSeq(ctx, uid)
+		if err != nil {
+			return fmt.Errorf("journal: follow: %w", err)
+		}
+		next = last + 1
+	}
+	t := time.NewTicker(FollowInterval)
+	defer t.Stop()
+	for {
+		last, err := s.lastSeq(ctx, uid)
+		if err == nil && last >= next {
+			err = s.eachMsgDirect(ctx, s.stream, s.uidFilter(uid), next, nil, last, func(m storedMsg) error {
+				next = m.seq + 1
+				return deliver(m)
+			})
+		}
+		if err != nil && ctx.Err() == nil {
+			return fmt.Errorf("journal: follow: %w", err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
 }

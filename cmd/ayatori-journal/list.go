@@ -50,9 +50,14 @@ whether it was deleted, by its TTL or otherwise), or while it runs its last obse
 				return err
 			}
 			defer src.close()
-			recs, _, err := src.all(ctx, sinceT)
+			all, _, err := src.all(ctx, sinceT)
 			if err != nil {
 				return err
+			}
+			l := &loaded{recs: all, untrusted: g.checkTrust(all, "")}
+			recs := l.trusted()
+			if len(l.untrusted) > 0 {
+				l.warnUntrusted(cmd.ErrOrStderr())
 			}
 			byUID := map[string][]journal.Record{}
 			for _, r := range recs {

@@ -91,7 +91,10 @@ Ensure (finished without an execution: nothing to clean up). Exit status 1 on a 
 				return err
 			}
 			defer l.close()
-			ctx, recs := l.ctx, l.recs
+			ctx, recs := l.ctx, l.trusted()
+			if len(l.untrusted) > 0 {
+				l.warnUntrusted(cmd.ErrOrStderr())
+			}
 			st := journal.NewState()
 			steps := make([]replayStep, 0, len(recs))
 			for _, r := range recs {

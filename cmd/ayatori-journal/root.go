@@ -26,11 +26,15 @@ type globalOptions struct {
 	tlsCA    string
 	tlsCert  string
 	tlsKey   string
+	trusted  string
 	stream   string
 	prefix   string
 	fromFile string
 	output   string
 	timeout  time.Duration
+
+	// trust is --trusted-keys, loaded by open (nil: proofs not checked).
+	trust *journal.TrustedKeys
 }
 
 type exitCoder interface{ ExitCode() int }
@@ -68,8 +72,9 @@ func newRootCommand(stdout, stderr io.Writer) *cobra.Command {
 		Long: `ayatori-journal reads the operation journal (NATS JetStream) that records every
 intended external action (intent) and what came of it (outcome), keyed by object UID.
 
-Connect with --server (or NATS_URL) and the usual NATS credential options, or analyse
-an exported NDJSON file offline with --from-file.
+Connect with --server (or NATS_URL) as the journal's read-only identity (--nkey with its
+NKey seed, --tlsca with the CA of the NATS servers), or analyse an exported NDJSON file
+offline with --from-file. With --trusted-keys every record's proof of origin is checked.
 
 Exit status: 0 success, 1 invariant violations (verify), 2 any other error (flags,
 connection, file), 3 object not found.`,
@@ -87,6 +92,7 @@ connection, file), 3 object not found.`,
 	pf.StringVar(&g.tlsCA, "tlsca", os.Getenv("NATS_CA"), "CA file to verify the NATS server (env NATS_CA)")
 	pf.StringVar(&g.tlsCert, "tlscert", os.Getenv("NATS_CERT"), "client certificate file (env NATS_CERT)")
 	pf.StringVar(&g.tlsKey, "tlskey", os.Getenv("NATS_KEY"), "client key file (env NATS_KEY)")
+	pf.StringVar(&g.trusted, "trusted-keys", os.Getenv("AYATORI_JOURNAL_TRUSTED_KEYS"), "PEM Ed25519 public keys (a file or a directory) of the manager's journal signing keys: records without a valid proof by one of them are flagged untrusted, left out of timeline, replay and list, and reported by verify (env AYATORI_JOURNAL_TRUSTED_KEYS)")
 	pf.StringVar(&g.stream, "stream", journal.DefaultStreamName, "journal stream name")
 	pf.StringVar(&g.prefix, "subject-prefix", journal.DefaultSubjectPrefix, "journal subject prefix")
 	pf.StringVar(&g.fromFile, "from-file", "", "read records from an NDJSON file written by the export command instead of NATS")
@@ -143,37 +149,48 @@ type source interface {
 }
 
 func (g *globalOptions) open(ctx context.Context) (source, error) {
+	if g.trusted != "" && g.trust == nil {
+		t, err := journal.LoadTrustedKeys(g.trusted)
+		if err != nil {
+			return nil, fmt.Errorf("--trusted-keys: %w", err)
+		}
+		g.trust = t
+	}
 	if g.fromFile != "" {
 		return openFile(g.fromFile)
 	}
-	opts := []nats.Option{nats.Name("ayatori-journal"), nats.Timeout(10 * time.Second)}
-	if g.creds != "" {
-		opts = append(opts, nats.UserCredentials(g.creds))
+	auth := journal.ClientAuth{Identity: journal.IdentityReader, NKeySeedFile: g.nkey, CredsFile: g.creds,
+		TLSCAFile: g.tlsCA, TLSCertFile: g.tlsCert, TLSKeyFile: g.tlsKey}
+	authOpts, err := auth.Options()
+	if err != nil {
+		return nil, fmt.Errorf("%w (--nkey or --creds, env NATS_NKEY or NATS_CREDS)", err)
 	}
-	if g.nkey != "" {
-		o, err := nats.NkeyOptionFromSeed(g.nkey)
-		if err != nil {
-			return nil, fmt.Errorf("--nkey: %w", err)
-		}
-		opts = append(opts, o)
-	}
-	if g.tlsCA != "" {
-		opts = append(opts, nats.RootCAs(g.tlsCA))
-	}
-	if g.tlsCert != "" || g.tlsKey != "" {
-		opts = append(opts, nats.ClientCert(g.tlsCert, g.tlsKey))
-	}
+	opts := append([]nats.Option{nats.Name("ayatori-journal"), nats.Timeout(10 * time.Second),
+		// A refused request is reported by LastError; nothing to print here.
+		nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {})}, authOpts...)
 	nc, err := nats.Connect(g.server, opts...)
 	if err != nil {
+		if errors.Is(err, nats.ErrAuthorization) {
+			err = fmt.Errorf("%w: the server refused these credentials (the journal's read-only identity needs its NKey seed: --nkey)", err)
+		}
 		// The URL and the client's error may quote a password or token.
 		return nil, redact.Error(fmt.Errorf("connect to %s: %w", g.server, err), g.server)
 	}
 	st, err := journal.OpenExisting(ctx, nc, journal.Config{StreamName: g.stream, SubjectPrefix: g.prefix})
 	if err != nil {
 		nc.Close()
-		return nil, err
+		return nil, refused(nc, err)
 	}
 	return &natsSource{nc: nc, st: st}, nil
+}
+
+// refused explains an error that followed a permissions violation: the
+// identity may not make that request.
+func refused(nc *nats.Conn, err error) error {
+	if perm := journal.PermissionError(nc); perm != nil {
+		return fmt.Errorf("%v: the server refused the request for this identity (%v); ayatori-journal needs the journal's read-only identity", err, perm)
+	}
+	return err
 }
 
 type natsSource struct {
@@ -182,7 +199,17 @@ type natsSource struct {
 }
 
 func (n *natsSource) uid(ctx context.Context, uid string) ([]journal.Record, error) {
-	return n.st.Read(ctx, uid)
+	var recs []journal.Record
+	err := n.st.Scan(ctx, journal.ScanOptions{UID: uid}, func(r journal.Record, err error) error {
+		if errors.Is(err, journal.ErrNewerSchema) {
+			return err
+		}
+		if err == nil {
+			recs = append(recs, r)
+		}
+		return nil
+	})
+	return recs, refused(n.nc, err)
 }
 
 func (n *natsSource) all(ctx context.Context, since *time.Time) ([]journal.Record, []uint64, error) {
@@ -199,11 +226,15 @@ func (n *natsSource) all(ctx context.Context, since *time.Time) ([]journal.Recor
 		recs = append(recs, r)
 		return nil
 	})
-	return recs, bad, err
+	return recs, bad, refused(n.nc, err)
 }
 
 func (n *natsSource) follow(ctx context.Context, uid string, after uint64, fn func(journal.Record)) error {
-	return n.st.Follow(ctx, uid, after, fn)
+	return refused(n.nc, n.st.Follow(ctx, uid, after, func(r journal.Record, err error) {
+		if err == nil {
+			fn(r)
+		}
+	}))
 }
 
 func (n *natsSource) close() { n.nc.Close() }
@@ -429,7 +460,56 @@ type loaded struct {
 	// (selected by name only), newest first.
 	older []journal.ObjectSummary
 	bad   []uint64
-	stop  func()
+	// untrusted are the records (by sequence) without a valid proof of
+	// origin, with why; nil when --trusted-keys was not given.
+	untrusted map[uint64]string
+	stop      func()
+}
+
+// trusted returns the records with a valid proof of origin (all of them
+// without --trusted-keys).
+func (l *loaded) trusted() []journal.Record {
+	if len(l.untrusted) == 0 {
+		return l.recs
+	}
+	out := make([]journal.Record, 0, len(l.recs))
+	for _, r := range l.recs {
+		if _, bad := l.untrusted[r.Sequence]; !bad {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// warnUntrusted notes on w what trusted() left out, or that proofs were
+// not checked.
+func (l *loaded) warnUntrusted(w io.Writer) {
+	if l.untrusted == nil {
+		fmt.Fprintln(w, "note: proofs of origin not checked (no --trusted-keys)")
+		return
+	}
+	if len(l.untrusted) > 0 {
+		fmt.Fprintf(w, "warning: %s without a valid proof of origin left out (see `ayatori-journal verify`)\n", plural(len(l.untrusted), "record"))
+	}
+}
+
+// checkTrust flags, with g.trust, every record without a valid proof of
+// origin, and in one UID's records any that names another object (a
+// record copied onto this UID's subject).
+func (g *globalOptions) checkTrust(recs []journal.Record, uid string) map[uint64]string {
+	if g.trust == nil {
+		return nil
+	}
+	out := map[uint64]string{}
+	for i := range recs {
+		r := &recs[i]
+		if err := g.trust.Verify(r); err != nil {
+			out[r.Sequence] = err.Error()
+		} else if uid != "" && r.Object.UID != uid {
+			out[r.Sequence] = fmt.Sprintf("%v: the record names uid %s but is stored on the subject of %s", journal.ErrUntrusted, r.Object.UID, uid)
+		}
+	}
+	return out
 }
 
 // close releases the source and the --timeout context.
@@ -461,6 +541,7 @@ func (g *globalOptions) load(cmd *cobra.Command, args []string, sel *objectSelec
 			l.close()
 			return nil, err
 		}
+		l.untrusted = g.checkTrust(l.recs, "")
 		return l, nil
 	}
 	if l.uid, l.older, err = sel.resolve(ctx, src, cmd.ErrOrStderr()); err == nil {
@@ -473,5 +554,6 @@ func (g *globalOptions) load(cmd *cobra.Command, args []string, sel *objectSelec
 		l.close()
 		return nil, err
 	}
+	l.untrusted = g.checkTrust(l.recs, l.uid)
 	return l, nil
 }

@@ -45,7 +45,13 @@ code, reason), a Finished note's result, a TTLExpired note's TTL.`,
 				return err
 			}
 			defer l.close()
-			src, uid, recs := l.src, l.uid, l.recs
+			src, uid, recs := l.src, l.uid, l.trusted()
+			if len(l.untrusted) > 0 {
+				l.warnUntrusted(cmd.ErrOrStderr())
+			}
+			if len(recs) == 0 {
+				return &exitError{code: 3, msg: "no trusted records for uid " + uid}
+			}
 			out := cmd.OutOrStdout()
 			if err := printTimeline(out, g.output, recs, l.older); err != nil {
 				return err

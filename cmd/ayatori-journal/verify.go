@@ -20,6 +20,9 @@ func newVerifyCommand(g *globalOptions) *cobra.Command {
   - every outcome has its intent;
   - no intent executed twice with different results;
 ` + domainInvariants() + `  - no record ID stored twice, and every record decodes;
+  - with --trusted-keys: every record carries a valid proof of origin by one of the
+    manager's signing keys (an untrusted record, and the Failed/UntrustedIntent outcome
+    an executor answered it with, are reported; the other rules see trusted records only);
   - no intent for a step (UID, generation, operation) while the previous intent
     of that step has no outcome, unless a note (new epoch) came in between: two
     deciders (replicas, a stale leader) never both decide one step.
@@ -32,8 +35,11 @@ Each violation is reported with the stream sequences involved. Exit status: 0 cl
 				return err
 			}
 			defer l.close()
-			recs, bad := l.recs, l.bad
-			violations := journal.Verify(recs, bad)
+			recs, bad := l.trusted(), l.bad
+			violations := append(untrustedViolations(l), journal.Verify(recs, bad)...)
+			if l.untrusted == nil {
+				l.warnUntrusted(cmd.ErrOrStderr())
+			}
 			out := cmd.OutOrStdout()
 			if g.output == "json" {
 				if err := writeJSON(out, map[string]any{"records": len(recs), "violations": nonNil(violations)}); err != nil {
@@ -64,6 +70,26 @@ Each violation is reported with the stream sequences involved. Exit status: 0 cl
 	}
 	sel.flags(cmd)
 	return cmd
+}
+
+// untrustedViolations reports each record without a valid proof of origin.
+func untrustedViolations(l *loaded) []journal.Violation {
+	var out []journal.Violation
+	for _, r := range l.recs {
+		why, bad := l.untrusted[r.Sequence]
+		if !bad {
+			continue
+		}
+		refused := ""
+		for _, o := range l.recs {
+			if o.Type == journal.TypeOutcome && o.CausationID == journal.UntrustedIntentID(o.Object.UID, r.Sequence) {
+				refused = fmt.Sprintf("; refused by an executor (outcome at sequence %d)", o.Sequence)
+			}
+		}
+		out = append(out, journal.Violation{Rule: "untrusted-record", Sequences: []uint64{r.Sequence}, Object: r.Object.String(), UID: r.Object.UID,
+			Detail: fmt.Sprintf("%s %s: %s%s", r.Type, r.Operation, why, refused)})
+	}
+	return out
 }
 
 func nonNil[T any](s []T) []T {

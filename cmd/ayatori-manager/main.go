@@ -131,10 +131,15 @@ func run(args []string) error {
 	}
 
 	ctx := ctrl.SetupSignalHandler()
-	natsOpts := journal.ClientOptions("ayatori-manager " + o.actor)
-	if o.natsCreds != "" {
-		natsOpts = append(natsOpts, nats.UserCredentials(o.natsCreds))
+	signer, trust, err := o.journalKeys()
+	if err != nil {
+		return err
 	}
+	authOpts, err := o.natsAuth().Options()
+	if err != nil {
+		return err
+	}
+	natsOpts := append(journal.ClientOptions("ayatori-manager "+o.actor), authOpts...)
 	nc, err := nats.Connect(o.natsURL, natsOpts...)
 	if err != nil {
 		// The URL and the client's error may quote a password or token.
@@ -143,7 +148,7 @@ func run(args []string) error {
 	defer nc.Close()
 	metrics := journal.NewMetrics(crmetrics.Registry)
 	store, err := journal.Open(ctx, nc, journal.Config{StreamName: o.journalStream, SubjectPrefix: o.journalPrefix,
-		MaxAge: o.journalMaxAge, Replicas: o.journalReplicas, Actor: o.actor, Metrics: metrics})
+		MaxAge: o.journalMaxAge, Replicas: o.journalReplicas, Actor: o.actor, Metrics: metrics, Signer: signer, Trust: trust})
 	if err != nil {
 		return err
 	}
@@ -153,6 +158,12 @@ func run(args []string) error {
 			BeforeHandle: failpoint("executor-before-handle"), BeforeOutcome: failpoint("executor-before-outcome"), AfterOutcome: failpoint("executor-after-outcome"),
 			OnPullError: func(err error) {
 				ctrl.Log.WithName("executor").Info("intent pull failed; pulling again", "error", err.Error())
+			},
+			OnUntrusted: func(rec journal.Record, seq uint64, err error) {
+				// The record is someone else's: only its sequence, subject
+				// fields and why it was refused are logged.
+				ctrl.Log.WithName("executor").Error(err, "refused an intent the manager did not write; not executed",
+					"sequence", seq, "operation", rec.Operation, "uid", rec.Object.UID, "keyID", proofKey(rec))
 			}}}
 	for _, d := range domains {
 		cleanup, err := d.setup(ctx, mgr, store, sh)
@@ -178,6 +189,16 @@ func run(args []string) error {
 	log.Info("starting manager", "projectors", strings.Join(o.projectors, ","), "executors", strings.Join(o.executors, ","),
 		"namespace", o.namespace, "actor", o.actor, "stream", o.journalStream)
 	return mgr.Start(ctx)
+}
+
+func proofKey(rec journal.Record) string {
+	if rec.Proof == nil {
+		return "none"
+	}
+	if len(rec.Proof.KeyID) > 40 {
+		return rec.Proof.KeyID[:40] + "..."
+	}
+	return rec.Proof.KeyID
 }
 
 // everyReplica is a runnable that does not wait for leadership: executors

@@ -23,6 +23,12 @@ type options struct {
 
 	natsURL         string
 	natsCreds       string
+	natsNKey        string
+	natsTLSCA       string
+	natsTLSCert     string
+	natsTLSKey      string
+	signingKey      string
+	trustedKeys     string
 	journalStream   string
 	journalPrefix   string
 	journalMaxAge   time.Duration
@@ -77,7 +83,13 @@ func (o *options) bind(fs *flag.FlagSet) {
 	fs.StringVar(&o.natsURL, "nats-url", envOr("NATS_URL", "nats://127.0.0.1:4222"), "NATS server with JetStream holding the journal (env NATS_URL)")
 	// The default may come from NATS_URL: --help shows it without credentials.
 	fs.Lookup("nats-url").DefValue = redact.URLList(o.natsURL)
-	fs.StringVar(&o.natsCreds, "nats-creds", os.Getenv("NATS_CREDS"), "NATS credentials file (env NATS_CREDS)")
+	fs.StringVar(&o.natsCreds, "nats-creds", os.Getenv("NATS_CREDS"), "NATS JWT credentials file of the manager identity (env NATS_CREDS; or --nats-nkey)")
+	fs.StringVar(&o.natsNKey, "nats-nkey", os.Getenv("NATS_NKEY"), "NKey seed file of the manager's NATS identity (env NATS_NKEY; deploy/nats auth.conf)")
+	fs.StringVar(&o.natsTLSCA, "nats-tls-ca", os.Getenv("NATS_TLS_CA"), "PEM CA bundle that verifies the NATS servers' certificates (env NATS_TLS_CA; default: the system roots)")
+	fs.StringVar(&o.natsTLSCert, "nats-tls-cert", "", "client certificate for NATS (optional, PEM; with --nats-tls-key)")
+	fs.StringVar(&o.natsTLSKey, "nats-tls-key", "", "key of --nats-tls-cert (PEM)")
+	fs.StringVar(&o.signingKey, "journal-signing-key", os.Getenv("AYATORI_JOURNAL_SIGNING_KEY"), "PEM Ed25519 private key (PKCS #8) that signs every journal record this manager writes (env AYATORI_JOURNAL_SIGNING_KEY; docs/journal.md \"Proof of origin\")")
+	fs.StringVar(&o.trustedKeys, "journal-trusted-keys", os.Getenv("AYATORI_JOURNAL_TRUSTED_KEYS"), "PEM Ed25519 public keys (a file, or a directory of files) whose journal records the manager acts on; must include the signing key's (env AYATORI_JOURNAL_TRUSTED_KEYS)")
 	fs.StringVar(&o.journalStream, "journal-stream", journal.DefaultStreamName, "journal stream name")
 	fs.StringVar(&o.journalPrefix, "journal-subject-prefix", journal.DefaultSubjectPrefix, "journal subject prefix")
 	fs.DurationVar(&o.journalMaxAge, "journal-max-age", journal.DefaultMaxAge, "how long journal records are kept (> 0)")
@@ -196,6 +208,21 @@ func (o *options) validate() error {
 	if err := validateNATSURLs(o.natsURL); err != nil {
 		bad("--nats-url: %v", err)
 	}
+	if o.natsNKey == "" && o.natsCreds == "" {
+		bad("--nats-nkey (or --nats-creds) is required: the journal's NATS server admits no anonymous client")
+	}
+	if o.natsNKey != "" && o.natsCreds != "" {
+		bad("--nats-nkey and --nats-creds: give one")
+	}
+	if (o.natsTLSCert == "") != (o.natsTLSKey == "") {
+		bad("--nats-tls-cert and --nats-tls-key go together")
+	}
+	if o.signingKey == "" {
+		bad("--journal-signing-key is required: every journal record carries the manager's proof of origin")
+	}
+	if o.trustedKeys == "" {
+		bad("--journal-trusted-keys is required: executors act only on records signed by a trusted key")
+	}
 	on := o.selection()
 	for _, d := range o.domains {
 		if on.enables(d) {
@@ -205,6 +232,26 @@ func (o *options) validate() error {
 	// Some checks iterate maps: sort, so the same flags give the same message.
 	slices.SortFunc(errs, func(a, b error) int { return strings.Compare(a.Error(), b.Error()) })
 	return errors.Join(errs...)
+}
+
+// natsAuth is the manager's NATS client identity.
+func (o *options) natsAuth() journal.ClientAuth {
+	return journal.ClientAuth{Identity: journal.IdentityManager, NKeySeedFile: o.natsNKey, CredsFile: o.natsCreds,
+		TLSCAFile: o.natsTLSCA, TLSCertFile: o.natsTLSCert, TLSKeyFile: o.natsTLSKey}
+}
+
+// journalKeys loads the signing key and the trusted keys; the signing key
+// must be trusted (journal.Open checks it too).
+func (o *options) journalKeys() (*journal.SigningKey, *journal.TrustedKeys, error) {
+	signer, err := journal.LoadSigningKey(o.signingKey)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--journal-signing-key: %w", err)
+	}
+	trust, err := journal.LoadTrustedKeys(o.trustedKeys)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--journal-trusted-keys: %w", err)
+	}
+	return signer, trust, nil
 }
 
 // validateNATSURLs: a comma-separated list of nats://, tls://, ws:// or

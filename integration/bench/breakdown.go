@@ -20,7 +20,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nats-io/nats.go"
 
 	dbcontract "git.ddupan.top/panxiao81/ayatori/contracts/database"
 	"git.ddupan.top/panxiao81/ayatori/integration"
@@ -179,7 +178,7 @@ func meanMS(e [2]float64) string {
 
 // readTraces reads every Tenant's records of namespace ns from the journal.
 func readTraces(ctx context.Context, s *integration.Stack, ns string, created, ready map[string]time.Time) ([]*tenantTrace, error) {
-	nc, err := nats.Connect(s.NATSURL)
+	nc, err := s.ConnectNATS(journal.IdentityReader)
 	if err != nil {
 		return nil, err
 	}

@@ -12,7 +12,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -109,7 +108,7 @@ func runJobs(n, kcmQPS int, timeout time.Duration) error {
 	if err != nil {
 		return err
 	}
-	recs, err := scanJobJournal(ctx, s.NATS.URL, uids)
+	recs, err := scanJobJournal(ctx, s.NATS, uids)
 	if err != nil {
 		return err
 	}
@@ -396,9 +395,9 @@ type jobJournal struct {
 
 // scanJobJournal reads the whole journal and counts the records of each
 // Job UID in uids.
-func scanJobJournal(ctx context.Context, url string, uids map[string]bool) (jobJournal, error) {
+func scanJobJournal(ctx context.Context, n *integration.NATS, uids map[string]bool) (jobJournal, error) {
 	jj := jobJournal{per: map[string]int{}, kinds: map[string]int{}, perKind: map[string]map[string]int{}}
-	nc, err := nats.Connect(url)
+	nc, err := n.Connect(journal.IdentityReader)
 	if err != nil {
 		return jj, err
 	}

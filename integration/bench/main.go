@@ -47,7 +47,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -359,9 +358,9 @@ func (h *handoverState) run(s *integration.Stack, sig syscall.Signal, ready int,
 // Together: zero duplicate intents.
 func checkJournal(ctx context.Context, s *integration.Stack) error {
 	fmt.Printf("\nayatori-journal verify\n")
-	verr := verifyJournal(ctx, s.JournalBin, s.NATSURL)
+	verr := verifyJournal(ctx, s.JournalBin, s.JournalReaderArgs())
 
-	nc, err := nats.Connect(s.NATSURL)
+	nc, err := s.ConnectNATS(journal.IdentityReader)
 	if err != nil {
 		return err
 	}
@@ -410,10 +409,10 @@ func checkJournal(ctx context.Context, s *integration.Stack) error {
 
 // verifyJournal runs the built `ayatori-journal verify` on the journal at
 // url, its output to ours.
-func verifyJournal(ctx context.Context, bin, url string) error {
+func verifyJournal(ctx context.Context, bin string, readerArgs []string) error {
 	var err error
 	for attempt := 1; attempt <= 5; attempt++ {
-		cmd := exec.CommandContext(ctx, bin, "--server", url, "verify")
+		cmd := exec.CommandContext(ctx, bin, append(readerArgs, "verify")...)
 		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 		// Exit 2 (could not read) on a cluster: the scan hit the
 		// consumer-interest race (integration.ScanJournal); read again.
@@ -517,7 +516,7 @@ func journalMetrics(url string) (appendSum, appendCount, deliverySum, deliveryCo
 // manager's controller-runtime histogram, and whether every Tenant stayed
 // Ready throughout (issue 12, fault 2).
 func idleRow(ctx context.Context, s *integration.Stack, n int, resync, d time.Duration) error {
-	nc, err := nats.Connect(s.NATSURL)
+	nc, err := s.ConnectNATS(journal.IdentityManager)
 	if err != nil {
 		return err
 	}

@@ -124,7 +124,7 @@ func runOpenSandbox(n int, timeout time.Duration) error {
 	idle2End := time.Now()
 	hwmEnd := procStatus(pid, "VmHWM")
 
-	jj, err := scanJobJournal(ctx, s.NATS.URL, uids)
+	jj, err := scanJobJournal(ctx, s.NATS, uids)
 	if err != nil {
 		return err
 	}
@@ -190,7 +190,7 @@ func runOpenSandbox(n int, timeout time.Duration) error {
 		problems = append(problems, fmt.Sprintf("%d spec violations: %s", len(violations), strings.Join(violations[:min(len(violations), 5)], "; ")))
 	}
 	fmt.Printf("\nayatori-journal verify\n")
-	if err := verifyJournal(ctx, s.JournalBin, s.NATS.URL); err != nil {
+	if err := verifyJournal(ctx, s.JournalBin, s.JournalReaderArgs()); err != nil {
 		problems = append(problems, fmt.Sprintf("ayatori-journal verify: %v", err))
 	}
 	if len(problems) > 0 {

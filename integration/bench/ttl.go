@@ -182,7 +182,7 @@ func runTTL(n, ttl, kcmQPS int, restart bool, timeout time.Duration) error {
 		}
 	}
 
-	jj, err := scanJobJournal(ctx, s.NATS.URL, uids)
+	jj, err := scanJobJournal(ctx, s.NATS, uids)
 	if err != nil {
 		return err
 	}
@@ -244,7 +244,7 @@ func runTTL(n, ttl, kcmQPS int, restart bool, timeout time.Duration) error {
 	}
 
 	fmt.Printf("\nayatori-journal verify\n")
-	verr := verifyJournal(ctx, s.JournalBin, s.NATS.URL)
+	verr := verifyJournal(ctx, s.JournalBin, s.JournalReaderArgs())
 	var problems []string
 	if verr != nil {
 		problems = append(problems, fmt.Sprintf("ayatori-journal verify: %v", verr))

@@ -262,7 +262,7 @@ func waitTTL(ctx context.Context, s *integration.Stack, jobs []*demoJob) error {
 func jobTimeline(ctx context.Context, s *integration.Stack, name string, want ...string) error {
 	var out bytes.Buffer
 	var errOut bytes.Buffer
-	cmd := exec.CommandContext(ctx, s.JournalBin, "--server", s.NATSURL, "timeline", "--kind", "Job", "-n", jobsNamespace, "--name", name)
+	cmd := exec.CommandContext(ctx, s.JournalBin, append(s.JournalReaderArgs(), "timeline", "--kind", "Job", "-n", jobsNamespace, "--name", name)...)
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	err := cmd.Run()
 	os.Stdout.Write(out.Bytes())

@@ -222,8 +222,8 @@ func run(keep bool) error {
 		return err
 	}
 	section("ayatori-journal replay --kind PostgreSQLTenant -n netbox --name netbox --kubeconfig ...   (last lines: the live object against the journal)")
-	out, err := exec.CommandContext(ctx, s.JournalBin, "--server", s.NATSURL, "replay", "--kind", "PostgreSQLTenant", "-n", "netbox",
-		"--name", "netbox", "--kubeconfig", s.CP.KubeconfigPath).CombinedOutput()
+	out, err := exec.CommandContext(ctx, s.JournalBin, append(s.JournalReaderArgs(), "replay", "--kind", "PostgreSQLTenant", "-n", "netbox",
+		"--name", "netbox", "--kubeconfig", s.CP.KubeconfigPath)...).CombinedOutput()
 	if i := bytes.LastIndex(out, []byte("live object:")); i >= 0 {
 		fmt.Print(string(out[i:]))
 	}
@@ -552,7 +552,7 @@ func printTable(ctx context.Context, s *integration.Stack, path string, namespac
 }
 
 func journalCLI(ctx context.Context, s *integration.Stack, args ...string) error {
-	cmd := exec.CommandContext(ctx, s.JournalBin, append([]string{"--server", s.NATSURL}, args...)...)
+	cmd := exec.CommandContext(ctx, s.JournalBin, append(s.JournalReaderArgs(), args...)...)
 	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 	return cmd.Run()
 }

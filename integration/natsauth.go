@@ -1,0 +1,171 @@
+package integration
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
+
+	natsdeploy "git.ddupan.top/panxiao81/ayatori/deploy/nats"
+	"git.ddupan.top/panxiao81/ayatori/journal"
+)
+
+// NATSAuth is the trust material of one NATS server or cluster of this
+// harness, made per run: a CA and the server certificate it issued
+// (127.0.0.1 and localhost; also the routes' client certificate), and the
+// NKeys of the two journal identities (deploy/nats auth.conf). Every
+// server the harness starts runs the shipped configuration with them, so
+// every client of a test is a manager or a reader, over TLS, as in
+// deploy/.
+type NATSAuth struct {
+	// Dir holds everything below.
+	Dir string
+	// TLSDir holds tls.crt, tls.key and ca.crt (deploy/nats Settings.TLSDir).
+	TLSDir string
+	// CAFile is the CA certificate clients verify the server with.
+	CAFile string
+	// ManagerSeedFile and ReaderSeedFile are the identities' NKey seeds.
+	ManagerSeedFile, ReaderSeedFile string
+	// ManagerPublic and ReaderPublic are their public keys (the server's).
+	ManagerPublic, ReaderPublic string
+	// CA issued the server certificate (tests issue more with it).
+	CA *CA
+}
+
+// NewNATSAuth makes a CA, a server certificate for 127.0.0.1/localhost
+// and the two identities' NKeys under dir.
+func NewNATSAuth(dir string) (*NATSAuth, error) {
+	a := &NATSAuth{Dir: dir, TLSDir: filepath.Join(dir, "tls")}
+	if err := os.MkdirAll(a.TLSDir, 0o700); err != nil {
+		return nil, err
+	}
+	ca, err := NewCA("ayatori-test NATS CA")
+	if err != nil {
+		return nil, err
+	}
+	a.CA = ca
+	cert, err := ca.IssuePeer([]string{"localhost"}, []string{"127.0.0.1"})
+	if err != nil {
+		return nil, err
+	}
+	a.CAFile = filepath.Join(a.TLSDir, "ca.crt")
+	for name, data := range map[string][]byte{"ca.crt": ca.CertPEM, "tls.crt": cert.CertPEM, "tls.key": cert.KeyPEM} {
+		if err := os.WriteFile(filepath.Join(a.TLSDir, name), data, 0o600); err != nil {
+			return nil, err
+		}
+	}
+	for _, id := range []struct {
+		file, pub *string
+		name      string
+	}{{&a.ManagerSeedFile, &a.ManagerPublic, "manager"}, {&a.ReaderSeedFile, &a.ReaderPublic, "reader"}} {
+		kp, err := nkeys.CreateUser()
+		if err != nil {
+			return nil, err
+		}
+		seed, _ := kp.Seed()
+		*id.pub, _ = kp.PublicKey()
+		*id.file = filepath.Join(dir, id.name+".nk")
+		if err := os.WriteFile(*id.file, seed, 0o600); err != nil {
+			return nil, err
+		}
+	}
+	return a, nil
+}
+
+// Settings returns deploy/nats Settings with this material filled in.
+func (a *NATSAuth) Settings() natsdeploy.Settings {
+	return natsdeploy.Settings{TLSDir: a.TLSDir, ManagerNKey: a.ManagerPublic, ReaderNKey: a.ReaderPublic}
+}
+
+// ClientAuth returns the journal.ClientAuth of identity id.
+func (a *NATSAuth) ClientAuth(id journal.Identity) journal.ClientAuth {
+	seed := a.ManagerSeedFile
+	if id == journal.IdentityReader {
+		seed = a.ReaderSeedFile
+	}
+	return journal.ClientAuth{Identity: id, NKeySeedFile: seed, TLSCAFile: a.CAFile}
+}
+
+// ClientOptions returns the NATS options of identity id followed by extra.
+func (a *NATSAuth) ClientOptions(id journal.Identity, extra ...nats.Option) []nats.Option {
+	opts, err := a.ClientAuth(id).Options()
+	if err != nil {
+		panic(err) // the harness wrote the files itself
+	}
+	return append(opts, extra...)
+}
+
+// ManagerArgs are the manager's NATS flags besides --nats-url.
+func (a *NATSAuth) ManagerArgs() []string {
+	return []string{"--nats-nkey", a.ManagerSeedFile, "--nats-tls-ca", a.CAFile}
+}
+
+// ReaderArgs are ayatori-journal's NATS flags besides --server.
+func (a *NATSAuth) ReaderArgs() []string {
+	return []string{"--nkey", a.ReaderSeedFile, "--tlsca", a.CAFile}
+}
+
+// JournalKeys is the journal signing key of this test process and the
+// files the manager reads it from (--journal-signing-key,
+// --journal-trusted-keys). One key per process: every store a test opens
+// and every manager it starts sign with it, as the replicas of one
+// deployment do.
+type JournalKeys struct {
+	Key *journal.SigningKey
+	// SigningKeyFile is the PEM private key; TrustedKeysFile the PEM
+	// public key.
+	SigningKeyFile, TrustedKeysFile string
+}
+
+var (
+	journalKeysOnce sync.Once
+	journalKeys     *JournalKeys
+	journalKeysErr  error
+)
+
+// TestJournalKeys returns the process's journal keys, made on first use
+// (files in a temp dir removed at exit).
+func TestJournalKeys() (*JournalKeys, error) {
+	journalKeysOnce.Do(func() {
+		k, err := journal.NewSigningKey()
+		if err != nil {
+			journalKeysErr = err
+			return
+		}
+		dir, err := os.MkdirTemp("", "ayatori-journal-keys-")
+		if err != nil {
+			journalKeysErr = err
+			return
+		}
+		registerCleanup(func() { _ = os.RemoveAll(dir) })
+		jk := &JournalKeys{Key: k, SigningKeyFile: filepath.Join(dir, "signing.pem"), TrustedKeysFile: filepath.Join(dir, "trusted.pem")}
+		if err := os.WriteFile(jk.SigningKeyFile, k.MarshalPrivatePEM(), 0o600); err != nil {
+			journalKeysErr = err
+			return
+		}
+		if err := os.WriteFile(jk.TrustedKeysFile, k.MarshalPublicPEM(), 0o644); err != nil {
+			journalKeysErr = err
+			return
+		}
+		journalKeys = jk
+	})
+	return journalKeys, journalKeysErr
+}
+
+// ManagerJournalArgs are the manager's journal key flags.
+func (k *JournalKeys) ManagerJournalArgs() []string {
+	return []string{"--journal-signing-key", k.SigningKeyFile, "--journal-trusted-keys", k.TrustedKeysFile}
+}
+
+// render writes the shipped NATS configuration for one server into dir.
+func (a *NATSAuth) render(dir string, s natsdeploy.Settings) (string, error) {
+	s.TLSDir, s.ManagerNKey, s.ReaderNKey = a.TLSDir, a.ManagerPublic, a.ReaderPublic
+	p, err := natsdeploy.Render(dir, s)
+	if err != nil {
+		return "", fmt.Errorf("nats config: %w", err)
+	}
+	return p, nil
+}
