@@ -235,8 +235,8 @@ func (t *TrustedKeys) verify(context string, p *Proof, canonical []byte) error {
 // shorten bounds a string taken from an untrusted record before it reaches
 // an error message.
 func shorten(s string) string {
-	if len(s) > 40 {
-		return s[:40] + "…"
+	if len(s) > 100 {
+		return s[:100] + "…"
 	}
 	return s
 }

@@ -1,0 +1,385 @@
+package journal_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nkeys"
+
+	"git.ddupan.top/panxiao81/ayatori/integration"
+	"git.ddupan.top/panxiao81/ayatori/journal"
+)
+
+// natsServer is a single server or a cluster of the harness.
+type natsServer interface {
+	ClientOptions(id journal.Identity, extra ...nats.Option) []nats.Option
+}
+
+// TestJournalIdentities: the shipped NATS configuration (deploy/nats) on a
+// real server and on the three-node cluster admits no client without an
+// identity, none with an NKey it does not know, and gives the read-only
+// identity no way to write a record or change a stream or consumer, while
+// the manager keeps every right it uses.
+func TestJournalIdentities(t *testing.T) {
+	single := integration.StartNATS(t)
+	cluster := integration.StartNATSCluster(t, integration.NATSClusterOptions{})
+	for _, tc := range []struct {
+		name string
+		url  string
+		srv  natsServer
+		cfg  journal.Config
+	}{
+		{"single server", single.URL, single, journal.Config{}},
+		{"three-node cluster", cluster.URL(), cluster, journal.Config{Replicas: 3}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			cfg := tc.cfg
+			cfg.Signer = testKey(t)
+			mgr, err := nats.Connect(tc.url, tc.srv.ClientOptions(journal.IdentityManager)...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer mgr.Close()
+			s, err := journal.Open(ctx, mgr, cfg)
+			if err != nil {
+				t.Fatalf("the manager identity opens the journal: %v", err)
+			}
+			o := obj()
+			in := intent(t, o, "ObserveInstance", 1)
+			if _, err := s.Append(ctx, in); err != nil {
+				t.Fatalf("the manager appends: %v", err)
+			}
+			if _, err := s.DurableConsumer(ctx, testDomain, journal.ConsumerConfig{Durable: "ayatori-executor-database-v1"}); err != nil {
+				t.Fatalf("the manager creates its consumer: %v", err)
+			}
+			before := streamMsgs(t, s)
+
+			// No client without credentials, nor with an NKey the server
+			// does not know, nor in plain text.
+			if nc, err := nats.Connect(tc.url, nats.RootCAs(caFile(tc.srv)), nats.MaxReconnects(0)); err == nil {
+				nc.Close()
+				t.Error("a client without credentials was admitted")
+			} else if !errors.Is(err, nats.ErrAuthorization) {
+				t.Logf("no credentials: %v", err)
+			}
+			stranger, _ := nkeys.CreateUser()
+			seed, _ := stranger.Seed()
+			if nc, err := nats.Connect(tc.url, nats.RootCAs(caFile(tc.srv)), nats.MaxReconnects(0), nkeyOption(t, seed)); err == nil {
+				nc.Close()
+				t.Error("a client with an unknown NKey was admitted")
+			}
+			// The manager's own NKey without the CA: the server's
+			// certificate is not verified, so no connection.
+			if nc, err := nats.Connect(tc.url, append(tc.srv.ClientOptions(journal.IdentityManager)[:2], nats.MaxReconnects(0))...); err == nil {
+				nc.Close()
+				t.Error("a client that does not verify the server's certificate connected")
+			}
+
+			// The read-only identity: every write and admin call refused.
+			rd, err := nats.Connect(tc.url, tc.srv.ClientOptions(journal.IdentityReader, nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}))...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer rd.Close()
+			data, _ := json.Marshal(in)
+			for _, subj := range []string{"ayatori.journal.database." + o.UID + ".intent", "ayatori.journal.database." + o.UID + ".outcome",
+				"ayatori.journal_checkpoint." + o.UID} {
+				if _, err := rd.Request(subj, data, 250*time.Millisecond); err == nil {
+					t.Errorf("the reader published on %s and got an ack", subj)
+				}
+			}
+			for _, subj := range []string{
+				"$JS.API.STREAM.PURGE.AYATORI_JOURNAL", "$JS.API.STREAM.DELETE.AYATORI_JOURNAL", "$JS.API.STREAM.UPDATE.AYATORI_JOURNAL",
+				"$JS.API.STREAM.CREATE.AYATORI_EVIL", "$JS.API.STREAM.MSG.DELETE.AYATORI_JOURNAL",
+				"$JS.API.CONSUMER.DELETE.AYATORI_JOURNAL.ayatori-executor-database-v1",
+				"$JS.API.CONSUMER.CREATE.AYATORI_JOURNAL", "$JS.API.CONSUMER.CREATE.AYATORI_JOURNAL.ayatori-executor-database-v1",
+				"$JS.API.CONSUMER.DURABLE.CREATE.AYATORI_JOURNAL.ayatori-executor-database-v1",
+				"$JS.API.CONSUMER.MSG.NEXT.AYATORI_JOURNAL.ayatori-executor-database-v1",
+				"$JS.API.STREAM.PURGE.AYATORI_JOURNAL_CHECKPOINTS",
+			} {
+				if m, err := rd.Request(subj, []byte(`{"stream_name":"AYATORI_JOURNAL","config":{"durable_name":"ayatori-executor-database-v1","filter_subject":">"}}`), 250*time.Millisecond); err == nil {
+					t.Errorf("the reader called %s and got an answer: %s", subj, m.Data)
+				}
+			}
+			// A subscription to the manager's inbox or to the journal's
+			// subjects gets nothing.
+			for _, subj := range []string{journal.IdentityManager.InboxPrefix() + ".>", "ayatori.journal.>", "$JS.ACK.>"} {
+				sub, err := rd.SubscribeSync(subj)
+				if err != nil {
+					continue
+				}
+				if _, err := s.Append(ctx, intent(t, o, "ObserveInstance", 2+int(before))); err != nil {
+					t.Fatal(err)
+				}
+				if m, err := sub.NextMsg(500 * time.Millisecond); err == nil {
+					t.Errorf("the reader subscribed to %s and received %s", subj, m.Subject)
+				}
+				_ = sub.Unsubscribe()
+				before++
+			}
+			// The reader reads: stream info, direct gets, a whole UID.
+			ro, err := journal.OpenExisting(ctx, rd, journal.Config{Trust: journal.NewTrustedKeys(testKey(t).Public())})
+			if err != nil {
+				t.Fatalf("the reader opens the journal: %v", err)
+			}
+			recs, err := ro.Read(ctx, o.UID)
+			if err != nil || len(recs) != 1+3 {
+				t.Fatalf("the reader reads %d records, %v; want 4", len(recs), err)
+			}
+			var scanned int
+			if err := ro.Scan(ctx, journal.ScanOptions{}, func(_ journal.Record, err error) error {
+				scanned++
+				return err
+			}); err != nil || scanned != 4 {
+				t.Fatalf("the reader scans %d records, %v", scanned, err)
+			}
+			if got := streamMsgs(t, s); got != 4 {
+				t.Fatalf("stream holds %d records, want 4 (nothing the reader wrote)", got)
+			}
+			if _, err := s.JetStream().Consumer(ctx, journal.DefaultStreamName, "ayatori-executor-database-v1"); err != nil {
+				t.Fatalf("the executor consumer is gone: %v", err)
+			}
+		})
+	}
+}
+
+func caFile(s natsServer) string {
+	switch v := s.(type) {
+	case *integration.NATS:
+		return v.Auth.CAFile
+	case *integration.NATSCluster:
+		return v.Auth.CAFile
+	}
+	return ""
+}
+
+func nkeyOption(t *testing.T, seed []byte) nats.Option {
+	t.Helper()
+	kp, err := nkeys.FromSeed(seed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, _ := kp.PublicKey()
+	return nats.Nkey(pub, func(nonce []byte) ([]byte, error) { return kp.Sign(nonce) })
+}
+
+// TestUntrustedIntentNotExecuted: with the manager's own NATS credentials
+// (a leaked credential), an intent without a proof, one signed by a key the
+// manager does not trust, one altered after signing, and a signed intent
+// of one object copied onto another object's subject are never handed to
+// a handler: each gets one Failed/UntrustedIntent outcome (idempotent
+// across redeliveries), readers with trusted keys do not see the forged
+// records, verify reports them, and a genuine intent with the same ID as a
+// forged one still runs.
+func TestUntrustedIntentNotExecuted(t *testing.T) {
+	n := integration.StartNATS(t)
+	s := open(t, n, journal.Config{Actor: "manager"})
+	ctx := context.Background()
+	var ran atomic.Int32
+	runConsumer(t, s, journal.ConsumerConfig{Durable: "exec-trust", AckWait: 2 * time.Second}, map[string]journal.Handler{
+		"DropDatabase": func(context.Context, journal.Record) (journal.Outcome, error) {
+			ran.Add(1)
+			return journal.Outcome{Result: journal.Result{Class: journal.Succeeded}}, nil
+		},
+	})
+	publish := func(subject string, r journal.Record) uint64 {
+		t.Helper()
+		data, _ := json.Marshal(r)
+		m := nats.NewMsg(subject)
+		m.Data = data
+		m.Header.Set(jetstream.MsgIDHeader, r.ID)
+		ack, err := s.JetStream().PublishMsg(ctx, m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ack.Sequence
+	}
+	subject := func(o journal.ObjectRef) string { return "ayatori.journal.database." + o.UID + ".intent" }
+	stranger, _ := journal.NewSigningKey()
+
+	victim, other := obj(), obj()
+	unsigned := *intent(t, victim, "DropDatabase", 1)
+	unsigned.Time, unsigned.Actor = time.Now().UTC(), "attacker"
+	byStranger := *intent(t, victim, "DropDatabase", 2)
+	byStranger.Time = time.Now().UTC()
+	if err := byStranger.Sign(stranger); err != nil {
+		t.Fatal(err)
+	}
+	altered := *intent(t, victim, "DropDatabase", 3)
+	altered.Time = time.Now().UTC()
+	if err := altered.Sign(testKey(t)); err != nil {
+		t.Fatal(err)
+	}
+	altered.Operation = "DropDatabase"
+	altered.Object.Name = "another-name"
+	// A genuine intent of another object, copied onto the victim's subject.
+	genuine := *intent(t, other, "DropDatabase", 1)
+	genuine.Time = time.Now().UTC()
+	if err := genuine.Sign(testKey(t)); err != nil {
+		t.Fatal(err)
+	}
+	seqs := []uint64{publish(subject(victim), unsigned), publish(subject(victim), byStranger), publish(subject(victim), altered), publish(subject(victim), genuine)}
+
+	// Each gets one Failed/UntrustedIntent outcome; no handler ran.
+	deadline := time.Now().Add(20 * time.Second)
+	var refusals []journal.Record
+	for time.Now().Before(deadline) {
+		refusals = refusals[:0]
+		recs, err := s.Read(ctx, victim.UID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range recs {
+			if r.Type == journal.TypeOutcome && r.Result.Reason == journal.ReasonUntrustedIntent {
+				refusals = append(refusals, r)
+			}
+		}
+		if len(refusals) == len(seqs) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if len(refusals) != len(seqs) {
+		t.Fatalf("%d UntrustedIntent outcomes, want %d", len(refusals), len(seqs))
+	}
+	want := map[string]bool{}
+	for _, seq := range seqs {
+		want[journal.UntrustedIntentID(victim.UID, seq)] = true
+	}
+	for i, r := range refusals {
+		if !want[r.CausationID] || r.Result.Class != journal.Failed {
+			t.Errorf("refusal %d: %+v", i, r)
+		}
+		delete(want, r.CausationID)
+		t.Logf("refusal: %s", r.Result.Message)
+	}
+	time.Sleep(3 * time.Second) // past AckWait: a redelivery would show
+	if got := ran.Load(); got != 0 {
+		t.Fatalf("the handler ran %d times for untrusted intents", got)
+	}
+	// The manager's own reads do not see the forged records.
+	recs, _ := s.Read(ctx, victim.UID)
+	for _, r := range recs {
+		if r.Type == journal.TypeIntent {
+			t.Errorf("a trusted read returned the forged intent %s", r.ID)
+		}
+	}
+	if len(recs) != len(seqs) {
+		t.Errorf("trusted read: %d records, want the %d refusals only", len(recs), len(seqs))
+	}
+	// Verify (over everything, as the forensics tool reads it) flags them.
+	var all []journal.Record
+	_ = s.Scan(ctx, journal.ScanOptions{UID: victim.UID}, func(r journal.Record, err error) error {
+		if err == nil {
+			all = append(all, r)
+		}
+		return nil
+	})
+	refused := 0
+	for _, v := range journal.Verify(all, nil) {
+		if v.Rule == journal.RuleUntrustedIntentRefused {
+			refused++
+		}
+	}
+	if refused != len(seqs) {
+		t.Errorf("verify reports %d refusals, want %d", refused, len(seqs))
+	}
+
+	// The genuine intent with the same ID as the unsigned forgery runs:
+	// the forged record neither answers it nor makes the server drop it.
+	real := intent(t, victim, "DropDatabase", 1)
+	if res, err := s.Append(ctx, real); err != nil || res.Duplicate {
+		t.Fatalf("append of the real intent: %+v %v", res, err)
+	}
+	waitOutcome(t, s, victim.UID, real.ID, journal.Succeeded)
+	if got := ran.Load(); got != 1 {
+		t.Fatalf("handler ran %d times, want 1 (the genuine intent)", got)
+	}
+}
+
+// TestKeyRotation: a store signing with a new key while trusting the old
+// one reads the old key's records, and the forensics reader verifies both;
+// once the old key is no longer trusted its records are untrusted.
+func TestKeyRotation(t *testing.T) {
+	n := integration.StartNATS(t)
+	ctx := context.Background()
+	oldKey, _ := journal.NewSigningKey()
+	newKey, _ := journal.NewSigningKey()
+	o := obj()
+	before := open(t, n, journal.Config{Signer: oldKey})
+	in := intent(t, o, "ObserveInstance", 1)
+	if _, err := before.Append(ctx, in); err != nil {
+		t.Fatal(err)
+	}
+	after := open(t, n, journal.Config{Signer: newKey, Trust: journal.NewTrustedKeys(oldKey.Public(), newKey.Public())})
+	if _, err := after.Append(ctx, outcome(t, in, journal.Succeeded)); err != nil {
+		t.Fatal(err)
+	}
+	recs, err := after.Read(ctx, o.UID)
+	if err != nil || len(recs) != 2 {
+		t.Fatalf("during the rotation: %d records, %v", len(recs), err)
+	}
+	if recs[0].Proof.KeyID != oldKey.ID() || recs[1].Proof.KeyID != newKey.ID() {
+		t.Fatalf("proofs: %s, %s", recs[0].Proof.KeyID, recs[1].Proof.KeyID)
+	}
+	// A key not among the trusted ones can not be the signer.
+	if _, err := journal.Open(ctx, connect(t, n), journal.Config{Signer: newKey, Trust: journal.NewTrustedKeys(oldKey.Public())}); err == nil {
+		t.Fatal("Open accepted a signing key that is not trusted")
+	}
+	// Old key retired: its record is untrusted for a reader that dropped it.
+	retired := open(t, n, journal.Config{Signer: newKey})
+	recs, _ = retired.Read(ctx, o.UID)
+	if len(recs) != 1 || recs[0].Proof.KeyID != newKey.ID() {
+		t.Fatalf("after retiring the old key: %d records", len(recs))
+	}
+	var untrusted int
+	_ = retired.Scan(ctx, journal.ScanOptions{UID: o.UID}, func(_ journal.Record, err error) error {
+		if errors.Is(err, journal.ErrUntrusted) {
+			untrusted++
+		}
+		return nil
+	})
+	if untrusted != 1 {
+		t.Fatalf("scan flags %d untrusted records, want 1", untrusted)
+	}
+}
+
+// TestCanonicalEncodingRoundTrips: a record's proof verifies after the
+// record went through the stream's JSON (the signed bytes are re-derived
+// from the decoded record), for payloads and strings JSON escapes.
+func TestCanonicalEncodingRoundTrips(t *testing.T) {
+	k := testKey(t)
+	trust := journal.NewTrustedKeys(k.Public())
+	for i, payload := range []any{nil, map[string]string{"a": "<b>&\u2028", "n": "1.5e300"}, map[string][]float64{"z": {1, 2.5e300}}, map[string]string{"bad": "\xff\xfe"}} {
+		r, err := journal.NewIntent(obj(), "RoundTrip", fmt.Sprintf("s%d", i), 1, payload)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.Time = time.Date(2026, 12, 1, 10, 0, 0, 123456000, time.FixedZone("x", 3600))
+		r.Actor = "a\u00e9\"quoted\""
+		if err := r.Sign(k); err != nil {
+			t.Fatal(err)
+		}
+		data, _ := json.Marshal(r)
+		back, err := journal.DecodeRecord(data, 42)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := trust.Verify(&back); err != nil {
+			t.Errorf("payload %d: %v", i, err)
+		}
+		back.Attempt = 2
+		if err := trust.Verify(&back); !errors.Is(err, journal.ErrUntrusted) {
+			t.Errorf("payload %d: a changed record verified: %v", i, err)
+		}
+	}
+}
