@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -19,6 +18,7 @@ import (
 
 	databasev1alpha1 "git.ddupan.top/panxiao81/ayatori/api/database/v1alpha1"
 	"git.ddupan.top/panxiao81/ayatori/integration"
+	"git.ddupan.top/panxiao81/ayatori/journal"
 )
 
 // TestSmokeControlPlane proves the apiserver is real: the project's CRD
@@ -77,7 +77,7 @@ func TestSmokeControlPlane(t *testing.T) {
 func TestSmokeJetStream(t *testing.T) {
 	n := integration.StartNATS(t)
 	ctx := context.Background()
-	nc, err := nats.Connect(n.URL)
+	nc, err := n.Connect(journal.IdentityManager)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,8 @@ import (
 	"os"
 	"sync"
 	"testing"
+
+	"git.ddupan.top/panxiao81/ayatori/journal"
 )
 
 var printProviderOnce sync.Once
@@ -121,4 +123,21 @@ func StartWorkload(t testing.TB, opts WorkloadOptions) *Workload {
 		w.Close()
 	})
 	return w
+}
+
+// JournalSigner returns the test process's journal signing key (the one
+// every stack's manager signs with, TestJournalKeys), for stores a test
+// opens itself.
+func JournalSigner(t testing.TB) *journal.SigningKey {
+	t.Helper()
+	k, err := TestJournalKeys()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k.Key
+}
+
+// JournalTrust trusts the test process's journal signing key.
+func JournalTrust(t testing.TB) *journal.TrustedKeys {
+	return journal.NewTrustedKeys(JournalSigner(t).Public())
 }

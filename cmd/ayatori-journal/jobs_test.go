@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"git.ddupan.top/panxiao81/ayatori/contracts/execution"
@@ -43,20 +42,20 @@ func i32(v int32) *int32 { return &v }
 // by its TTL; ci/build is recreated (new UID) and fails with exit code 3;
 // ci/nightly is cancelled while running. One Tenant record shows that
 // `list --kind Job` filters.
-func populateJobs(t *testing.T, url string) {
+func populateJobs(t *testing.T, srv *integration.NATS) {
 	t.Helper()
-	nc, err := nats.Connect(url)
+	nc, err := srv.Connect(journal.IdentityManager)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer nc.Close()
 	clk := clocktesting.NewFakePassiveClock(time.Date(2026, 12, 2, 9, 0, 0, 0, time.UTC))
 	ctx := context.Background()
-	manager, err := journal.Open(ctx, nc, journal.Config{Actor: "ayatori-manager-0", Clock: clk})
+	manager, err := journal.Open(ctx, nc, journal.Config{Actor: "ayatori-manager-0", Clock: clk, Signer: testSigner(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	executor, err := journal.Open(ctx, nc, journal.Config{Actor: "ayatori-manager-0/executor", Clock: clk})
+	executor, err := journal.Open(ctx, nc, journal.Config{Actor: "ayatori-manager-0/executor", Clock: clk, Signer: testSigner(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,9 +179,9 @@ func populateJobs(t *testing.T, url string) {
 
 func TestGoldenJobs(t *testing.T) {
 	n := integration.StartNATS(t)
-	populateJobs(t, n.URL)
+	populateJobs(t, n)
 	fixture := filepath.Join("testdata", "jobs-fixture.ndjson")
-	exported, stderr, code := run(t, "--server", n.URL, "export")
+	exported, stderr, code := run(t, append(liveArgs(n), "export")...)
 	if code != 0 {
 		t.Fatalf("export: %s", stderr)
 	}
@@ -211,8 +210,8 @@ func TestGoldenJobs(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			live, lerr, lcode := run(t, append([]string{"--server", n.URL}, tc.args...)...)
-			file, ferr, fcode := run(t, append([]string{"--from-file", fixture}, tc.args...)...)
+			live, lerr, lcode := run(t, append(liveArgs(n), tc.args...)...)
+			file, ferr, fcode := run(t, append(offline(fixture), tc.args...)...)
 			if lcode != tc.code || fcode != tc.code {
 				t.Fatalf("exit codes live=%d file=%d, want %d\n%s%s", lcode, fcode, tc.code, lerr, ferr)
 			}
@@ -332,7 +331,7 @@ func TestReplayLiveJobs(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			kc := fakeAPIServer(t, tc.jobs)
-			out, errOut, code := run(t, append(append([]string{"--from-file", fixture}, tc.args...), "--kubeconfig", kc)...)
+			out, errOut, code := run(t, append(append(offline(fixture), tc.args...), "--kubeconfig", kc)...)
 			if code != tc.code {
 				t.Fatalf("exit code %d, want %d\n%s%s", code, tc.code, out, errOut)
 			}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nkeys"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	dbcontract "git.ddupan.top/panxiao81/ayatori/contracts/database"
@@ -62,20 +63,20 @@ func golden(t *testing.T, name, got string) {
 // populate records a small incident into a real stream: an Instance that
 // became Ready, a Tenant whose CreateRole failed once and whose
 // CreateDatabase is still pending, and a second Tenant.
-func populate(t *testing.T, url string) {
+func populate(t *testing.T, n *integration.NATS) {
 	t.Helper()
-	nc, err := nats.Connect(url)
+	nc, err := n.Connect(journal.IdentityManager)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer nc.Close()
 	clk := clocktesting.NewFakePassiveClock(time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC))
 	ctx := context.Background()
-	manager, err := journal.Open(ctx, nc, journal.Config{Actor: "ayatori-manager-0", Clock: clk})
+	manager, err := journal.Open(ctx, nc, journal.Config{Actor: "ayatori-manager-0", Clock: clk, Signer: testSigner(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	executor, err := journal.Open(ctx, nc, journal.Config{Actor: "ayatori-manager-0/executor", Clock: clk})
+	executor, err := journal.Open(ctx, nc, journal.Config{Actor: "ayatori-manager-0/executor", Clock: clk, Signer: testSigner(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,9 +124,9 @@ func populate(t *testing.T, url string) {
 
 func TestGolden(t *testing.T) {
 	n := integration.StartNATS(t)
-	populate(t, n.URL)
+	populate(t, n)
 	fixture := filepath.Join("testdata", "fixture.ndjson")
-	exported, stderr, code := run(t, "--server", n.URL, "export")
+	exported, stderr, code := run(t, append(liveArgs(n), "export")...)
 	if code != 0 {
 		t.Fatalf("export: %s", stderr)
 	}
@@ -154,8 +155,8 @@ func TestGolden(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			live, lerr, lcode := run(t, append([]string{"--server", n.URL}, tc.args...)...)
-			file, ferr, fcode := run(t, append([]string{"--from-file", fixture}, tc.args...)...)
+			live, lerr, lcode := run(t, append(liveArgs(n), tc.args...)...)
+			file, ferr, fcode := run(t, append(offline(fixture), tc.args...)...)
 			if lcode != tc.code || fcode != tc.code {
 				t.Fatalf("exit codes live=%d file=%d, want %d\n%s%s", lcode, fcode, tc.code, lerr, ferr)
 			}
@@ -174,14 +175,14 @@ func TestGolden(t *testing.T) {
 // domains'), with an undecodable message in the live stream too.
 func TestVerifyCatchesEachViolation(t *testing.T) {
 	n := integration.StartNATS(t)
-	nc, err := nats.Connect(n.URL)
+	nc, err := n.Connect(journal.IdentityManager)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer nc.Close()
 	ctx := context.Background()
 	clk := clocktesting.NewFakePassiveClock(time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC))
-	s, err := journal.Open(ctx, nc, journal.Config{Actor: "forger", Clock: clk})
+	s, err := journal.Open(ctx, nc, journal.Config{Actor: "forger", Clock: clk, Signer: testSigner(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -265,27 +266,78 @@ func TestVerifyCatchesEachViolation(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	out, _, code := run(t, "--server", n.URL, "verify")
+	// A forged intent (no proof) published with the manager's NATS
+	// credentials, and the refusal an executor would answer it with.
+	forgery, _ := journal.NewIntent(ten, "DropDatabase", "", 9, nil)
+	forgery.Time, forgery.Actor = clk.Now(), "attacker"
+	fm := nats.NewMsg("ayatori.journal.database." + tenantUID + ".intent")
+	fm.Data, _ = json.Marshal(forgery)
+	ack, err := js.PublishMsg(ctx, fm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	refused := journal.Record{ID: journal.UntrustedIntentID(tenantUID, ack.Sequence) + "/outcome", Type: journal.TypeOutcome, Operation: "DropDatabase",
+		Object: ten, Attempt: 9, CausationID: journal.UntrustedIntentID(tenantUID, ack.Sequence),
+		Result: &journal.Result{Class: journal.Failed, Reason: journal.ReasonUntrustedIntent, Message: "not executed: the record has no proof"}}
+	app(refused)
+
+	out, _, code := run(t, append(liveArgs(n), "verify")...)
 	if code != 1 {
 		t.Fatalf("verify exit code %d, want 1\n%s", code, out)
 	}
 	golden(t, "verify-violations.txt", out)
 	for _, rule := range []string{dbcontract.RuleSecondPasswordWrite, journal.RuleOutcomeWithoutIntent, journal.RuleConflictingOutcomes,
 		execution.RuleEnsureAfterTerminal, execution.RuleEnsureAfterCancel, execution.RuleSecondExecution, execution.RuleTTLBeforeFinished,
-		journal.RuleUndecodableRecord} {
+		journal.RuleUndecodableRecord, "untrusted-record", journal.RuleUntrustedIntentRefused} {
 		if !strings.Contains(out, rule) {
 			t.Errorf("verify did not report %s", rule)
 		}
 	}
 	// The same from an exported file.
-	exported, _, _ := run(t, "--server", n.URL, "export")
+	exported, _, _ := run(t, append(liveArgs(n), "export")...)
 	path := filepath.Join(t.TempDir(), "violations.ndjson")
 	if err := os.WriteFile(path, []byte(exported), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	fileOut, _, fcode := run(t, "--from-file", path, "verify")
+	fileOut, _, fcode := run(t, append(offline(path), "verify")...)
 	if fcode != 1 || fileOut != out {
 		t.Fatalf("offline verify differs (exit %d):\n%s", fcode, fileOut)
+	}
+}
+
+// TestForensicsIdentity: ayatori-journal says clearly when it has no
+// credentials, when the server refuses them, and when the identity it
+// connects as may not read (the manager's NKey with the reader's inbox).
+func TestForensicsIdentity(t *testing.T) {
+	n := integration.StartNATS(t)
+	populate(t, n)
+	base := []string{"--server", n.URL, "--tlsca", n.Auth.CAFile, "--timeout", "5s"}
+	_, errOut, code := run(t, append(base, "verify")...)
+	if code != 2 || !strings.Contains(errOut, "--nkey") || !strings.Contains(errOut, "no anonymous client") {
+		t.Errorf("no credentials: exit %d, stderr %q", code, errOut)
+	}
+	kp, _ := nkeys.CreateUser()
+	seed, _ := kp.Seed()
+	unknown := filepath.Join(t.TempDir(), "unknown.nk")
+	if err := os.WriteFile(unknown, seed, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, errOut, code = run(t, append(base, "--nkey", unknown, "verify")...)
+	if code != 2 || !strings.Contains(errOut, "refused these credentials") {
+		t.Errorf("unknown NKey: exit %d, stderr %q", code, errOut)
+	}
+	_, errOut, code = run(t, append(base, "--nkey", n.Auth.ManagerSeedFile, "verify")...)
+	if code != 2 || !strings.Contains(errOut, "refused the request for this identity") {
+		t.Errorf("the manager's NKey: exit %d, stderr %q", code, errOut)
+	}
+	if strings.Contains(errOut, string(seed)) {
+		t.Error("a seed was printed")
+	}
+	// The read-only identity: every read verb.
+	for _, args := range [][]string{{"verify"}, {"list"}, {"export"}, {"timeline", tenantUID}, {"replay", tenantUID}} {
+		if out, errOut, code := run(t, append(liveArgs(n), args...)...); code != 0 || out == "" {
+			t.Errorf("%v: exit %d, stderr %q", args, code, errOut)
+		}
 	}
 }
 
@@ -304,4 +356,31 @@ func TestForeignFileRefused(t *testing.T) {
 	if code != 2 {
 		t.Fatalf("missing file: exit %d, stderr %q", code, errOut)
 	}
+}
+
+// testSigner is the fixed journal signing key of the golden tests
+// (testdata/test-signing-key.pem, made for these tests only): Ed25519
+// signatures are deterministic, so the recorded streams, proofs included,
+// are the same on every run.
+func testSigner(t *testing.T) *journal.SigningKey {
+	t.Helper()
+	k, err := journal.LoadSigningKey(filepath.Join("testdata", "test-signing-key.pem"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+// trustedKeysFile holds testSigner's public key.
+const trustedKeysFile = "testdata/test-trusted-keys.pem"
+
+// liveArgs are the global flags that read n's journal as the read-only
+// identity, checking proofs with the golden tests' key.
+func liveArgs(n *integration.NATS) []string {
+	return append(append([]string{"--server", n.URL}, n.Auth.ReaderArgs()...), "--trusted-keys", trustedKeysFile)
+}
+
+// offline reads an exported file, checking proofs with the same key.
+func offline(path string) []string {
+	return []string{"--trusted-keys", trustedKeysFile, "--from-file", path}
 }

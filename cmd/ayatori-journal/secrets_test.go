@@ -5,8 +5,11 @@ import (
 	"errors"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/nats-io/nkeys"
 )
 
 // TestMain lets a test run this binary's main() as a child process (the
@@ -62,6 +65,13 @@ func TestConnectionErrorsHideCredentials(t *testing.T) {
 		{"verify"},
 		{"export"},
 	}
+	// An identity, so the client gets as far as dialling the server.
+	kp, _ := nkeys.CreateUser()
+	seed, _ := kp.Seed()
+	seedFile := filepath.Join(t.TempDir(), "reader.nk")
+	if err := os.WriteFile(seedFile, seed, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	for _, server := range servers {
 		for _, c := range commands {
 			for _, viaEnv := range []bool{false, true} {
@@ -71,7 +81,7 @@ func TestConnectionErrorsHideCredentials(t *testing.T) {
 				} else {
 					args = append(args, "--server", server)
 				}
-				args = append(args, "--timeout", "5s")
+				args = append(args, "--timeout", "5s", "--nkey", seedFile)
 				out, code := runBinary(t, env, args...)
 				if strings.Contains(out, canary) {
 					t.Errorf("%v (env %v): the secret is printed:\n%s", args, env, out)

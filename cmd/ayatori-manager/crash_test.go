@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/nats-io/nats.go"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -64,12 +63,17 @@ func TestManagerKilledBetweenIntentAndOutcome(t *testing.T) {
 	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
 		t.Fatalf("build: %v\n%s", err, out)
 	}
+	keys, err := integration.TestJournalKeys()
+	if err != nil {
+		t.Fatal(err)
+	}
 	var logs bytes.Buffer
 	start := func(failpoints string) *exec.Cmd {
-		cmd := exec.Command(bin, "--kubeconfig", cp.KubeconfigPath, "--namespace", "ayatori-system", "--nats-url", n.URL,
+		args := append(append([]string{"--kubeconfig", cp.KubeconfigPath, "--namespace", "ayatori-system", "--nats-url", n.URL,
 			"--postgresql-ca-bundle-path", pg.CAFile, "--metrics-bind-address", "0", "--health-probe-bind-address", "0",
 			"--instance-resync-interval", "1h", "--retry-base", "500ms", "--retry-max", "2s",
-			"--projectors=instance", "--executors=postgresql", "--executor-ack-wait=5s")
+			"--projectors=instance", "--executors=postgresql", "--executor-ack-wait=5s"}, n.Auth.ManagerArgs()...), keys.ManagerJournalArgs()...)
+		cmd := exec.Command(bin, args...)
 		cmd.Env = append(os.Environ(), "AYATORI_FAILPOINTS="+failpoints)
 		cmd.Stdout, cmd.Stderr = &logs, &logs
 		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -94,12 +98,12 @@ func TestManagerKilledBetweenIntentAndOutcome(t *testing.T) {
 	if err := cp.Client.Get(ctx, types.NamespacedName{Name: "crash"}, inst); err != nil {
 		t.Fatal(err)
 	}
-	nc, err := nats.Connect(n.URL)
+	nc, err := n.Connect(journal.IdentityManager)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	store, err := journal.Open(ctx, nc, journal.Config{})
+	store, err := journal.Open(ctx, nc, journal.Config{Signer: integration.JournalSigner(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,7 +25,8 @@ func TestFlagValidation(t *testing.T) {
 	if err := os.WriteFile(ca, []byte("x"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	ok := []string{"--namespace=ayatori-system", "--nats-url=nats://127.0.0.1:4222", "--openbao-address=http://127.0.0.1:8200",
+	ok := []string{"--namespace=ayatori-system", "--nats-url=nats://127.0.0.1:4222", "--nats-nkey=/run/nats/manager.nk",
+		"--journal-signing-key=/run/keys/signing.pem", "--journal-trusted-keys=/run/keys/trusted", "--openbao-address=http://127.0.0.1:8200",
 		"--openbao-auth-role=ayatori", "--external-secret-store-name=ayatori-openbao"}
 	cases := []struct {
 		name string
@@ -46,6 +47,12 @@ func TestFlagValidation(t *testing.T) {
 		{"negative resync", []string{"--instance-resync-interval=-1s"}, "--instance-resync-interval"},
 		{"retry max below base", []string{"--retry-base=10s", "--retry-max=1s"}, "--retry-max"},
 		{"bad nats url", []string{"--nats-url=http://x"}, "--nats-url"},
+		{"no NATS identity", []string{"--nats-nkey="}, "--nats-nkey (or --nats-creds) is required"},
+		{"two NATS identities", []string{"--nats-creds=/run/nats/x.creds"}, "--nats-nkey and --nats-creds: give one"},
+		{"JWT credentials instead of an NKey", []string{"--nats-nkey=", "--nats-creds=/run/nats/x.creds"}, ""},
+		{"client certificate without key", []string{"--nats-tls-cert=/run/c.pem"}, "--nats-tls-cert and --nats-tls-key go together"},
+		{"no signing key", []string{"--journal-signing-key="}, "--journal-signing-key is required"},
+		{"no trusted keys", []string{"--journal-trusted-keys="}, "--journal-trusted-keys is required"},
 		{"missing token file", []string{"--openbao-token-file=/nonexistent/token"}, "--openbao-token-file"},
 		{"missing CA bundle", []string{"--postgresql-ca-bundle-path=/nonexistent/ca.pem"}, "not a readable file"},
 		{"unknown projector", []string{"--projectors=instance,bogus"}, "unknown projector"},
@@ -116,7 +123,8 @@ func TestDomainFlagsOnlyWhenEnabled(t *testing.T) {
 				return nil
 			}}
 	}
-	shared := []string{"--namespace=ayatori-system", "--nats-url=nats://127.0.0.1:4222"}
+	shared := []string{"--namespace=ayatori-system", "--nats-url=nats://127.0.0.1:4222", "--nats-nkey=/run/nats/manager.nk",
+		"--journal-signing-key=/run/keys/signing.pem", "--journal-trusted-keys=/run/keys/trusted"}
 	cases := []struct {
 		name string
 		args []string

@@ -11,6 +11,10 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/nats-io/nkeys"
+
+	"git.ddupan.top/panxiao81/ayatori/integration"
 )
 
 // TestMain lets a test run this binary's main() as a child process (the
@@ -85,8 +89,19 @@ current-context: c
 func TestManagerHidesCredentialsInURLs(t *testing.T) {
 	const canary = "CANARY-mgr-8d41"
 	kubeconfig := discoveryOnlyKubeconfig(t)
-	base := []string{"--kubeconfig", kubeconfig, "--namespace", "ayatori-system", "--metrics-bind-address", "0",
-		"--health-probe-bind-address", "0", "--projectors", "instance", "--executors", "postgresql"}
+	keys, err := integration.TestJournalKeys()
+	if err != nil {
+		t.Fatal(err)
+	}
+	kp, _ := nkeys.CreateUser()
+	seed, _ := kp.Seed()
+	seedFile := filepath.Join(t.TempDir(), "manager.nk")
+	if err := os.WriteFile(seedFile, seed, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	base := append([]string{"--kubeconfig", kubeconfig, "--namespace", "ayatori-system", "--metrics-bind-address", "0",
+		"--health-probe-bind-address", "0", "--projectors", "instance", "--executors", "postgresql", "--nats-nkey", seedFile},
+		keys.ManagerJournalArgs()...)
 	natsURLs := []string{
 		"nats://user:" + canary + "@127.0.0.1:1",
 		"nats://" + canary + "@127.0.0.1:1",

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/nats-io/nats.go"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -127,12 +126,16 @@ func startEnv() (_ *env, err error) {
 	if err := e.cp.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: controllerNS}}); err != nil {
 		return nil, err
 	}
-	nc, err := nats.Connect(e.nats.URL)
+	nc, err := e.nats.Connect(journal.IdentityManager)
 	if err != nil {
 		return nil, err
 	}
 	e.cleanup = append(e.cleanup, nc.Close)
-	if e.store, err = journal.Open(ctx, nc, journal.Config{Actor: "test-manager"}); err != nil {
+	keys, err := integration.TestJournalKeys()
+	if err != nil {
+		return nil, err
+	}
+	if e.store, err = journal.Open(ctx, nc, journal.Config{Actor: "test-manager", Signer: keys.Key}); err != nil {
 		return nil, err
 	}
 	ctrl.SetLogger(zap.New(zap.WriteTo(e.logs), zap.UseDevMode(true)))

@@ -209,12 +209,12 @@ func TestTenantsOnR3Cluster(t *testing.T) {
 	if err := c.WaitStreamCurrent(ctx, stream, time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	nc, err := nats.Connect(s.NATSURL, nats.MaxReconnects(-1))
+	nc, err := s.ConnectNATS(journal.IdentityReader, nats.MaxReconnects(-1))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	store, err := journal.OpenExisting(ctx, nc, journal.Config{})
+	store, err := journal.OpenExisting(ctx, nc, journal.Config{Trust: integration.JournalTrust(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

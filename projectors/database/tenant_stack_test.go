@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/nats-io/nats.go"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -515,12 +514,12 @@ func TestZZTenantCanary(t *testing.T) {
 
 func journalStore(t *testing.T, s *integration.Stack) *journal.Store {
 	t.Helper()
-	nc, err := nats.Connect(s.NATS.URL)
+	nc, err := s.NATS.Connect(journal.IdentityReader)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(nc.Close)
-	st, err := journal.OpenExisting(context.Background(), nc, journal.Config{})
+	st, err := journal.OpenExisting(context.Background(), nc, journal.Config{Trust: integration.JournalTrust(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -65,12 +64,12 @@ func (e *jobEnv) withStore(t *testing.T, fn func(ctx context.Context, store *jou
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	nc, err := nats.Connect(e.s.NATS.URL)
+	nc, err := e.s.NATS.Connect(journal.IdentityReader)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	store, err := journal.OpenExisting(ctx, nc, journal.Config{})
+	store, err := journal.OpenExisting(ctx, nc, journal.Config{Trust: integration.JournalTrust(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

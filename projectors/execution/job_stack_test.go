@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
@@ -606,12 +605,12 @@ func (e *jobEnv) countNotes(t *testing.T, j *v1alpha1.Job, op string) int {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	nc, err := nats.Connect(e.s.NATS.URL)
+	nc, err := e.s.NATS.Connect(journal.IdentityReader)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	store, err := journal.OpenExisting(ctx, nc, journal.Config{})
+	store, err := journal.OpenExisting(ctx, nc, journal.Config{Trust: integration.JournalTrust(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -204,13 +203,13 @@ func startOpenSandboxEnv(t *testing.T) *osEnv {
 	t.Helper()
 	cp := integration.StartControlPlane(t, integration.ControlPlaneOptions{})
 	n := integration.StartNATS(t)
-	nc, err := nats.Connect(n.URL)
+	nc, err := n.Connect(journal.IdentityManager)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(nc.Close)
 	ctx := context.Background()
-	store, err := journal.Open(ctx, nc, journal.Config{Actor: "test-manager"})
+	store, err := journal.Open(ctx, nc, journal.Config{Actor: "test-manager", Signer: integration.JournalSigner(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

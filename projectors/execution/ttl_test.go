@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -34,12 +33,12 @@ func startTTLEnv(t *testing.T) *ttlEnv {
 	skipShort(t)
 	cp := integration.StartControlPlane(t, integration.ControlPlaneOptions{})
 	n := integration.StartNATS(t)
-	nc, err := nats.Connect(n.URL)
+	nc, err := n.Connect(journal.IdentityManager)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(nc.Close)
-	store, err := journal.Open(context.Background(), nc, journal.Config{Actor: "ttl-test"})
+	store, err := journal.Open(context.Background(), nc, journal.Config{Actor: "ttl-test", Signer: integration.JournalSigner(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -62,12 +61,12 @@ func openJournal(t *testing.T) *journal.Store {
 		t.Fatal(err)
 	}
 	t.Cleanup(n.Close)
-	nc, err := nats.Connect(n.URL)
+	nc, err := n.Connect(journal.IdentityManager)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(nc.Close)
-	s, err := journal.Open(context.Background(), nc, journal.Config{Actor: "test"})
+	s, err := journal.Open(context.Background(), nc, journal.Config{Actor: "test", Signer: integration.JournalSigner(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
