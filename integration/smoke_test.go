@@ -73,7 +73,9 @@ func TestSmokeControlPlane(t *testing.T) {
 }
 
 // TestSmokeJetStream proves JetStream is real: Nats-Msg-Id de-duplication and
-// per-subject optimistic concurrency are enforced by the server.
+// per-subject optimistic concurrency are enforced by the server (on the
+// journal's stream name and subjects: the manager identity may use no
+// other).
 func TestSmokeJetStream(t *testing.T) {
 	n := integration.StartNATS(t)
 	ctx := context.Background()
@@ -86,22 +88,22 @@ func TestSmokeJetStream(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: "SMOKE", Subjects: []string{"smoke.>"}, Storage: jetstream.FileStorage}); err != nil {
+	if _, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: journal.DefaultStreamName, Subjects: []string{"ayatori.journal.>"}, Storage: jetstream.FileStorage}); err != nil {
 		t.Fatal(err)
 	}
 	for i := 0; i < 2; i++ {
-		if _, err := js.Publish(ctx, "smoke.a", []byte("x"), jetstream.WithMsgID("same-id")); err != nil {
+		if _, err := js.Publish(ctx, "ayatori.journal.smoke.a", []byte("x"), jetstream.WithMsgID("same-id")); err != nil {
 			t.Fatal(err)
 		}
 	}
-	s, err := js.Stream(ctx, "SMOKE")
+	s, err := js.Stream(ctx, journal.DefaultStreamName)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if info, _ := s.Info(ctx); info.State.Msgs != 1 {
 		t.Fatalf("same Nats-Msg-Id twice stored %d messages, want 1", info.State.Msgs)
 	}
-	if _, err := js.Publish(ctx, "smoke.a", []byte("y"), jetstream.WithExpectLastSequencePerSubject(0)); err == nil {
+	if _, err := js.Publish(ctx, "ayatori.journal.smoke.a", []byte("y"), jetstream.WithExpectLastSequencePerSubject(0)); err == nil {
 		t.Fatal("publish with a stale expected last subject sequence was accepted")
 	} else {
 		var apiErr *jetstream.APIError
@@ -109,7 +111,7 @@ func TestSmokeJetStream(t *testing.T) {
 			t.Fatalf("want wrong-last-sequence error, got %v", err)
 		}
 	}
-	if _, err := js.Publish(ctx, "smoke.a", []byte("z"), jetstream.WithExpectLastSequencePerSubject(1)); err != nil {
+	if _, err := js.Publish(ctx, "ayatori.journal.smoke.a", []byte("z"), jetstream.WithExpectLastSequencePerSubject(1)); err != nil {
 		t.Fatalf("publish with the right expected sequence: %v", err)
 	}
 }

@@ -1,6 +1,7 @@
 package journal
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sort"
@@ -20,7 +21,17 @@ type Dispatcher struct {
 	domain     string
 	ops        map[string]*route
 	persistent map[string]bool
+	guard      Guard
 }
+
+// Guard checks a trusted intent against what the live objects say before
+// its handler runs: the record's proof says the manager wrote it, the
+// guard that its parameters (endpoint, names, credential reference, the
+// object's state) are still what the API holds. A refusal ("" = none) is
+// recorded as one Failed/UntrustedIntent outcome with that message, and
+// nothing runs; an error means the live objects could not be read: the
+// intent is redelivered as after a transient handler error.
+type Guard func(ctx context.Context, intent Record) (refusal string, err error)
 
 type route struct {
 	owner    func(Record) string
@@ -48,6 +59,10 @@ func (d *Dispatcher) Persistent(operations ...string) {
 		d.persistent[op] = true
 	}
 }
+
+// SetGuard installs the domain's guard (see Guard), run before every
+// handler of the dispatcher.
+func (d *Dispatcher) SetGuard(g Guard) { d.guard = g }
 
 // isPersistent reports whether operation was marked Persistent.
 func (d *Dispatcher) isPersistent(operation string) bool { return d.persistent[operation] }
@@ -133,14 +148,32 @@ func (d *Dispatcher) handler(intent Record) (Handler, string) {
 	}
 	if r.owner == nil {
 		for _, h := range r.backends {
-			return h, ""
+			return d.guarded(h), ""
 		}
 	}
 	b := r.owner(intent)
 	if h, ok := r.backends[b]; ok {
-		return h, ""
+		return d.guarded(h), ""
 	}
 	return nil, fmt.Sprintf("no executor handles operation %s for backend %q", intent.Operation, b)
+}
+
+// guarded runs the dispatcher's guard before h.
+func (d *Dispatcher) guarded(h Handler) Handler {
+	g := d.guard
+	if g == nil {
+		return h
+	}
+	return func(ctx context.Context, intent Record) (Outcome, error) {
+		why, err := g(ctx, intent)
+		if err != nil {
+			return Outcome{}, err
+		}
+		if why != "" {
+			return Outcome{Result: Result{Class: Failed, Reason: ReasonUntrustedIntent, Message: "not executed: " + why}}, nil
+		}
+		return h(ctx, intent)
+	}
 }
 
 // HandlerFor returns the handler an intent is routed to, or an error

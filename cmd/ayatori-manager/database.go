@@ -284,7 +284,58 @@ func (o *databaseOptions) setup(_ context.Context, mgr manager.Manager, store *j
 			return cleanup, err
 		}
 	}
+	dispatch.SetGuard(liveDatabaseGuard{cached: mgr.GetClient(), fresh: mgr.GetAPIReader(),
+		cfg: dbcontract.NameConfig{KVMount: o.openBaoKVMount, BasePath: o.openBaoTenantBasePath, StoreName: o.externalSecretStoreName}}.check)
 	return cleanup, sh.consume(mgr, store, databaseDurable, dispatch)
+}
+
+// liveDatabaseGuard runs dbcontract.CheckIntent before every handler of the
+// domain with the objects the intent names: from the manager's cache, and
+// once more from the API server before it refuses (the cache may not have
+// the projector's latest view yet).
+type liveDatabaseGuard struct {
+	cached, fresh client.Reader
+	cfg           dbcontract.NameConfig
+}
+
+func (g liveDatabaseGuard) check(ctx context.Context, rec journal.Record) (string, error) {
+	why, err := g.checkWith(ctx, g.cached, rec)
+	if err != nil || why == "" {
+		return why, err
+	}
+	return g.checkWith(ctx, g.fresh, rec)
+}
+
+func (g liveDatabaseGuard) checkWith(ctx context.Context, r client.Reader, rec journal.Record) (string, error) {
+	var live dbcontract.LiveObjects
+	switch rec.Object.Kind {
+	case "PostgreSQLInstance":
+		inst := &v1alpha1.PostgreSQLInstance{}
+		if err := r.Get(ctx, types.NamespacedName{Name: rec.Object.Name}, inst); err == nil {
+			live.Instance = inst
+		} else if !apierrors.IsNotFound(err) {
+			return "", err
+		}
+	case "PostgreSQLTenant":
+		t := &v1alpha1.PostgreSQLTenant{}
+		if err := r.Get(ctx, types.NamespacedName{Namespace: rec.Object.Namespace, Name: rec.Object.Name}, t); err == nil {
+			live.Tenant = t
+		} else if !apierrors.IsNotFound(err) {
+			return "", err
+		}
+		if uid := dbcontract.IntentInstanceUID(rec); uid != "" {
+			var list v1alpha1.PostgreSQLInstanceList
+			if err := r.List(ctx, &list); err != nil {
+				return "", err
+			}
+			for i := range list.Items {
+				if string(list.Items[i].UID) == uid {
+					live.Instance = &list.Items[i]
+				}
+			}
+		}
+	}
+	return dbcontract.CheckIntent(rec, live, g.cfg), nil
 }
 
 // secretReader reads admin Secrets from the controller namespace only.

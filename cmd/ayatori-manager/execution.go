@@ -11,7 +11,9 @@ import (
 	"strings"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -184,7 +186,31 @@ func (o *executionOptions) setup(_ context.Context, mgr manager.Manager, store *
 			return nil, err
 		}
 	}
+	dispatch.SetGuard(liveJobGuard{cached: mgr.GetClient(), fresh: mgr.GetAPIReader()}.check)
 	return nil, sh.consume(mgr, store, executionDurable, dispatch)
+}
+
+// liveJobGuard runs execution.CheckIntent before every handler of the
+// domain with the Job the intent names: from the manager's cache, and once
+// more from the API server before it refuses.
+type liveJobGuard struct{ cached, fresh client.Reader }
+
+func (g liveJobGuard) check(ctx context.Context, rec journal.Record) (string, error) {
+	why, err := g.checkWith(ctx, g.cached, rec)
+	if err != nil || why == "" {
+		return why, err
+	}
+	return g.checkWith(ctx, g.fresh, rec)
+}
+
+func (g liveJobGuard) checkWith(ctx context.Context, r client.Reader, rec journal.Record) (string, error) {
+	job := &v1alpha1.Job{}
+	if err := r.Get(ctx, types.NamespacedName{Namespace: rec.Object.Namespace, Name: rec.Object.Name}, job); apierrors.IsNotFound(err) {
+		job = nil
+	} else if err != nil {
+		return "", err
+	}
+	return execution.CheckIntent(rec, job), nil
 }
 
 // osHTTPClient is the opensandbox executor's HTTP client: the system

@@ -8,6 +8,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation"
+
+	v1alpha1 "git.ddupan.top/panxiao81/ayatori/api/database/v1alpha1"
 )
 
 // Names Ayatori derives for a Tenant's objects in Kubernetes. The
@@ -79,3 +81,78 @@ var ExternalSecretGVK = schema.GroupVersionKind{Group: "external-secrets.io", Ve
 
 // Keys is the fixed seven-key credential contract (specification §8.3).
 var Keys = []string{"username", "password", "database", "host", "hostaddr", "port", "sslmode"}
+
+// MaxKVSegment is the longest KV path segment Ayatori derives. OpenBao's
+// file storage keeps every path segment as an encoded file name: segments
+// over 107 characters fail with HTTP 500 ("file name too long", measured
+// on the test server). 100 keeps a margin and leaves every path that could
+// be written before unchanged (a Tenant stuck earlier on another name
+// limit keeps its record).
+const MaxKVSegment = 100
+
+// KVSegment is the Tenant name as the last KV path segment: the name itself
+// up to MaxKVSegment characters, else its first 89 characters, "-" and 10
+// hex digits of its SHA-256 (the full name is in the record's metadata).
+func KVSegment(name string) string {
+	if len(name) <= MaxKVSegment {
+		return name
+	}
+	sum := sha256.Sum256([]byte(name))
+	return strings.TrimRight(name[:MaxKVSegment-11], ".-") + "-" + hex.EncodeToString(sum[:])[:10]
+}
+
+// TenantNames are the effective names of a Tenant's objects: the
+// database and role (spec, defaulting to metadata.name), its
+// ExternalSecret and target Secret, and its KV path (relative to the KV
+// mount). The projector builds every intent from them and the executors
+// check every intent against them (CheckIntent).
+type TenantNames struct {
+	Database, Role, ExternalSecret, Secret, KVPath string
+}
+
+// DeriveTenantNames returns t's effective names; basePath is the manager's
+// --openbao-tenant-base-path.
+func DeriveTenantNames(t *v1alpha1.PostgreSQLTenant, basePath string) TenantNames {
+	n := TenantNames{Database: t.Spec.Database, Role: t.Spec.LoginRole, Secret: t.Spec.Credential.SecretName}
+	if n.Database == "" {
+		n.Database = t.Name
+	}
+	if n.Role == "" {
+		n.Role = t.Name
+	}
+	// The ExternalSecret name is shortened (hashed) where ESO needs it; the
+	// default Secret name is always <instanceRef>-<name>-postgresql.
+	n.ExternalSecret = ExternalSecretName(t.Spec.InstanceRef, t.Name)
+	if n.Secret == "" {
+		n.Secret = t.Spec.InstanceRef + "-" + t.Name + "-postgresql"
+	}
+	n.KVPath = strings.Trim(basePath, "/") + "/" + t.Namespace + "/" + KVSegment(t.Name)
+	return n
+}
+
+// InstanceTarget is what an Instance's spec says the executors connect to
+// and with which admin Secret, defaults applied (port 5432, database
+// postgres, sslMode verify-full, keys username and password); the
+// ResourceVersion of the reference is left empty.
+func InstanceTarget(spec v1alpha1.PostgreSQLInstanceSpec) (Endpoint, AdminCredentialRef) {
+	ep := Endpoint{Host: spec.Endpoint.Host, HostAddr: spec.Endpoint.HostAddr, Port: spec.Endpoint.Port,
+		Database: spec.Endpoint.Database, SSLMode: string(spec.Endpoint.SSLMode)}
+	if ep.Port == 0 {
+		ep.Port = 5432
+	}
+	if ep.Database == "" {
+		ep.Database = "postgres"
+	}
+	if ep.SSLMode == "" {
+		ep.SSLMode = string(v1alpha1.SSLModeVerifyFull)
+	}
+	ref := AdminCredentialRef{SecretName: spec.AdminCredentialRef.Name, UsernameKey: spec.AdminCredentialRef.UsernameKey,
+		PasswordKey: spec.AdminCredentialRef.PasswordKey}
+	if ref.UsernameKey == "" {
+		ref.UsernameKey = "username"
+	}
+	if ref.PasswordKey == "" {
+		ref.PasswordKey = "password"
+	}
+	return ep, ref
+}

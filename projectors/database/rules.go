@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	v1alpha1 "git.ddupan.top/panxiao81/ayatori/api/database/v1alpha1"
+	dbcontract "git.ddupan.top/panxiao81/ayatori/contracts/database"
 )
 
 // identifierPattern is the PostgreSQL identifier contract of v1alpha1
@@ -108,20 +109,8 @@ func ValidateInstanceSpec(spec v1alpha1.PostgreSQLInstanceSpec) []string {
 // withDefaults applies the CRD defaults (for objects created without the
 // apiserver's defaulting, e.g. in unit tests).
 func instanceSpecWithDefaults(spec v1alpha1.PostgreSQLInstanceSpec) v1alpha1.PostgreSQLInstanceSpec {
-	if spec.Endpoint.Port == 0 {
-		spec.Endpoint.Port = 5432
-	}
-	if spec.Endpoint.Database == "" {
-		spec.Endpoint.Database = "postgres"
-	}
-	if spec.Endpoint.SSLMode == "" {
-		spec.Endpoint.SSLMode = v1alpha1.SSLModeVerifyFull
-	}
-	if spec.AdminCredentialRef.UsernameKey == "" {
-		spec.AdminCredentialRef.UsernameKey = "username"
-	}
-	if spec.AdminCredentialRef.PasswordKey == "" {
-		spec.AdminCredentialRef.PasswordKey = "password"
-	}
+	ep, ref := dbcontract.InstanceTarget(spec)
+	spec.Endpoint.Port, spec.Endpoint.Database, spec.Endpoint.SSLMode = ep.Port, ep.Database, v1alpha1.SSLMode(ep.SSLMode)
+	spec.AdminCredentialRef.UsernameKey, spec.AdminCredentialRef.PasswordKey = ref.UsernameKey, ref.PasswordKey
 	return spec
 }

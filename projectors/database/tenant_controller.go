@@ -119,20 +119,8 @@ type tenantNames struct {
 }
 
 func (r *TenantReconciler) names(t *v1alpha1.PostgreSQLTenant) tenantNames {
-	n := tenantNames{database: t.Spec.Database, role: t.Spec.LoginRole, secret: t.Spec.Credential.SecretName}
-	if n.database == "" {
-		n.database = t.Name
-	}
-	if n.role == "" {
-		n.role = t.Name
-	}
-	// The ExternalSecret name is shortened (hashed) where ESO needs it; the
-	// default Secret name is always <instanceRef>-<name>-postgresql.
-	n.externalSecret = dbcontract.ExternalSecretName(t.Spec.InstanceRef, t.Name)
-	if n.secret == "" {
-		n.secret = t.Spec.InstanceRef + "-" + t.Name + "-postgresql"
-	}
-	n.kvPath = strings.Trim(r.Config.BasePath, "/") + "/" + t.Namespace + "/" + kvSegment(t.Name)
+	d := dbcontract.DeriveTenantNames(t, r.Config.BasePath)
+	n := tenantNames{database: d.Database, role: d.Role, externalSecret: d.ExternalSecret, secret: d.Secret, kvPath: d.KVPath}
 	n.url = strings.TrimSuffix(r.Config.ConsumerAddress, "/") + "/v1/" + strings.Trim(r.Config.KVMount, "/") + "/data/" + n.kvPath
 	return n
 }

@@ -1,10 +1,6 @@
 package database
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
-	"strings"
-
 	dbcontract "git.ddupan.top/panxiao81/ayatori/contracts/database"
 	"git.ddupan.top/panxiao81/ayatori/journal"
 )
@@ -89,21 +85,8 @@ func credentialDrift(st *journal.State, want dbcontract.CredentialIntent) []stri
 	return out
 }
 
-// maxKVSegment is the longest KV path segment Ayatori derives. OpenBao's
-// file storage keeps every path segment as an encoded file name: segments
-// over 107 characters fail with HTTP 500 ("file name too long", measured
-// on the test server). 100 keeps a margin and leaves every path that could
-// be written before unchanged (a Tenant stuck earlier on another name
-// limit keeps its record).
-const maxKVSegment = 100
+// maxKVSegment is dbcontract.MaxKVSegment.
+const maxKVSegment = dbcontract.MaxKVSegment
 
-// kvSegment is the Tenant name as the last KV path segment: the name itself
-// up to maxKVSegment characters, else its first 89 characters, "-" and 10
-// hex digits of its SHA-256 (the full name is in the record's metadata).
-func kvSegment(name string) string {
-	if len(name) <= maxKVSegment {
-		return name
-	}
-	sum := sha256.Sum256([]byte(name))
-	return strings.TrimRight(name[:maxKVSegment-11], ".-") + "-" + hex.EncodeToString(sum[:])[:10]
-}
+// kvSegment is dbcontract.KVSegment.
+func kvSegment(name string) string { return dbcontract.KVSegment(name) }

@@ -1,0 +1,55 @@
+package execution
+
+import (
+	"fmt"
+
+	v1alpha1 "git.ddupan.top/panxiao81/ayatori/api/execution/v1alpha1"
+	"git.ddupan.top/panxiao81/ayatori/journal"
+)
+
+// CheckIntent compares a trusted intent of the domain with the live Job
+// (nil: none of the record's namespace and name) and returns why it must
+// not run ("" when it may). The record's proof says the manager wrote it;
+// this check bounds what a stolen signing key could do: an intent acts
+// only on the Job with the record's UID, a Cancel only for a reason the
+// live Job gives (its author's cancel, its deadline, its deletion, or the
+// backend's own failure report), a Delete only of a Job being deleted.
+// Ensure re-reads the Job, its class and its parameters in the adapter
+// itself (task digest, parameters UID).
+func CheckIntent(rec journal.Record, job *v1alpha1.Job) string {
+	if rec.Object.Kind != "Job" {
+		return fmt.Sprintf("no %s operation on kind %q", Domain, rec.Object.Kind)
+	}
+	if job == nil || string(job.UID) != rec.Object.UID {
+		return fmt.Sprintf("the Job %s/%s with uid %s does not exist", rec.Object.Namespace, rec.Object.Name, rec.Object.UID)
+	}
+	switch rec.Operation {
+	case OpCancel:
+		var in ExecutionIntent
+		if err := rec.DecodePayload(&in); err != nil {
+			return "the payload does not decode"
+		}
+		switch in.Reason {
+		case StopCancelled:
+			if job.Spec.DesiredState != v1alpha1.JobDesiredStateCancelled {
+				return "a Cancel of a Job whose desiredState is not Cancelled"
+			}
+		case StopDeadlineExceeded:
+			if job.Spec.ActiveDeadlineSeconds == nil {
+				return "a DeadlineExceeded Cancel of a Job without activeDeadlineSeconds"
+			}
+		case StopDeleted:
+			if job.DeletionTimestamp == nil {
+				return "a Deleted Cancel of a Job that is not being deleted"
+			}
+		case StopFailing:
+		default:
+			return fmt.Sprintf("a Cancel with reason %q", in.Reason)
+		}
+	case OpDelete:
+		if job.DeletionTimestamp == nil {
+			return "a Delete of a Job that is not being deleted"
+		}
+	}
+	return ""
+}

@@ -1,0 +1,65 @@
+package execution_test
+
+import (
+	"strings"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	v1alpha1 "git.ddupan.top/panxiao81/ayatori/api/execution/v1alpha1"
+	"git.ddupan.top/panxiao81/ayatori/contracts/execution"
+	"git.ddupan.top/panxiao81/ayatori/journal"
+)
+
+// TestCheckIntent: a Cancel is run only for a reason the live Job gives, a
+// Delete only for a Job being deleted, and nothing for a Job that is gone
+// or was recreated under the same name.
+func TestCheckIntent(t *testing.T) {
+	deadline := int64(60)
+	now := metav1.Now()
+	job := func(edit func(*v1alpha1.Job)) *v1alpha1.Job {
+		j := &v1alpha1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: "ci", Name: "build", UID: "job-1"}}
+		if edit != nil {
+			edit(j)
+		}
+		return j
+	}
+	rec := func(op string, reason execution.StopReason) journal.Record {
+		r, err := journal.NewIntent(journal.ObjectRef{Group: v1alpha1.GroupVersion.Group, Kind: "Job", Namespace: "ci", Name: "build", UID: "job-1", Generation: 1},
+			op, string(reason), 1, execution.ExecutionIntent{Adapter: execution.AdapterKubernetes, Reason: reason})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	cancelled := func(j *v1alpha1.Job) { j.Spec.DesiredState = v1alpha1.JobDesiredStateCancelled }
+	deleting := func(j *v1alpha1.Job) { j.DeletionTimestamp = &now }
+	cases := []struct {
+		name    string
+		rec     journal.Record
+		job     *v1alpha1.Job
+		refused string
+	}{
+		{"observe", rec(execution.OpObserve, ""), job(nil), ""},
+		{"cancel of a cancelled Job", rec(execution.OpCancel, execution.StopCancelled), job(cancelled), ""},
+		{"cancel of a running Job", rec(execution.OpCancel, execution.StopCancelled), job(nil), "desiredState"},
+		{"deadline cancel", rec(execution.OpCancel, execution.StopDeadlineExceeded), job(func(j *v1alpha1.Job) { j.Spec.ActiveDeadlineSeconds = &deadline }), ""},
+		{"deadline cancel without a deadline", rec(execution.OpCancel, execution.StopDeadlineExceeded), job(nil), "activeDeadlineSeconds"},
+		{"deleted cancel", rec(execution.OpCancel, execution.StopDeleted), job(deleting), ""},
+		{"deleted cancel of a live Job", rec(execution.OpCancel, execution.StopDeleted), job(nil), "not being deleted"},
+		{"failing cancel", rec(execution.OpCancel, execution.StopFailing), job(nil), ""},
+		{"cancel without a reason", rec(execution.OpCancel, ""), job(nil), "reason"},
+		{"delete of a Job being deleted", rec(execution.OpDelete, ""), job(deleting), ""},
+		{"delete of a live Job", rec(execution.OpDelete, ""), job(nil), "not being deleted"},
+		{"a gone Job", rec(execution.OpObserve, ""), nil, "does not exist"},
+		{"a recreated Job", rec(execution.OpDelete, ""), job(func(j *v1alpha1.Job) { j.UID = "job-2"; j.DeletionTimestamp = &now }), "does not exist"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got := execution.CheckIntent(tc.rec, tc.job)
+			if tc.refused == "" && got != "" || tc.refused != "" && !strings.Contains(got, tc.refused) {
+				t.Fatalf("CheckIntent = %q, want %q", got, tc.refused)
+			}
+		})
+	}
+}
