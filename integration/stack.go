@@ -94,8 +94,8 @@ type Stack struct {
 	// JournalKeys sign the manager's records (journal.SigningKey).
 	JournalKeys *JournalKeys
 	PG          *Postgres
-	Bao     *OpenBao
-	ESO     *ExternalSecrets
+	Bao         *OpenBao
+	ESO         *ExternalSecrets
 	// ControllerTokenFile holds the manager's OpenBao token (policy limited
 	// to the tenant base path; development token-file auth).
 	ControllerTokenFile string
