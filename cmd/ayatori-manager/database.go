@@ -62,6 +62,7 @@ const (
 // databaseOptions are the database domain's flags.
 type databaseOptions struct {
 	openBaoAddress          string
+	openBaoAllowPlainHTTP   bool
 	openBaoConsumerAddress  string
 	openBaoAuthMount        string
 	openBaoAuthRole         string
@@ -94,6 +95,7 @@ func newDatabaseDomain() *domain {
 
 func (o *databaseOptions) bind(fs *flag.FlagSet) {
 	fs.StringVar(&o.openBaoAddress, "openbao-address", "", "OpenBao API address the controller uses (absolute http(s) URL); required by the Tenant components")
+	fs.BoolVar(&o.openBaoAllowPlainHTTP, "openbao-allow-plain-http", false, "allow an http:// --openbao-address on a non-loopback host (the token and passwords cross the network unencrypted: development only)")
 	fs.StringVar(&o.openBaoConsumerAddress, "openbao-consumer-address", "", "OpenBao API address written to Tenant status for consumers (default: --openbao-address)")
 	fs.StringVar(&o.openBaoAuthMount, "openbao-auth-mount", "kubernetes", "Kubernetes auth mount (mount-relative path)")
 	fs.StringVar(&o.openBaoAuthRole, "openbao-auth-role", "", "Kubernetes auth role of the controller's ServiceAccount")
@@ -172,6 +174,11 @@ func (o *databaseOptions) validate(on selection) []error {
 			bad("%s: %v", name, err)
 		}
 	}
+	if o.openBaoAddress != "" && validateHTTPURL(o.openBaoAddress) == nil {
+		if err := baoexec.CheckTransport(o.openBaoAddress, o.openBaoAllowPlainHTTP); err != nil {
+			bad("--openbao-address: %v", err)
+		}
+	}
 	for name, v := range map[string]string{"--openbao-auth-mount": o.openBaoAuthMount, "--openbao-kv-mount": o.openBaoKVMount} {
 		if err := validateMountPath(v, false); err != nil {
 			bad("%s: %v", name, err)
@@ -237,7 +244,7 @@ func (o *databaseOptions) setup(_ context.Context, mgr manager.Manager, store *j
 		if o.openBaoTokenFile != "" {
 			auth = baoexec.TokenFileAuth{Path: o.openBaoTokenFile}
 		}
-		bc, err := baoexec.NewClient(o.openBaoAddress, auth, sh.reconcileTimeout)
+		bc, err := baoexec.NewClient(o.openBaoAddress, auth, sh.reconcileTimeout, o.openBaoAllowPlainHTTP)
 		if err != nil {
 			return nil, redact.Error(err, o.openBaoAddress)
 		}

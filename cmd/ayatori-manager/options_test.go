@@ -39,6 +39,8 @@ func TestFlagValidation(t *testing.T) {
 		{"missing namespace", []string{"--namespace="}, "--namespace"},
 		{"relative openbao URL", []string{"--openbao-address=bao:8200"}, "absolute http or https"},
 		{"userinfo", []string{"--openbao-address=https://root:pw@bao"}, "user information"},
+		{"plain HTTP OpenBao off loopback", []string{"--openbao-address=http://bao.home.arpa:8200"}, "plain HTTP to bao.home.arpa"},
+		{"plain HTTP OpenBao allowed explicitly", []string{"--openbao-address=http://bao.home.arpa:8200", "--openbao-allow-plain-http"}, ""},
 		{"query", []string{"--openbao-address=https://bao/?token=x"}, "query"},
 		{"mount with leading slash", []string{"--openbao-kv-mount=/kv"}, "mount-relative"},
 		{"dot segment", []string{"--openbao-tenant-base-path=a/../b"}, "'..'"},

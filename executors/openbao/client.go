@@ -7,7 +7,10 @@ package openbao
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net"
+	"net/url"
 	"os"
 	"strings"
 	"sync"
@@ -77,7 +80,14 @@ type Client struct {
 
 // NewClient creates a client for address (no request retries: the journal
 // consumer retries).
-func NewClient(address string, auth Auth, timeout time.Duration) (*Client, error) {
+//
+// An http:// address is refused unless its host is a loopback address or
+// allowPlainHTTP is set: the client's token and every password it writes
+// or reads would cross the network in plain text.
+func NewClient(address string, auth Auth, timeout time.Duration, allowPlainHTTP bool) (*Client, error) {
+	if err := CheckTransport(address, allowPlainHTTP); err != nil {
+		return nil, err
+	}
 	cfg := bao.DefaultConfig()
 	cfg.Address = address
 	cfg.MaxRetries = 0
@@ -90,6 +100,23 @@ func NewClient(address string, auth Auth, timeout time.Duration) (*Client, error
 	}
 	c.ClearToken()
 	return &Client{c: c, auth: auth}, nil
+}
+
+// CheckTransport refuses an http:// OpenBao address whose host is not a
+// loopback address (127.0.0.0/8, ::1, localhost), unless allowPlainHTTP.
+func CheckTransport(address string, allowPlainHTTP bool) error {
+	u, err := url.Parse(address)
+	if err != nil {
+		return errors.New("openbao: the address is not a URL")
+	}
+	if u.Scheme != "http" || allowPlainHTTP {
+		return nil
+	}
+	host := u.Hostname()
+	if ip := net.ParseIP(host); host == "localhost" || ip != nil && ip.IsLoopback() {
+		return nil
+	}
+	return fmt.Errorf("openbao: %s is plain HTTP to %s: the token and the Tenants' passwords would cross the network unencrypted; use https, or allow it explicitly (--openbao-allow-plain-http)", u.Scheme, host)
 }
 
 // do runs fn with a valid token, logging in (again) when needed.

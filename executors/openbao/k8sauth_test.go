@@ -89,7 +89,7 @@ path "kv/metadata/postgresql-tenants/*" { capabilities = ["create", "read", "upd
 		}
 		return p
 	}
-	c, err := openbao.NewClient(ob.Address, openbao.KubernetesAuth{Mount: "kubernetes", Role: "ayatori", TokenPath: write("manager", managerToken)}, 10*time.Second)
+	c, err := openbao.NewClient(ob.Address, openbao.KubernetesAuth{Mount: "kubernetes", Role: "ayatori", TokenPath: write("manager", managerToken)}, 10*time.Second, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,7 +106,7 @@ path "kv/metadata/postgresql-tenants/*" { capabilities = ["create", "read", "upd
 		t.Fatalf("write outside the base path: want denied, got %v", err)
 	}
 	// Another ServiceAccount's token is refused at login.
-	ic, _ := openbao.NewClient(ob.Address, openbao.KubernetesAuth{Mount: "kubernetes", Role: "ayatori", TokenPath: write("intruder", token("intruder"))}, 10*time.Second)
+	ic, _ := openbao.NewClient(ob.Address, openbao.KubernetesAuth{Mount: "kubernetes", Role: "ayatori", TokenPath: write("intruder", token("intruder"))}, 10*time.Second, false)
 	_, err = (&openbao.Store{Client: ic}).Write(ctx, in, openbao.Owner{InstanceUID: "i", TenantUID: "t", Namespace: "app", Name: "app"})
 	if err == nil {
 		t.Fatal("a token of another ServiceAccount logged in")
@@ -127,7 +127,7 @@ path "kv/metadata/postgresql-tenants/*" { capabilities = ["create", "read", "upd
 	}); err != nil {
 		t.Fatal(err)
 	}
-	ac, _ := openbao.NewClient(ob.Address, openbao.KubernetesAuth{Mount: "kubernetes", Role: "aud", TokenPath: write("manager2", managerToken)}, 10*time.Second)
+	ac, _ := openbao.NewClient(ob.Address, openbao.KubernetesAuth{Mount: "kubernetes", Role: "aud", TokenPath: write("manager2", managerToken)}, 10*time.Second, false)
 	_, err = (&openbao.Store{Client: ac}).Write(ctx, in, openbao.Owner{InstanceUID: "i", TenantUID: "t", Namespace: "app", Name: "app"})
 	if !errors.As(err, &f) || !strings.Contains(f.Message, "Kubernetes auth login") || !strings.Contains(f.Message, "role aud") || !strings.Contains(f.Message, "HTTP ") {
 		t.Fatalf("wrong audience: want a Kubernetes auth login failure naming the role and status, got %v", err)

@@ -23,7 +23,7 @@ func TestCredentialStore(t *testing.T) {
 	if err := os.WriteFile(tokenFile, []byte(ob.RootToken), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	c, err := openbao.NewClient(ob.Address, openbao.TokenFileAuth{Path: tokenFile}, 10*time.Second)
+	c, err := openbao.NewClient(ob.Address, openbao.TokenFileAuth{Path: tokenFile}, 10*time.Second, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +92,7 @@ func newStore(t *testing.T) (*openbao.Store, *integration.OpenBao) {
 	if err := os.WriteFile(tokenFile, []byte(ob.RootToken), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	c, err := openbao.NewClient(ob.Address, openbao.TokenFileAuth{Path: tokenFile}, 10*time.Second)
+	c, err := openbao.NewClient(ob.Address, openbao.TokenFileAuth{Path: tokenFile}, 10*time.Second, false)
 	if err != nil {
 		t.Fatal(err)
 	}

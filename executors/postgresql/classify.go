@@ -91,6 +91,20 @@ func Classify(err error) *dbcontract.Failure {
 	case errors.As(err, &verifyErr):
 		return &dbcontract.Failure{Reason: dbcontract.ReasonAuthenticationFailed, Message: "TLS: the server certificate could not be verified", Cause: err}
 	}
+	if msg := err.Error(); strings.Contains(msg, "require_auth check failed") {
+		method := "another method"
+		if _, rest, ok := strings.Cut(msg, "server requested "); ok {
+			method, _, _ = strings.Cut(rest, " authentication")
+		}
+		if strings.Contains(msg, "did not complete authentication") {
+			method = "no authentication"
+		}
+		return &dbcontract.Failure{Reason: dbcontract.ReasonAuthenticationFailed,
+			Message: "the server asked for " + method + "; Ayatori authenticates only with SCRAM-SHA-256 and sent no password (set the role's pg_hba.conf method to scram-sha-256)", Cause: err}
+	} else if strings.Contains(msg, "channel binding") {
+		return &dbcontract.Failure{Reason: dbcontract.ReasonAuthenticationFailed,
+			Message: "the server did not authenticate with SCRAM channel binding (SCRAM-SHA-256-PLUS) over TLS; no password was sent", Cause: err}
+	}
 	if strings.Contains(err.Error(), "server refused TLS connection") {
 		return &dbcontract.Failure{Reason: dbcontract.ReasonAuthenticationFailed, Message: "TLS: the server does not accept TLS connections but sslMode requires TLS", Cause: err}
 	}

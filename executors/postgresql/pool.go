@@ -196,6 +196,17 @@ func connConfig(ep dbcontract.Endpoint, database, user, password string, params 
 		return nil, err
 	}
 	cfg.TLSConfig = tlsCfg
+	// A password goes only to a server that proves it knows it: SCRAM-SHA-256
+	// is the only method accepted (a server asking for cleartext, md5 or
+	// nothing is refused before anything is sent), and over TLS the
+	// exchange must be bound to the channel (SCRAM-SHA-256-PLUS,
+	// tls-server-end-point), so a man in the middle with another
+	// certificate can not relay it.
+	cfg.RequireAuth = "scram-sha-256"
+	cfg.ChannelBinding = "disable"
+	if tlsCfg != nil {
+		cfg.ChannelBinding = "require"
+	}
 	if ep.HostAddr != "" {
 		addr := ep.HostAddr
 		cfg.LookupFunc = func(context.Context, string) ([]string, error) { return []string{addr}, nil }
@@ -213,7 +224,7 @@ func connConfig(ep dbcontract.Endpoint, database, user, password string, params 
 const pinnedConnString = "host=127.0.0.1 port=5432 dbname=postgres user=ayatori password=unused passfile=/dev/null " +
 	"sslmode=disable sslcertmode=disable sslsni=0 sslkey='' sslcert='' sslrootcert='' sslpassword=unused " +
 	"sslnegotiation=postgres application_name=ayatori-manager connect_timeout=10 target_session_attrs=any options='' timezone='' " +
-	"min_protocol_version=3.0 max_protocol_version=3.0 channel_binding=prefer require_auth=''"
+	"min_protocol_version=3.0 max_protocol_version=3.0 channel_binding=prefer require_auth=scram-sha-256"
 
 // LibpqEnvironment lists the environment variables libpq and pgx read
 // (PG*), in this process's environment: names only, never values.

@@ -128,6 +128,21 @@ func TestInstanceTLSAndAuthFailures(t *testing.T) {
 		e.instance(t, "tls-disable", "tls-admin", func(i *v1alpha1.PostgreSQLInstance) { on2(i); i.Spec.Endpoint.SSLMode = v1alpha1.SSLModeDisable })
 		e.waitReady(t, "tls-disable", metav1.ConditionFalse, "AuthenticationFailed", 30*time.Second)
 	})
+	t.Run("a server that asks for the admin password in cleartext", func(t *testing.T) {
+		restore, err := pg2.PrependHBA("hostssl all ayatori_admin all password")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = restore() }()
+		e.instance(t, "auth-cleartext", "tls-admin", on2)
+		got := e.waitReady(t, "auth-cleartext", metav1.ConditionFalse, "AuthenticationFailed", 30*time.Second)
+		if msg := readyMessage(got); !strings.Contains(msg, "asked for password") || !strings.Contains(msg, "sent no password") {
+			t.Fatalf("message %q", msg)
+		}
+		if log, err := pg2.ReadLog(ctx); err == nil && strings.Contains(string(log), adminCanary) {
+			t.Fatal("the admin password reached the server")
+		}
+	})
 	t.Run("certificate without the hostaddr IP SAN", func(t *testing.T) {
 		if err := pg2.ReplaceServerCert(e.pg.CA, []string{"localhost"}, []string{"192.0.2.1"}); err != nil {
 			t.Fatal(err)

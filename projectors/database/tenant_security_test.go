@@ -365,6 +365,35 @@ func TestTenantLoginRejectedByHBA(t *testing.T) {
 	waitTenant(t, s, namespace, name, metav1.ConditionTrue, "Ready", 2*time.Minute)
 }
 
+// TestTenantCleartextAuthRefused: a pg_hba.conf rule that makes the server
+// ask the Tenant role for its password in cleartext gets no password from
+// the login proof (SCRAM only); the Tenant says why, and is Ready again once
+// the rule is gone.
+func TestTenantCleartextAuthRefused(t *testing.T) {
+	s := getStack(t)
+	const namespace, name = "cleartext", "plainauth"
+	newTenant(t, s, namespace, name, nil)
+	waitTenant(t, s, namespace, name, metav1.ConditionTrue, "Ready", 2*time.Minute)
+	password, _ := kvPassword(t, s, namespace, name)
+	restore, err := s.PG.PrependHBA("hostssl all " + name + " all password")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = restore() }()
+	wipeStatus(t, s, namespace, name)
+	got := waitTenant(t, s, namespace, name, metav1.ConditionFalse, v1alpha1.ReasonProvisioningFailed, time.Minute)
+	if msg := tenantReadyMessage(got); !strings.Contains(msg, "asked for password") || !strings.Contains(msg, "sent no password") {
+		t.Fatalf("message %q", msg)
+	}
+	if log, err := s.PG.ReadLog(context.Background()); err != nil || strings.Contains(string(log), password) {
+		t.Fatalf("the Tenant's password reached the server's log (%v)", err)
+	}
+	if err := restore(); err != nil {
+		t.Fatal(err)
+	}
+	waitTenant(t, s, namespace, name, metav1.ConditionTrue, "Ready", 2*time.Minute)
+}
+
 // TestTenantTwoInstancesOneServerRace (issue 10 §2): two Instances register
 // the same server and two Tenants claim the same names through them, both
 // claims landing before either creates anything. Exactly one creates the
