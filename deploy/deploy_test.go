@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -20,6 +21,7 @@ import (
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 
 	"git.ddupan.top/panxiao81/ayatori/integration"
+	"git.ddupan.top/panxiao81/ayatori/internal/bootstrap"
 )
 
 func render(t *testing.T, overlay string) []*unstructured.Unstructured {
@@ -68,7 +70,7 @@ func TestOverlaysRenderAndDryRun(t *testing.T) {
 				t.Errorf("%s: server-side dry-run of %s %s/%s: %v", overlay, o.GetKind(), o.GetNamespace(), o.GetName(), err)
 			}
 		}
-		for _, want := range []string{"Deployment/ayatori-manager", "StatefulSet/ayatori-nats", "ConfigMap/ayatori-nats-config",
+		for _, want := range []string{"Deployment/ayatori-manager", "StatefulSet/ayatori-nats", "ConfigMap/ayatori-nats-config", "NetworkPolicy/ayatori-nats",
 			"Service/ayatori-nats-headless", "PodDisruptionBudget/ayatori-nats",
 			"ClusterRole/ayatori-manager", "Role/ayatori-manager", "Service/ayatori-manager-metrics", "CustomResourceDefinition/postgresqltenants.database.ayatori.ddupan.top",
 			"CustomResourceDefinition/postgresqlinstances.database.ayatori.ddupan.top",
@@ -87,9 +89,11 @@ func TestOverlaysRenderAndDryRun(t *testing.T) {
 	}
 	for _, o := range render(t, "overlays/prod") {
 		if o.GetKind() == "ConfigMap" && o.GetName() == "ayatori-nats-config" {
-			conf, _, _ := unstructured.NestedString(o.Object, "data", "nats.conf")
-			if !strings.Contains(conf, "sync_interval: always") {
-				t.Fatal("NATS is not configured with sync_interval: always")
+			for _, name := range []string{"nats.conf", "nats-cluster.conf"} {
+				conf, _, _ := unstructured.NestedString(o.Object, "data", name)
+				if !strings.Contains(conf, "sync_interval: always") {
+					t.Fatalf("NATS (%s) is not configured with sync_interval: always", name)
+				}
 			}
 		}
 		if o.GetKind() == "Role" {
@@ -115,11 +119,12 @@ func TestProdJournalCluster(t *testing.T) {
 	for _, overlay := range []string{"overlays/dev", "overlays/prod"} {
 		prod := overlay == "overlays/prod"
 		var conf string
-		var args []string
+		var files map[string]any
+		var args, natsArgs []string
 		for _, o := range render(t, overlay) {
 			switch {
 			case o.GetKind() == "ConfigMap" && o.GetName() == "ayatori-nats-config":
-				conf, _, _ = unstructured.NestedString(o.Object, "data", "nats.conf")
+				files, _, _ = unstructured.NestedMap(o.Object, "data")
 			case o.GetKind() == "StatefulSet" && o.GetName() == "ayatori-nats":
 				// kustomize renders ints as int, which the Nested* copies refuse.
 				replicas, _, _ := unstructured.NestedFieldNoCopy(o.Object, "spec", "replicas")
@@ -135,12 +140,23 @@ func TestProdJournalCluster(t *testing.T) {
 				if prod && !anti {
 					t.Errorf("%s: the NATS servers may share a node", overlay)
 				}
+				cs, _, _ := unstructured.NestedFieldNoCopy(o.Object, "spec", "template", "spec", "containers")
+				for _, a := range cs.([]any)[0].(map[string]any)["args"].([]any) {
+					natsArgs = append(natsArgs, a.(string))
+				}
 			case o.GetKind() == "Deployment" && o.GetName() == "ayatori-manager":
 				cs, _, _ := unstructured.NestedFieldNoCopy(o.Object, "spec", "template", "spec", "containers")
 				for _, a := range cs.([]any)[0].(map[string]any)["args"].([]any) {
 					args = append(args, a.(string))
 				}
 			}
+		}
+		if len(natsArgs) != 2 || natsArgs[0] != "--config" || !strings.HasPrefix(natsArgs[1], "/etc/nats/conf/") {
+			t.Fatalf("%s: the NATS servers run %v", overlay, natsArgs)
+		}
+		conf, _ = files[strings.TrimPrefix(natsArgs[1], "/etc/nats/conf/")].(string)
+		if !strings.Contains(conf, `include "auth.conf"`) || !strings.Contains(conf, "tls {") {
+			t.Errorf("%s: the NATS configuration has no auth.conf or no TLS:\n%s", overlay, conf)
 		}
 		joined := strings.Join(args, " ")
 		if !strings.Contains(conf, "sync_interval: always") {
@@ -149,7 +165,7 @@ func TestProdJournalCluster(t *testing.T) {
 		if prod {
 			for i := 0; i < 3; i++ {
 				route := fmt.Sprintf("nats://ayatori-nats-%d.ayatori-nats-headless:6222", i)
-				client := fmt.Sprintf("nats://ayatori-nats-%d.ayatori-nats-headless:4222", i)
+				client := fmt.Sprintf("tls://ayatori-nats-%d.ayatori-nats-headless:4222", i)
 				if !strings.Contains(conf, route) || !strings.Contains(joined, client) {
 					t.Errorf("%s: server %d missing from the routes or the manager's --nats-url", overlay, i)
 				}
@@ -160,15 +176,31 @@ func TestProdJournalCluster(t *testing.T) {
 			if !strings.Contains(conf, "cluster {") || !strings.Contains(joined, "--journal-replicas=3") {
 				t.Errorf("%s: no cluster block or no --journal-replicas=3 (args %s)", overlay, joined)
 			}
-		} else if strings.Contains(conf, "cluster") || strings.Contains(joined, "--journal-replicas") {
+		} else if strings.Contains(conf, "cluster {") || strings.Contains(joined, "--journal-replicas") {
 			t.Errorf("%s: dev runs one server with an R1 journal", overlay)
 		}
-		path := filepath.Join(t.TempDir(), "nats.conf")
-		if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
+		// The pinned nats-server checks the files the pods run, with the
+		// trust material ayatori-bootstrap makes in the Secrets' place.
+		dir := t.TempDir()
+		m, err := bootstrap.NewNATS(bootstrap.ClusterNames("ayatori-system"), nil, time.Hour)
+		if err != nil {
 			t.Fatal(err)
 		}
+		for name, data := range map[string][]byte{"tls.crt": m.ServerCert, "tls.key": m.ServerKey, "ca.crt": m.CACert} {
+			if err := os.WriteFile(filepath.Join(dir, name), data, 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for name, v := range files {
+			text := strings.ReplaceAll(v.(string), "/etc/nats/tls/", dir+"/")
+			text = strings.ReplaceAll(text, `"/data/jetstream"`, `"`+filepath.Join(dir, "js")+`"`)
+			if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		path := filepath.Join(dir, strings.TrimPrefix(natsArgs[1], "/etc/nats/conf/"))
 		cmd := exec.Command(natsServer, "-t", "-c", path)
-		cmd.Env = append(os.Environ(), "SERVER_NAME=ayatori-nats-0")
+		cmd.Env = append(os.Environ(), "SERVER_NAME=ayatori-nats-0", "AYATORI_NATS_MANAGER_NKEY="+m.ManagerPublic, "AYATORI_NATS_READER_NKEY="+m.ReaderPublic)
 		if out, err := cmd.CombinedOutput(); err != nil {
 			t.Errorf("%s: nats-server -t rejects nats.conf: %v\n%s\n%s", overlay, err, out, conf)
 		}

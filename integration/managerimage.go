@@ -72,7 +72,9 @@ func (s *Stack) StartManagerContainer(ctx context.Context, image string, extra .
 	if err := os.MkdirAll(files, 0o700); err != nil {
 		return nil, err
 	}
-	for name, src := range map[string]string{"kubeconfig": s.CP.KubeconfigPath, "postgresql-ca.crt": s.PG.CAFile, "openbao-token": s.ControllerTokenFile} {
+	for name, src := range map[string]string{"kubeconfig": s.CP.KubeconfigPath, "postgresql-ca.crt": s.PG.CAFile, "openbao-token": s.ControllerTokenFile,
+		"nats-manager.nk": s.NATSAuth.ManagerSeedFile, "nats-ca.crt": s.NATSAuth.CAFile,
+		"journal-signing.pem": s.JournalKeys.SigningKeyFile, "journal-trusted.pem": s.JournalKeys.TrustedKeysFile} {
 		b, err := os.ReadFile(src)
 		if err != nil {
 			return nil, err
@@ -88,7 +90,8 @@ func (s *Stack) StartManagerContainer(ctx context.Context, image string, extra .
 		"--postgresql-ca-bundle-path", mnt + "/postgresql-ca.crt", "--metrics-bind-address", fmt.Sprintf("127.0.0.1:%d", port), "--health-probe-bind-address", "0",
 		"--retry-base", "1s", "--retry-max", "10s",
 		"--openbao-address", s.Bao.Address, "--openbao-token-file", mnt + "/openbao-token", "--openbao-kv-mount", KVMount,
-		"--external-secret-store-name", StoreName}, s.opts.ManagerArgs...)
+		"--external-secret-store-name", StoreName, "--nats-nkey", mnt + "/nats-manager.nk", "--nats-tls-ca", mnt + "/nats-ca.crt",
+		"--journal-signing-key", mnt + "/journal-signing.pem", "--journal-trusted-keys", mnt + "/journal-trusted.pem"}, s.opts.ManagerArgs...)
 	args = append(args, extra...)
 	logs := &containerLog{path: m.Log}
 	tcLoopbackHost()

@@ -5,11 +5,12 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nkeys"
 
 	natsdeploy "git.ddupan.top/panxiao81/ayatori/deploy/nats"
+	"git.ddupan.top/panxiao81/ayatori/internal/bootstrap"
 	"git.ddupan.top/panxiao81/ayatori/journal"
 )
 
@@ -31,44 +32,25 @@ type NATSAuth struct {
 	ManagerSeedFile, ReaderSeedFile string
 	// ManagerPublic and ReaderPublic are their public keys (the server's).
 	ManagerPublic, ReaderPublic string
-	// CA issued the server certificate (tests issue more with it).
-	CA *CA
 }
 
-// NewNATSAuth makes a CA, a server certificate for 127.0.0.1/localhost
-// and the two identities' NKeys under dir.
+// NewNATSAuth makes the material as ayatori-bootstrap does
+// (internal/bootstrap), for a server on 127.0.0.1/localhost, under dir.
 func NewNATSAuth(dir string) (*NATSAuth, error) {
 	a := &NATSAuth{Dir: dir, TLSDir: filepath.Join(dir, "tls")}
 	if err := os.MkdirAll(a.TLSDir, 0o700); err != nil {
 		return nil, err
 	}
-	ca, err := NewCA("ayatori-test NATS CA")
-	if err != nil {
-		return nil, err
-	}
-	a.CA = ca
-	cert, err := ca.IssuePeer([]string{"localhost"}, []string{"127.0.0.1"})
+	m, err := bootstrap.NewNATS([]string{"localhost"}, []string{"127.0.0.1"}, 24*time.Hour)
 	if err != nil {
 		return nil, err
 	}
 	a.CAFile = filepath.Join(a.TLSDir, "ca.crt")
-	for name, data := range map[string][]byte{"ca.crt": ca.CertPEM, "tls.crt": cert.CertPEM, "tls.key": cert.KeyPEM} {
-		if err := os.WriteFile(filepath.Join(a.TLSDir, name), data, 0o600); err != nil {
-			return nil, err
-		}
-	}
-	for _, id := range []struct {
-		file, pub *string
-		name      string
-	}{{&a.ManagerSeedFile, &a.ManagerPublic, "manager"}, {&a.ReaderSeedFile, &a.ReaderPublic, "reader"}} {
-		kp, err := nkeys.CreateUser()
-		if err != nil {
-			return nil, err
-		}
-		seed, _ := kp.Seed()
-		*id.pub, _ = kp.PublicKey()
-		*id.file = filepath.Join(dir, id.name+".nk")
-		if err := os.WriteFile(*id.file, seed, 0o600); err != nil {
+	a.ManagerSeedFile, a.ReaderSeedFile = filepath.Join(dir, "manager.nk"), filepath.Join(dir, "reader.nk")
+	a.ManagerPublic, a.ReaderPublic = m.ManagerPublic, m.ReaderPublic
+	for path, data := range map[string][]byte{a.CAFile: m.CACert, filepath.Join(a.TLSDir, "tls.crt"): m.ServerCert,
+		filepath.Join(a.TLSDir, "tls.key"): m.ServerKey, a.ManagerSeedFile: m.ManagerSeed, a.ReaderSeedFile: m.ReaderSeed} {
+		if err := os.WriteFile(path, data, 0o600); err != nil {
 			return nil, err
 		}
 	}

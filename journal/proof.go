@@ -214,9 +214,15 @@ func (t *TrustedKeys) IDs() []string {
 	return out
 }
 
-// Add trusts one more key (the signer's own, for a Store given only a
-// signing key).
-func (t *TrustedKeys) add(pub ed25519.PublicKey) { t.keys[KeyID(pub)] = pub }
+// PEMs returns every trusted key as a PEM "PUBLIC KEY" block, by key ID.
+func (t *TrustedKeys) PEMs() map[string]string {
+	out := make(map[string]string, len(t.keys))
+	for id, pub := range t.keys {
+		der, _ := x509.MarshalPKIXPublicKey(pub)
+		out[id] = string(pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der}))
+	}
+	return out
+}
 
 func (t *TrustedKeys) verify(context string, p *Proof, canonical []byte) error {
 	if p == nil {
