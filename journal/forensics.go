@@ -90,8 +90,9 @@ type Violation struct {
 // add their own with RegisterInvariant.
 const (
 	RuleOutcomeWithoutIntent = "outcome-without-intent"
-	// RuleUntrustedIntentRefused: someone other than the manager wrote an
-	// intent, and an executor refused it (Failed/UntrustedIntent).
+	// RuleUntrustedIntentRefused: an executor refused an intent
+	// (Failed/UntrustedIntent): someone other than the manager wrote it, or
+	// its parameters contradict the live objects.
 	RuleUntrustedIntentRefused = "untrusted-intent-refused"
 	RuleConflictingOutcomes    = "intent-executed-twice-with-different-results"
 	RuleDuplicateRecordID      = "duplicate-record-id"
@@ -230,6 +231,12 @@ func verifyUID(uid string, recs []Record) []Violation {
 				add(RuleUntrustedIntentRefused, obj, fmt.Sprintf("an executor refused an intent without a valid proof of origin (%s): %s",
 					strings.TrimPrefix(r.CausationID, r.Object.UID+"/untrusted/"), r.Result.Message), r.Sequence)
 				continue
+			}
+			if r.Result.Reason == ReasonUntrustedIntent {
+				// Signed, but the live objects contradict it: a race with a
+				// change of the object, or a stolen signing key.
+				add(RuleUntrustedIntentRefused, obj, fmt.Sprintf("an executor refused %s intent %s, which the live objects contradict: %s",
+					r.Operation, r.CausationID, r.Result.Message), intents[r.CausationID].Sequence, r.Sequence)
 			}
 			if _, ok := intents[r.CausationID]; !ok {
 				add(RuleOutcomeWithoutIntent, obj, fmt.Sprintf("outcome of %s has no earlier intent", r.CausationID), r.Sequence)

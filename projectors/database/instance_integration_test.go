@@ -70,7 +70,7 @@ func TestInstanceReady(t *testing.T) {
 		t.Fatalf("journal: intents %v outcomes %v", intents, outcomes)
 	}
 	// The forensics CLI shows the pairs.
-	out, err := exec.Command("go", "run", "../../cmd/ayatori-journal", "--server", e.nats.URL, "timeline", "--uid", string(inst.UID)).CombinedOutput()
+	out, err := exec.Command("go", append(append([]string{"run", "../../cmd/ayatori-journal", "--server", e.nats.URL}, e.nats.Auth.ReaderArgs()...), "timeline", "--uid", string(inst.UID))...).CombinedOutput()
 	if err != nil {
 		t.Fatalf("ayatori-journal timeline: %v\n%s", err, out)
 	}

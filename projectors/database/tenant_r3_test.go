@@ -285,7 +285,7 @@ func TestTenantsOnR3Cluster(t *testing.T) {
 	// `ayatori-journal verify` over every node's URL.
 	var out []byte
 	for attempt := 1; ; attempt++ {
-		cmd := exec.CommandContext(ctx, s.JournalBin, "--server", s.NATSURL, "verify")
+		cmd := exec.CommandContext(ctx, s.JournalBin, append(s.JournalReaderArgs(), "verify")...)
 		out, err = cmd.CombinedOutput()
 		// Exit 2: the journal could not be read (a scan hit the
 		// consumer-interest race, see integration.ScanJournal); retry.

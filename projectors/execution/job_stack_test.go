@@ -57,7 +57,7 @@ func (e *jobEnv) replay(t *testing.T, uid types.UID) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, e.s.JournalBin, "--server", e.s.NATS.URL, "replay", string(uid), "--kubeconfig", e.s.CP.KubeconfigPath).CombinedOutput()
+	out, err := exec.CommandContext(ctx, e.s.JournalBin, append(e.s.JournalReaderArgs(), "replay", string(uid), "--kubeconfig", e.s.CP.KubeconfigPath)...).CombinedOutput()
 	if err != nil {
 		t.Fatalf("ayatori-journal replay %s: %v\n%s", uid, err, out)
 	}
@@ -209,7 +209,7 @@ func (e *jobEnv) verifyJournal(t *testing.T) {
 	var out []byte
 	var err error
 	for attempt := 1; attempt <= 5; attempt++ {
-		cmd := exec.CommandContext(ctx, e.s.JournalBin, "--server", e.s.NATS.URL, "verify")
+		cmd := exec.CommandContext(ctx, e.s.JournalBin, append(e.s.JournalReaderArgs(), "verify")...)
 		out, err = cmd.CombinedOutput()
 		if err == nil || cmd.ProcessState.ExitCode() != 2 {
 			break
