@@ -152,7 +152,7 @@ func TestNoPasswordToAServerThatAsksForCleartext(t *testing.T) {
 					var failure *dbcontract.Failure
 					if !errors.As(f, &failure) || failure.Reason != dbcontract.ReasonAuthenticationFailed ||
 						!strings.Contains(failure.Message, auth.method) && !(sslMode != "disable" && strings.Contains(failure.Message, "channel binding")) ||
-						!strings.Contains(failure.Message, "no password") || failure.Transient {
+						!strings.Contains(failure.Message, "no password was sent") || failure.Transient {
 						t.Fatalf("classified %v as %+v", err, f)
 					}
 					if strings.Contains(failure.Message, canary) {

@@ -100,10 +100,10 @@ func Classify(err error) *dbcontract.Failure {
 			method = "no authentication"
 		}
 		return &dbcontract.Failure{Reason: dbcontract.ReasonAuthenticationFailed,
-			Message: "the server asked for " + method + "; Ayatori authenticates only with SCRAM-SHA-256 and sent no password (set the role's pg_hba.conf method to scram-sha-256)", Cause: err}
+			Message: "the server asked for " + method + "; Ayatori authenticates only with SCRAM-SHA-256: no password was sent (set the role's pg_hba.conf method to scram-sha-256)", Cause: err}
 	} else if strings.Contains(msg, "channel binding") {
 		return &dbcontract.Failure{Reason: dbcontract.ReasonAuthenticationFailed,
-			Message: "the server did not authenticate with SCRAM channel binding (SCRAM-SHA-256-PLUS) over TLS; no password was sent", Cause: err}
+			Message: "the server did not authenticate with SCRAM-SHA-256 and channel binding over TLS (it asked for another method, such as a cleartext or md5 password): no password was sent (set the role's pg_hba.conf method to scram-sha-256)", Cause: err}
 	}
 	if strings.Contains(err.Error(), "server refused TLS connection") {
 		return &dbcontract.Failure{Reason: dbcontract.ReasonAuthenticationFailed, Message: "TLS: the server does not accept TLS connections but sslMode requires TLS", Cause: err}

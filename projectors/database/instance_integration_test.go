@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/common/expfmt"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
@@ -136,7 +135,7 @@ func TestInstanceTLSAndAuthFailures(t *testing.T) {
 		defer func() { _ = restore() }()
 		e.instance(t, "auth-cleartext", "tls-admin", on2)
 		got := e.waitReady(t, "auth-cleartext", metav1.ConditionFalse, "AuthenticationFailed", 30*time.Second)
-		if msg := readyMessage(got); !strings.Contains(msg, "asked for password") || !strings.Contains(msg, "sent no password") {
+		if msg := readyMessage(got); !strings.Contains(msg, "no password was sent") || !strings.Contains(msg, "scram-sha-256") {
 			t.Fatalf("message %q", msg)
 		}
 		if log, err := pg2.ReadLog(ctx); err == nil && strings.Contains(string(log), adminCanary) {
@@ -497,11 +496,12 @@ func TestInstanceReobservedAfterJournalRetention(t *testing.T) {
 	}); err != nil {
 		t.Fatal("no checkpoint written")
 	}
-	str, err := e.store.JetStream().Stream(ctx, journal.DefaultStreamName)
+	nc, err := e.nats.Connect(journal.IdentityManager)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := str.Purge(ctx, jetstream.WithPurgeSubject(journal.DefaultSubjectPrefix+".*."+uid+".*")); err != nil {
+	defer nc.Close()
+	if err := integration.AgeOutJournal(ctx, nc, uid); err != nil {
 		t.Fatal(err)
 	}
 	pg4.Stop()

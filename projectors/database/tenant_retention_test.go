@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/util/retry"
@@ -24,16 +23,16 @@ import (
 func ageOut(t *testing.T, s *integration.Stack, uid string) {
 	t.Helper()
 	ctx := context.Background()
-	st := journalStore(t, s)
-	str, err := st.JetStream().Stream(ctx, journal.DefaultStreamName)
+	nc, err := s.ConnectNATS(journal.IdentityManager)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := str.Purge(ctx, jetstream.WithPurgeSubject(journal.DefaultSubjectPrefix+".*."+uid+".*")); err != nil {
+	defer nc.Close()
+	if err := integration.AgeOutJournal(ctx, nc, uid); err != nil {
 		t.Fatal(err)
 	}
-	if recs, err := st.Read(ctx, uid); err != nil || len(recs) != 0 {
-		t.Fatalf("after the purge: %d records, %v", len(recs), err)
+	if recs, err := journalStore(t, s).Read(ctx, uid); err != nil || len(recs) != 0 {
+		t.Fatalf("after retention: %d records, %v", len(recs), err)
 	}
 }
 

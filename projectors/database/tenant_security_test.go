@@ -382,7 +382,7 @@ func TestTenantCleartextAuthRefused(t *testing.T) {
 	defer func() { _ = restore() }()
 	wipeStatus(t, s, namespace, name)
 	got := waitTenant(t, s, namespace, name, metav1.ConditionFalse, v1alpha1.ReasonProvisioningFailed, time.Minute)
-	if msg := tenantReadyMessage(got); !strings.Contains(msg, "asked for password") || !strings.Contains(msg, "sent no password") {
+	if msg := tenantReadyMessage(got); !strings.Contains(msg, "no password was sent") || !strings.Contains(msg, "scram-sha-256") {
 		t.Fatalf("message %q", msg)
 	}
 	if log, err := s.PG.ReadLog(context.Background()); err != nil || strings.Contains(string(log), password) {

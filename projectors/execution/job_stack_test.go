@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
@@ -561,6 +562,94 @@ func TestJobStack(t *testing.T) {
 		e.verifyJournal(t)
 		e.noCanary(t, envCanary)
 	})
+	// Last: it leaves forged records in the journal on purpose.
+	t.Run("ForgedIntentsNotExecuted", func(t *testing.T) { e.forgedIntents(t) })
+}
+
+// forgedIntents: with the manager's NATS credentials (leaked), Cancel and
+// Delete intents for a running Job, unsigned and signed with the manager's
+// own key (stolen), are refused: one Failed/UntrustedIntent outcome each,
+// the native Job keeps running, its pods stay, and the Job still succeeds
+// once its author lets it.
+func (e *jobEnv) forgedIntents(t *testing.T) {
+	ctx := context.Background()
+	ns := e.namespace(t, true)
+	j := e.create(t, newJob(ns, "victim", integration.ImageHang))
+	running := e.wait(t, j, "running", 60*time.Second, func(j *v1alpha1.Job) bool {
+		return j.Status.Execution != nil && j.Status.StartTime != nil
+	})
+	native := e.wantOneNative(t, running)
+	nc, err := e.s.NATS.Connect(journal.IdentityManager)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	obj := journal.ObjectRef{Group: v1alpha1.GroupVersion.Group, Kind: "Job", Namespace: ns, Name: "victim", UID: string(running.UID), Generation: running.Generation}
+	var forged []uint64
+	for i, c := range []struct {
+		op     string
+		reason execution.StopReason
+		signed bool
+	}{
+		{execution.OpCancel, execution.StopCancelled, false}, {execution.OpDelete, "", false},
+		{execution.OpCancel, execution.StopCancelled, true}, {execution.OpCancel, execution.StopDeleted, true}, {execution.OpDelete, "", true},
+	} {
+		rec, err := journal.NewIntent(obj, c.op, "forged", 90+i, execution.ExecutionIntent{Adapter: execution.AdapterKubernetes, Reason: c.reason})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec.Time, rec.Actor = time.Now().UTC(), "attacker"
+		if c.signed {
+			if err := rec.Sign(e.s.JournalKeys.Key); err != nil {
+				t.Fatal(err)
+			}
+		}
+		data, _ := json.Marshal(rec)
+		ack, err := js.Publish(ctx, "ayatori.journal.execution."+string(running.UID)+".intent", data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		forged = append(forged, ack.Sequence)
+	}
+	store, err := journal.OpenExisting(ctx, nc, journal.Config{Trust: integration.JournalTrust(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(time.Minute)
+	refused := 0
+	for time.Now().Before(deadline) && refused < len(forged) {
+		time.Sleep(200 * time.Millisecond)
+		recs, err := store.Read(ctx, string(running.UID))
+		if err != nil {
+			t.Fatal(err)
+		}
+		refused = 0
+		for _, r := range recs {
+			if r.Type == journal.TypeOutcome && r.Result.Reason == journal.ReasonUntrustedIntent {
+				refused++
+			}
+		}
+	}
+	if refused != len(forged) {
+		t.Fatalf("%d UntrustedIntent outcomes for %d forged intents", refused, len(forged))
+	}
+	time.Sleep(2 * time.Second)
+	cur := &batchv1.Job{}
+	if err := e.c.Get(ctx, client.ObjectKeyFromObject(&native), cur); err != nil || cur.UID != native.UID || cur.DeletionTimestamp != nil ||
+		cur.Spec.Suspend != nil && *cur.Spec.Suspend {
+		t.Fatalf("the native Job was touched: %v %+v", err, cur.Spec.Suspend)
+	}
+	if n := e.activePods(t, cur); n != 1 {
+		t.Fatalf("%d active pods, want 1", n)
+	}
+	got := &v1alpha1.Job{}
+	if err := e.c.Get(ctx, client.ObjectKeyFromObject(running), got); err != nil || got.Status.CompletionTime != nil {
+		t.Fatalf("the Job ended: %v %+v", err, got.Status)
+	}
+	// Its author cancels it: the real Cancel runs.
+	e.update(t, got, func(j *v1alpha1.Job) { j.Spec.DesiredState = v1alpha1.JobDesiredStateCancelled })
+	e.waitSucceeded(t, got, "False/Cancelled")
 }
 
 // waitGone waits until the Job is deleted.
