@@ -383,3 +383,63 @@ func TestCanonicalEncodingRoundTrips(t *testing.T) {
 		}
 	}
 }
+
+// TestFollowAsReader: the read-only identity follows one object's new
+// records (direct gets, no consumer), in order, with an untrusted one
+// delivered with its error.
+func TestFollowAsReader(t *testing.T) {
+	n := integration.StartNATS(t)
+	s := open(t, n, journal.Config{})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	o := obj()
+	first := intent(t, o, "ObserveInstance", 1)
+	if _, err := s.Append(ctx, first); err != nil {
+		t.Fatal(err)
+	}
+	rd, err := n.Connect(journal.IdentityReader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rd.Close()
+	ro, err := journal.OpenExisting(ctx, rd, journal.Config{Trust: journal.NewTrustedKeys(testKey(t).Public())})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type got struct {
+		rec journal.Record
+		err error
+	}
+	ch := make(chan got, 10)
+	fctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- ro.Follow(fctx, o.UID, 1, func(r journal.Record, err error) { ch <- got{r, err} }) }()
+	second := intent(t, o, "ObserveInstance", 2)
+	if _, err := s.Append(ctx, second); err != nil {
+		t.Fatal(err)
+	}
+	forged := *intent(t, o, "ObserveInstance", 3)
+	forged.Time = time.Now().UTC()
+	data, _ := json.Marshal(forged)
+	if _, err := s.JetStream().Publish(ctx, "ayatori.journal.database."+o.UID+".intent", data); err != nil {
+		t.Fatal(err)
+	}
+	third := intent(t, o, "ObserveInstance", 4)
+	if _, err := s.Append(ctx, third); err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []string{second.ID, forged.ID, third.ID} {
+		select {
+		case g := <-ch:
+			if g.rec.ID != want || (i == 1) != errors.Is(g.err, journal.ErrUntrusted) {
+				t.Fatalf("record %d: %s %v, want %s", i, g.rec.ID, g.err, want)
+			}
+		case <-ctx.Done():
+			t.Fatalf("record %d not delivered", i)
+		}
+	}
+	stop()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
