@@ -34,7 +34,7 @@ import (
 func TestForgedIntentsNotExecuted(t *testing.T) {
 	s := getStack(t)
 	ctx := context.Background()
-	const namespace, name = "forged", "victim"
+	const namespace, name = "forged", "forgedvictim"
 	newTenant(t, s, namespace, name, nil)
 	ten := waitTenant(t, s, namespace, name, metav1.ConditionTrue, "Ready", 2*time.Minute)
 	uid := string(ten.UID)

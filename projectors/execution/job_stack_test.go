@@ -574,7 +574,9 @@ func TestJobStack(t *testing.T) {
 func (e *jobEnv) forgedIntents(t *testing.T) {
 	ctx := context.Background()
 	ns := e.namespace(t, true)
-	j := e.create(t, newJob(ns, "victim", integration.ImageHang))
+	victim := newJob(ns, "victim", integration.ImageHang)
+	victim.Spec.JobClassName = "std" // AmbiguousDefaultClass left a second default
+	j := e.create(t, victim)
 	running := e.wait(t, j, "running", 60*time.Second, func(j *v1alpha1.Job) bool {
 		return j.Status.Execution != nil && j.Status.StartTime != nil
 	})
