@@ -121,7 +121,7 @@ func newLocalPostgres(ctx context.Context, opts PostgresOptions) (_ *Postgres, e
 	if err != nil {
 		return nil, err
 	}
-	server, err := pg.CA.IssueServer([]string{"localhost"}, []string{"127.0.0.1"})
+	server, err := issueServer(pg.CA, []string{"localhost"}, []string{"127.0.0.1"})
 	if err != nil {
 		return nil, err
 	}
@@ -353,7 +353,7 @@ func (pg *Postgres) CreateAdminRole(ctx context.Context, name, password string, 
 // certificate in a negative test. CA and CAFile follow ca, so fixture DSNs
 // keep working.
 func (pg *Postgres) ReplaceServerCert(ca *CA, dnsNames, ips []string) error {
-	cert, err := ca.IssueServer(dnsNames, ips)
+	cert, err := issueServer(ca, dnsNames, ips)
 	if err != nil {
 		return err
 	}

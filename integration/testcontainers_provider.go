@@ -106,7 +106,7 @@ func startPostgresContainer(ctx context.Context, opts PostgresOptions) (_ *Postg
 	if err != nil {
 		return nil, err
 	}
-	server, err := pg.CA.IssueServer([]string{"localhost"}, []string{"127.0.0.1"})
+	server, err := issueServer(pg.CA, []string{"localhost"}, []string{"127.0.0.1"})
 	if err != nil {
 		return nil, err
 	}

@@ -291,29 +291,22 @@ func (o *databaseOptions) setup(_ context.Context, mgr manager.Manager, store *j
 			return cleanup, err
 		}
 	}
-	dispatch.SetGuard(liveDatabaseGuard{cached: mgr.GetClient(), fresh: mgr.GetAPIReader(),
-		cfg: dbcontract.NameConfig{KVMount: o.openBaoKVMount, BasePath: o.openBaoTenantBasePath, StoreName: o.externalSecretStoreName}}.check)
+	dispatch.SetGuard(liveGuard(mgr, databaseLiveCheck(dbcontract.NameConfig{KVMount: o.openBaoKVMount, BasePath: o.openBaoTenantBasePath,
+		StoreName: o.externalSecretStoreName})))
 	return cleanup, sh.consume(mgr, store, databaseDurable, dispatch)
 }
 
-// liveDatabaseGuard runs dbcontract.CheckIntent before every handler of the
-// domain with the objects the intent names: from the manager's cache, and
-// once more from the API server before it refuses (the cache may not have
-// the projector's latest view yet).
-type liveDatabaseGuard struct {
-	cached, fresh client.Reader
-	cfg           dbcontract.NameConfig
-}
-
-func (g liveDatabaseGuard) check(ctx context.Context, rec journal.Record) (string, error) {
-	why, err := g.checkWith(ctx, g.cached, rec)
-	if err != nil || why == "" {
-		return why, err
+// databaseLiveCheck runs dbcontract.CheckIntent with the objects an intent
+// of the domain names.
+func databaseLiveCheck(cfg dbcontract.NameConfig) func(ctx context.Context, r client.Reader, rec journal.Record) (string, error) {
+	return func(ctx context.Context, r client.Reader, rec journal.Record) (string, error) {
+		return checkDatabaseIntent(ctx, r, rec, cfg)
 	}
-	return g.checkWith(ctx, g.fresh, rec)
 }
 
-func (g liveDatabaseGuard) checkWith(ctx context.Context, r client.Reader, rec journal.Record) (string, error) {
+// checkDatabaseIntent reads the Instance or Tenant of an intent (and the
+// Instance a Tenant intent names) and runs dbcontract.CheckIntent.
+func checkDatabaseIntent(ctx context.Context, r client.Reader, rec journal.Record, cfg dbcontract.NameConfig) (string, error) {
 	var live dbcontract.LiveObjects
 	switch rec.Object.Kind {
 	case "PostgreSQLInstance":
@@ -342,7 +335,7 @@ func (g liveDatabaseGuard) checkWith(ctx context.Context, r client.Reader, rec j
 			}
 		}
 	}
-	return dbcontract.CheckIntent(rec, live, g.cfg), nil
+	return dbcontract.CheckIntent(rec, live, cfg), nil
 }
 
 // secretReader reads admin Secrets from the controller namespace only.

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"git.ddupan.top/panxiao81/ayatori/journal"
@@ -80,4 +81,19 @@ func (sh shared) consume(mgr manager.Manager, store *journal.Store, durable stri
 	return mgr.Add(everyReplica(func(ctx context.Context) error {
 		return store.Consume(ctx, cc, d)
 	}))
+}
+
+// liveGuard is a journal.Guard from a domain's check of an intent against
+// the live objects it reads through a client.Reader: the check runs on the
+// manager's cache, and once more on the API server before it refuses (the
+// cache may not have the projector's latest view yet).
+func liveGuard(mgr manager.Manager, check func(ctx context.Context, r client.Reader, rec journal.Record) (string, error)) journal.Guard {
+	cached, fresh := mgr.GetClient(), mgr.GetAPIReader()
+	return func(ctx context.Context, rec journal.Record) (string, error) {
+		why, err := check(ctx, cached, rec)
+		if err != nil || why == "" {
+			return why, err
+		}
+		return check(ctx, fresh, rec)
+	}
 }

@@ -186,24 +186,12 @@ func (o *executionOptions) setup(_ context.Context, mgr manager.Manager, store *
 			return nil, err
 		}
 	}
-	dispatch.SetGuard(liveJobGuard{cached: mgr.GetClient(), fresh: mgr.GetAPIReader()}.check)
+	dispatch.SetGuard(liveGuard(mgr, checkJobIntent))
 	return nil, sh.consume(mgr, store, executionDurable, dispatch)
 }
 
-// liveJobGuard runs execution.CheckIntent before every handler of the
-// domain with the Job the intent names: from the manager's cache, and once
-// more from the API server before it refuses.
-type liveJobGuard struct{ cached, fresh client.Reader }
-
-func (g liveJobGuard) check(ctx context.Context, rec journal.Record) (string, error) {
-	why, err := g.checkWith(ctx, g.cached, rec)
-	if err != nil || why == "" {
-		return why, err
-	}
-	return g.checkWith(ctx, g.fresh, rec)
-}
-
-func (g liveJobGuard) checkWith(ctx context.Context, r client.Reader, rec journal.Record) (string, error) {
+// checkJobIntent runs execution.CheckIntent with the Job the intent names.
+func checkJobIntent(ctx context.Context, r client.Reader, rec journal.Record) (string, error) {
 	job := &v1alpha1.Job{}
 	if err := r.Get(ctx, types.NamespacedName{Namespace: rec.Object.Namespace, Name: rec.Object.Name}, job); apierrors.IsNotFound(err) {
 		job = nil

@@ -96,7 +96,7 @@ func TestNoPasswordToAServerThatAsksForCleartext(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sc, err := ca.IssueServer([]string{"localhost"}, []string{"127.0.0.1"})
+	sc, err := ca.Issue([]string{"localhost"}, []string{"127.0.0.1"}, time.Hour, x509.ExtKeyUsageServerAuth)
 	if err != nil {
 		t.Fatal(err)
 	}

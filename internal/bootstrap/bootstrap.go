@@ -10,15 +10,7 @@
 package bootstrap
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"fmt"
-	"math/big"
-	"net"
 	"time"
 
 	"github.com/nats-io/nkeys"
@@ -45,46 +37,19 @@ type NATS struct {
 	ManagerPublic, ReaderPublic string
 }
 
-// NewNATS makes a CA, a server certificate for dnsNames and ips, and the
-// two identities.
+// NewNATS makes a CA, a server certificate for dnsNames and ips (server
+// and client auth: the routes' client certificate too), and the two
+// identities.
 func NewNATS(dnsNames []string, ips []string, validity time.Duration) (*NATS, error) {
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	ca, err := NewCA("Ayatori NATS CA", max(validity, CAValidity))
 	if err != nil {
 		return nil, err
 	}
-	now := time.Now()
-	caTmpl := &x509.Certificate{SerialNumber: serial(), Subject: pkix.Name{CommonName: "Ayatori NATS CA"},
-		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(max(validity, CAValidity)),
-		KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageCRLSign, BasicConstraintsValid: true, IsCA: true, MaxPathLenZero: true}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	cert, err := ca.Issue(dnsNames, ips, validity, x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth)
 	if err != nil {
 		return nil, err
 	}
-	ca, _ := x509.ParseCertificate(caDER)
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, err
-	}
-	tmpl := &x509.Certificate{SerialNumber: serial(), Subject: pkix.Name{CommonName: first(dnsNames, "ayatori-nats")},
-		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(validity), DNSNames: dnsNames,
-		KeyUsage:    x509.KeyUsageDigitalSignature,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}}
-	for _, s := range ips {
-		ip := net.ParseIP(s)
-		if ip == nil {
-			return nil, fmt.Errorf("bootstrap: %q is not an IP address", s)
-		}
-		tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
-	if err != nil {
-		return nil, err
-	}
-	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		return nil, err
-	}
-	n := &NATS{CACert: pemBlock("CERTIFICATE", caDER), ServerCert: pemBlock("CERTIFICATE", der), ServerKey: pemBlock("PRIVATE KEY", keyDER)}
+	n := &NATS{CACert: ca.CertPEM, ServerCert: cert.CertPEM, ServerKey: cert.KeyPEM}
 	if n.ManagerSeed, n.ManagerPublic, err = newUser(); err != nil {
 		return nil, err
 	}
@@ -115,20 +80,4 @@ func newUser() (seed []byte, public string, err error) {
 	}
 	public, err = kp.PublicKey()
 	return seed, public, err
-}
-
-func pemBlock(typ string, der []byte) []byte {
-	return pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der})
-}
-
-func serial() *big.Int {
-	n, _ := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 120))
-	return n
-}
-
-func first(s []string, def string) string {
-	if len(s) > 0 {
-		return s[0]
-	}
-	return def
 }
