@@ -2,6 +2,7 @@ package journal
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -256,7 +257,7 @@ func (s *Store) readCheckpoint(ctx context.Context, uid string) (*Checkpoint, ui
 	if cp.UID != uid {
 		return nil, 0, fmt.Errorf("%w: checkpoint under %s names uid %q", ErrInvalidRecord, uid, cp.UID)
 	}
-	if err := s.admitCheckpoint(&cp); err != nil {
+	if err := s.admitCheckpoint(seq, m.Data, &cp); err != nil {
 		// Not the manager's: read the whole journal instead (the next
 		// checkpoint written replaces it). Its sequence still guards the
 		// next write.
@@ -267,14 +268,25 @@ func (s *Store) readCheckpoint(ctx context.Context, uid string) (*Checkpoint, ui
 }
 
 // admitCheckpoint checks a checkpoint's own proof and every record it
-// keeps (no check without Config.Trust); the error wraps ErrUntrusted.
-func (s *Store) admitCheckpoint(cp *Checkpoint) error {
+// keeps (no check without Config.Trust), once per stored checkpoint
+// message (seq in its stream, data its bytes); the error wraps
+// ErrUntrusted.
+func (s *Store) admitCheckpoint(seq uint64, data []byte, cp *Checkpoint) (err error) {
 	if s.cfg.Trust == nil {
 		return nil
 	}
-	b, err := cp.canonical()
-	if err != nil {
-		return fmt.Errorf("%w: %v", ErrUntrusted, err)
+	sum := sha256.Sum256(data)
+	if s.verifiedCheckpoints.has(seq, sum) {
+		return nil
+	}
+	defer func() {
+		if err == nil {
+			s.verifiedCheckpoints.add(seq, sum)
+		}
+	}()
+	b, cerr := cp.canonical()
+	if cerr != nil {
+		return fmt.Errorf("%w: %v", ErrUntrusted, cerr)
 	}
 	if err := s.cfg.Trust.verify(checkpointContext, cp.Proof, b); err != nil {
 		return err

@@ -333,7 +333,7 @@ func (s *Store) process(ctx context.Context, cfg ConsumerConfig, m jetstream.Msg
 	if derr != nil || rec.Type != TypeIntent {
 		return s.poison(ctx, cfg, m, md.Sequence.Stream)
 	}
-	if err := s.admit(m.Subject(), &rec); err != nil {
+	if err := s.admitStored(m.Subject(), m.Data(), &rec); err != nil {
 		return s.refuse(ctx, cfg, m, rec, md.Sequence.Stream, err)
 	}
 	if delivered == 1 {

@@ -2,6 +2,7 @@ package journal
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -121,6 +122,9 @@ type Store struct {
 	// inflight holds the intent IDs this process's executor is processing
 	// (see takeIntent), under mu.
 	inflight map[string]chan struct{}
+	// verified are the journal messages that passed verification;
+	// verifiedCheckpoints the checkpoint stream's.
+	verified, verifiedCheckpoints verifiedCache
 }
 
 // uidMutex is one UID's lock and the number of goroutines holding or
@@ -548,7 +552,7 @@ func (s *Store) Latest(ctx context.Context, uid string) (*Record, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := s.admit(m.Header.Get(jetstream.SubjectHeader), &r); err != nil {
+	if err := s.admitStored(m.Header.Get(jetstream.SubjectHeader), m.Data, &r); err != nil {
 		return nil, err
 	}
 	return &r, nil
@@ -572,6 +576,52 @@ func (s *Store) admit(subject string, r *Record) error {
 	return s.cfg.Trust.Verify(r)
 }
 
+// admitStored is admit for a record read from the journal stream at r's
+// sequence, with data its stored bytes: a stored message never changes, so
+// a sequence whose bytes were verified once (same SHA-256) is not verified
+// again (a projector pass reads the same records many times).
+func (s *Store) admitStored(subject string, data []byte, r *Record) error {
+	if s.cfg.Trust == nil {
+		return nil
+	}
+	sum := sha256.Sum256(data)
+	if s.verified.has(r.Sequence, sum) {
+		return nil
+	}
+	if err := s.admit(subject, r); err != nil {
+		return err
+	}
+	s.verified.add(r.Sequence, sum)
+	return nil
+}
+
+// verifiedCache remembers which stored messages passed verification: by
+// stream sequence, with the SHA-256 of their bytes. Bounded: dropped
+// wholesale when it grows past verifiedLimit.
+type verifiedCache struct {
+	mu  sync.Mutex
+	seq map[uint64][32]byte
+}
+
+// verifiedLimit bounds verifiedCache (about 48 bytes an entry).
+var verifiedLimit = 200_000
+
+func (c *verifiedCache) has(seq uint64, sum [32]byte) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	got, ok := c.seq[seq]
+	return ok && got == sum
+}
+
+func (c *verifiedCache) add(seq uint64, sum [32]byte) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.seq == nil || len(c.seq) >= verifiedLimit {
+		c.seq = map[uint64][32]byte{}
+	}
+	c.seq[seq] = sum
+}
+
 func (s *Store) readFrom(ctx context.Context, uid string, startSeq uint64, strict bool) ([]Record, error) {
 	if err := ValidateUID(uid); err != nil {
 		return nil, fmt.Errorf("journal: uid %w", err)
@@ -585,7 +635,7 @@ func (s *Store) readFrom(ctx context.Context, uid string, startSeq uint64, stric
 			}
 			return nil
 		}
-		if s.admit(m.subject, &r) != nil {
+		if s.admitStored(m.subject, m.data, &r) != nil {
 			s.cfg.Metrics.countUntrusted("read")
 			return nil
 		}
@@ -629,7 +679,7 @@ func (s *Store) Scan(ctx context.Context, opts ScanOptions, fn func(Record, erro
 	return s.eachMsg(ctx, filter, opts.StartSequence, opts.Since, func(m storedMsg) error {
 		r, err := DecodeRecord(m.data, m.seq)
 		if err == nil {
-			err = s.admit(m.subject, &r)
+			err = s.admitStored(m.subject, m.data, &r)
 		}
 		return fn(r, err)
 	})

@@ -36,7 +36,7 @@ func (s *Store) WatchOutcomes(ctx context.Context, domain string) (<-chan Record
 		if err != nil {
 			return
 		}
-		if s.admit(m.Subject(), &r) != nil {
+		if s.admitStored(m.Subject(), m.Data(), &r) != nil {
 			s.cfg.Metrics.countUntrusted("watch")
 			return
 		}
@@ -71,7 +71,7 @@ func (s *Store) Follow(ctx context.Context, uid string, afterSeq uint64, fn func
 	deliver := func(m storedMsg) error {
 		r, err := DecodeRecord(m.data, m.seq)
 		if err == nil {
-			err = s.admit(m.subject, &r)
+			err = s.admitStored(m.subject, m.data, &r)
 		}
 		fn(r, err)
 		return nil
