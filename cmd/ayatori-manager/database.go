@@ -334,6 +334,14 @@ func checkDatabaseIntent(ctx context.Context, r client.Reader, rec journal.Recor
 				}
 			}
 		}
+		if a := live.Instance; a != nil && a.Spec.AllowedNamespaces != nil && a.Spec.AllowedNamespaces.Selector != nil {
+			ns := &corev1.Namespace{}
+			if err := r.Get(ctx, types.NamespacedName{Name: rec.Object.Namespace}, ns); err == nil {
+				live.NamespaceLabels = ns.Labels
+			} else if !apierrors.IsNotFound(err) {
+				return "", err
+			}
+		}
 	}
 	return dbcontract.CheckIntent(rec, live, cfg), nil
 }

@@ -27,6 +27,9 @@ type LiveObjects struct {
 	// Tenant is, for a Tenant operation, the PostgreSQLTenant of the
 	// record's namespace and name (nil: none).
 	Tenant *v1alpha1.PostgreSQLTenant
+	// NamespaceLabels are the labels of the Tenant's namespace (read when
+	// the Instance's spec.allowedNamespaces has a selector).
+	NamespaceLabels map[string]string
 }
 
 // NameConfig is the manager configuration the Tenant's names derive from
@@ -156,14 +159,21 @@ func checkTenantIntent(rec journal.Record, live LiveObjects, cfg NameConfig) str
 // tenantInstance checks the Instance an intent of Tenant t runs on: it
 // exists with the intent's UID and, unless the Tenant is being deleted or
 // gone (deletion runs on the Instance it was provisioned on, whatever
-// spec.instanceRef says now), it is the one spec.instanceRef names.
+// spec.instanceRef says now, and whatever its allow-list says), it is the
+// one spec.instanceRef names and admits the Tenant's namespace.
 func tenantInstance(live LiveObjects, t *v1alpha1.PostgreSQLTenant, gone bool, instanceUID string) string {
 	inst := live.Instance
 	if inst == nil || string(inst.UID) != instanceUID {
 		return fmt.Sprintf("no PostgreSQLInstance has uid %s", instanceUID)
 	}
-	if !gone && t.DeletionTimestamp == nil && inst.Name != t.Spec.InstanceRef {
+	if gone || t.DeletionTimestamp != nil {
+		return ""
+	}
+	if inst.Name != t.Spec.InstanceRef {
 		return fmt.Sprintf("PostgreSQLInstance %s is not the Tenant's spec.instanceRef %s", inst.Name, t.Spec.InstanceRef)
+	}
+	if ok, why := NamespaceAllowed(inst, t.Namespace, live.NamespaceLabels); !ok {
+		return why
 	}
 	return ""
 }

@@ -170,3 +170,37 @@ func TestCheckInstanceIntent(t *testing.T) {
 		t.Fatalf("recreated Instance: %q", why)
 	}
 }
+
+// TestNamespaceAllowed: unset admits every namespace; names and a selector
+// admit theirs; an empty allow-list admits none; the guard refuses a
+// provisioning step of a Tenant outside it and lets its deletion run.
+func TestNamespaceAllowed(t *testing.T) {
+	inst := liveInstance()
+	if ok, _ := dbcontract.NamespaceAllowed(inst, "anything", nil); !ok {
+		t.Fatal("unset allow-list refused a namespace")
+	}
+	inst.Spec.AllowedNamespaces = &v1alpha1.AllowedNamespaces{Names: []string{"netbox"},
+		Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"team": "db"}}}
+	for _, c := range []struct {
+		ns     string
+		labels map[string]string
+		want   bool
+	}{{"netbox", nil, true}, {"wiki", map[string]string{"team": "db"}, true}, {"wiki", map[string]string{"team": "web"}, false}, {"mallory", nil, false}} {
+		if ok, why := dbcontract.NamespaceAllowed(inst, c.ns, c.labels); ok != c.want || !ok && !strings.Contains(why, "allowedNamespaces") {
+			t.Errorf("%s %v: %v %q", c.ns, c.labels, ok, why)
+		}
+	}
+	inst.Spec.AllowedNamespaces = &v1alpha1.AllowedNamespaces{}
+	if ok, _ := dbcontract.NamespaceAllowed(inst, "netbox", nil); ok {
+		t.Fatal("an empty allow-list admitted a namespace")
+	}
+	ten := liveTenant() // namespace netbox, now not allowed
+	if why := dbcontract.CheckIntent(intentFor(t, dbcontract.OpCreateRole, ten, inst, nil), dbcontract.LiveObjects{Tenant: ten, Instance: inst}, cfg); !strings.Contains(why, "allowedNamespaces") {
+		t.Fatalf("provisioning outside the allow-list: %q", why)
+	}
+	now := metav1.Now()
+	ten.DeletionTimestamp, ten.Spec.DeletionPolicy = &now, v1alpha1.DeletionPolicyDelete
+	if why := dbcontract.CheckIntent(intentFor(t, dbcontract.OpDropDatabase, ten, inst, nil), dbcontract.LiveObjects{Tenant: ten, Instance: inst}, cfg); why != "" {
+		t.Fatalf("deletion outside the allow-list: %q", why)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -253,6 +254,13 @@ func (k tenantKind) Plan(ctx context.Context, t *v1alpha1.PostgreSQLTenant, h jo
 		c := meta.FindStatusCondition(inst.Status.Conditions, v1alpha1.ConditionReady)
 		facts.InstanceProgressing = c == nil || c.Status == metav1.ConditionUnknown || c.ObservedGeneration != inst.Generation
 	}
+	if ierr == nil && !deleting {
+		why, err := r.namespaceNotAllowed(ctx, inst, t.Namespace)
+		if err != nil {
+			return plan{}, err
+		}
+		facts.NamespaceNotAllowed = why
+	}
 	shown := n // the names status shows: what was provisioned, once it was
 	if secret := provisionedSecret(st); secret != "" {
 		if secret != n.secret {
@@ -426,6 +434,22 @@ func provisionedChanges(claimed *dbcontract.TenantIntent, n tenantNames, inst *v
 		errs = append(errs, fmt.Sprintf("spec.loginRole is %s but %s was provisioned", n.role, claimed.Role))
 	}
 	return errs
+}
+
+// namespaceNotAllowed says why ns may not use inst ("" when it may): its
+// spec.allowedNamespaces, with the namespace's labels read only when a
+// selector needs them.
+func (r *TenantReconciler) namespaceNotAllowed(ctx context.Context, inst *v1alpha1.PostgreSQLInstance, ns string) (string, error) {
+	var nsLabels map[string]string
+	if a := inst.Spec.AllowedNamespaces; a != nil && a.Selector != nil && !slices.Contains(a.Names, ns) {
+		n := &corev1.Namespace{}
+		if err := r.Client.Get(ctx, types.NamespacedName{Name: ns}, n); err != nil {
+			return "", client.IgnoreNotFound(err)
+		}
+		nsLabels = n.Labels
+	}
+	_, why := dbcontract.NamespaceAllowed(inst, ns, nsLabels)
+	return why, nil
 }
 
 // instanceByUID finds an Instance by UID (nil: none has it).

@@ -67,6 +67,10 @@ type TenantFacts struct {
 	ImmutableErrors []string
 	// InstanceProblem is non-empty when the Instance is missing, deleting or not Ready.
 	InstanceProblem string
+	// NamespaceNotAllowed is non-empty when the Instance's
+	// spec.allowedNamespaces does not admit the Tenant's namespace (never
+	// checked while deleting).
+	NamespaceNotAllowed string
 	// InstanceProgressing: the Instance is not Ready yet but has no
 	// conclusion either (Ready=Unknown: first validation, registry
 	// bootstrap); the Tenant then reports Reconciling, not a failure.
@@ -155,6 +159,12 @@ func DecideTenant(f TenantFacts, p TenantPolicy) TenantDecision {
 	if len(f.ImmutableErrors) > 0 {
 		return TenantDecision{Phase: phase, Conclusive: true,
 			Ready: notReady(v1alpha1.ReasonImmutableField, strings.Join(f.ImmutableErrors, "; ")+" (restore the previous value; v1alpha1 has no rename or migration)")}
+	}
+	if f.NamespaceNotAllowed != "" {
+		// Before any external write; re-checked on every pass (an
+		// administrator may add the namespace).
+		return TenantDecision{Phase: phase, Conclusive: true, RequeueAfter: p.PendingRecheck,
+			Ready: notReady(v1alpha1.ReasonNamespaceNotAllowed, f.NamespaceNotAllowed)}
 	}
 	if f.InstanceProblem != "" && f.InstanceProgressing {
 		return TenantDecision{Phase: phase, RequeueAfter: p.PendingRecheck,

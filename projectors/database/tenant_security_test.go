@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -539,4 +540,42 @@ func TestTenantInstanceRefFixedAfterProvisioning(t *testing.T) {
 	if _, err := root.KVv2(integration.KVMount).GetMetadata(ctx, integration.TenantBasePath+"/"+namespace+"/"+name); err == nil {
 		t.Fatal("Delete left the KV record")
 	}
+}
+
+// TestTenantNamespaceNotAllowed: a Tenant whose namespace the Instance's
+// spec.allowedNamespaces does not admit is NamespaceNotAllowed and nothing
+// is written for it (no registry row, no KV record); admitting the
+// namespace (by a label the selector matches) provisions it.
+func TestTenantNamespaceNotAllowed(t *testing.T) {
+	s := getStack(t)
+	ctx := context.Background()
+	if err := s.CP.Client.Create(ctx, &v1alpha1.PostgreSQLInstance{ObjectMeta: metav1.ObjectMeta{Name: "fenced"}, Spec: v1alpha1.PostgreSQLInstanceSpec{
+		Endpoint:           v1alpha1.PostgreSQLEndpoint{Host: "localhost", HostAddr: "127.0.0.1", Port: int32(s.PG.Port)},
+		AdminCredentialRef: v1alpha1.AdminCredentialReference{Name: "shared-admin"},
+		AllowedNamespaces: &v1alpha1.AllowedNamespaces{Names: []string{"fenced-team"},
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"ayatori.test/databases": "yes"}}}}}); err != nil {
+		t.Fatal(err)
+	}
+	const namespace, name = "fenced-outsider", "outsider"
+	tn := newTenant(t, s, namespace, name, func(tn *v1alpha1.PostgreSQLTenant) { tn.Spec.InstanceRef = "fenced" })
+	got := waitTenant(t, s, namespace, name, metav1.ConditionFalse, v1alpha1.ReasonNamespaceNotAllowed, time.Minute)
+	if msg := tenantReadyMessage(got); !strings.Contains(msg, namespace) || !strings.Contains(msg, "fenced") {
+		t.Fatalf("message %q", msg)
+	}
+	if n := superQuery[int64](t, s, "postgres", "SELECT count(*) FROM postgresql_tenant_operator.tenant_ownership WHERE tenant_uid = $1", string(tn.UID)); n != 0 {
+		t.Fatalf("%d registry rows for a Tenant outside the allow-list", n)
+	}
+	root, _ := s.Bao.Client(s.Bao.RootToken)
+	if sec, err := root.Logical().Read(integration.KVMount + "/data/" + integration.TenantBasePath + "/" + namespace + "/" + name); err != nil || sec != nil {
+		t.Fatalf("a KV record exists for a Tenant outside the allow-list (%v)", err)
+	}
+	ns := &corev1.Namespace{}
+	if err := s.CP.Client.Get(ctx, client.ObjectKey{Name: namespace}, ns); err != nil {
+		t.Fatal(err)
+	}
+	ns.Labels = map[string]string{"ayatori.test/databases": "yes"}
+	if err := s.CP.Client.Update(ctx, ns); err != nil {
+		t.Fatal(err)
+	}
+	waitTenant(t, s, namespace, name, metav1.ConditionTrue, "Ready", 2*time.Minute)
 }

@@ -39,4 +39,7 @@ const (
 	// (sessions the admin role may not end, objects the role still owns
 	// elsewhere); the message names it and the finalizer stays (Tenant).
 	ReasonDeletionBlocked = "DeletionBlocked"
+	// ReasonNamespaceNotAllowed: the Tenant's namespace is not in its
+	// Instance's spec.allowedNamespaces.
+	ReasonNamespaceNotAllowed = "NamespaceNotAllowed"
 )

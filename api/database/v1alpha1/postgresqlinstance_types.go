@@ -94,6 +94,31 @@ type PostgreSQLInstanceSpec struct {
 	// adminCredentialRef names the admin credential Secret in the controller namespace.
 	// +required
 	AdminCredentialRef AdminCredentialReference `json:"adminCredentialRef"`
+
+	// allowedNamespaces limits whose PostgreSQLTenants may use this
+	// Instance: a Tenant's namespace must be listed in names or match
+	// selector. Unset: every namespace (the homelab default; set it on a
+	// platform shared by teams). A Tenant outside it is Ready=False with
+	// reason NamespaceNotAllowed and nothing is written for it; a Tenant
+	// provisioned before its namespace was removed can still be deleted.
+	// +optional
+	AllowedNamespaces *AllowedNamespaces `json:"allowedNamespaces,omitempty"`
+}
+
+// AllowedNamespaces selects namespaces by name or by label. An empty value
+// (neither set) allows none.
+type AllowedNamespaces struct {
+	// names are namespace names.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=256
+	// +kubebuilder:validation:items:MaxLength=63
+	// +kubebuilder:validation:items:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Names []string `json:"names,omitempty"`
+
+	// selector selects namespaces by their labels.
+	// +optional
+	Selector *metav1.LabelSelector `json:"selector,omitempty"`
 }
 
 // InstancePhase is the controller's checkpoint for an Instance. Automation
