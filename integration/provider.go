@@ -175,7 +175,8 @@ func dockerBridgeGateway() (string, error) {
 		return "", fmt.Errorf("docker network inspect bridge: HTTP %d", resp.StatusCode)
 	}
 	var nw struct {
-		IPAM struct{ Config []struct{ Gateway string } }
+		IPAM struct{ Config []struct{ Gateway, Subnet string } }
+		Options map[string]string
 	}
 	if err := json.NewDecoder(resp.Body).Decode(&nw); err != nil {
 		return "", fmt.Errorf("docker network inspect bridge: %w", err)
@@ -183,6 +184,24 @@ func dockerBridgeGateway() (string, error) {
 	for _, c := range nw.IPAM.Config {
 		if ip := net.ParseIP(c.Gateway); ip != nil && ip.To4() != nil {
 			return ip.String(), nil
+		}
+	}
+	// A freshly started dockerd may report the bridge's subnet without its
+	// gateway: the gateway is then the bridge interface's own address.
+	name := nw.Options["com.docker.network.bridge.name"]
+	if name == "" {
+		name = "docker0"
+	}
+	if ifc, err := net.InterfaceByName(name); err == nil {
+		addrs, _ := ifc.Addrs()
+		for _, a := range addrs {
+			if ipn, ok := a.(*net.IPNet); ok && ipn.IP.To4() != nil {
+				for _, c := range nw.IPAM.Config {
+					if _, subnet, err := net.ParseCIDR(c.Subnet); err == nil && subnet.Contains(ipn.IP) {
+						return ipn.IP.String(), nil
+					}
+				}
+			}
 		}
 	}
 	return "", errors.New("docker network inspect bridge: no IPv4 gateway")
