@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/x509"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"encoding/pem"
@@ -276,4 +277,41 @@ func (t *TrustedKeys) Verify(r *Record) error {
 		return fmt.Errorf("%w: %v", ErrUntrusted, err)
 	}
 	return t.verify(recordContext, r.Proof, b)
+}
+
+// ObjectProof proves that the manager made an object outside the journal,
+// for example a backend object an executor created (an annotation of it):
+// an Ed25519 signature by the journal signing key over purpose and the
+// object's identity. Whoever can read the object can copy the proof, so it
+// binds the identity of what it was made for (a name and the UID it was
+// made for); it does not replace recording what was made.
+type ObjectProof struct {
+	Signer *SigningKey
+	Trust  *TrustedKeys
+}
+
+// objectContext separates object proofs from record signatures.
+const objectContext = "ayatori-object-proof-v1\n"
+
+// Sign returns the proof for msg: "<key ID>:<base64url signature>".
+func (p ObjectProof) Sign(purpose, msg string) string {
+	sig := ed25519.Sign(p.Signer.priv, []byte(objectContext+purpose+"\n"+msg))
+	return p.Signer.id + ":" + base64.RawURLEncoding.EncodeToString(sig)
+}
+
+// Verify reports whether proof is a valid proof for msg by a trusted key.
+func (p ObjectProof) Verify(purpose, msg, proof string) bool {
+	if p.Trust == nil {
+		return false
+	}
+	i := strings.LastIndexByte(proof, ':')
+	if i < 0 {
+		return false
+	}
+	pub, ok := p.Trust.keys[proof[:i]]
+	if !ok {
+		return false
+	}
+	sig, err := base64.RawURLEncoding.DecodeString(proof[i+1:])
+	return err == nil && ed25519.Verify(pub, []byte(objectContext+purpose+"\n"+msg), sig)
 }

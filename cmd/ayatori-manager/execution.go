@@ -170,7 +170,8 @@ func (o *executionOptions) setup(_ context.Context, mgr manager.Manager, store *
 		if err != nil {
 			return nil, err
 		}
-		ex := &kexec.Executor{Management: mgr.GetAPIReader(), Workload: workload, Timeout: sh.reconcileTimeout}
+		ex := &kexec.Executor{Management: mgr.GetAPIReader(), Workload: workload, Timeout: sh.reconcileTimeout,
+			Proof: journal.ObjectProof{Signer: store.Config().Signer, Trust: store.Config().Trust}}
 		if err := ex.Register(dispatch); err != nil {
 			return nil, err
 		}

@@ -133,6 +133,14 @@ type EnsureIntent struct {
 	TaskDigest string `json:"taskDigest"`
 	// Resources are the effective resources (status.effectiveResources).
 	Resources Resources `json:"resources"`
+	// References are the execution's references the journal already
+	// holds (from the outcome of the Ensure that created it): an adapter
+	// that finds a backend object under the Job's name takes it as the
+	// Job's execution only when it is the one referenced here, or, when
+	// none is recorded yet (a crash between the create and its outcome),
+	// when it carries the adapter's creation proof. Anything else is a
+	// Conflict, never adopted.
+	References []Reference `json:"references,omitempty"`
 }
 
 // StopReason says why a Cancel was decided; it becomes the terminal

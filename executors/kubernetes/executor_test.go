@@ -240,7 +240,8 @@ func TestExecutor(t *testing.T) {
 	start := time.Now()
 	w := integration.StartWorkload(t, integration.WorkloadOptions{})
 	t.Logf("workload up in %s", time.Since(start).Round(100*time.Millisecond))
-	e := &kexec.Executor{Management: w.CP.Client, Workload: w.CP.Client, Actor: "kexec-test"}
+	e := &kexec.Executor{Management: w.CP.Client, Workload: w.CP.Client, Actor: "kexec-test",
+		Proof: journal.ObjectProof{Signer: integration.JournalSigner(t), Trust: integration.JournalTrust(t)}}
 	d, err := journal.NewDispatcher(execution.Domain)
 	if err != nil {
 		t.Fatal(err)
@@ -371,9 +372,10 @@ func TestExecutor(t *testing.T) {
 		f := s.fixture(t, "crash", "runner", true)
 		j := f.job("crash", integration.ImageHang, nil)
 		// The executor created the native Job, then crashed before the
-		// outcome: it exists with the UID label.
+		// outcome: it exists with the UID label and its creation proof.
 		nj := &batchv1.Job{
-			ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: nativeName(t, j), Labels: map[string]string{execution.LabelJobUID: string(j.UID)}},
+			ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: nativeName(t, j), Labels: map[string]string{execution.LabelJobUID: string(j.UID)},
+				Annotations: map[string]string{kexec.AnnotationCreationProof: e.CreationProof(f.ns, nativeName(t, j), string(j.UID))}},
 			Spec: batchv1.JobSpec{BackoffLimit: new(int32), Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{execution.LabelJobUID: string(j.UID)}},
 				Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever,
@@ -389,6 +391,72 @@ func TestExecutor(t *testing.T) {
 		if n := f.natives(j); len(n) != 1 {
 			t.Fatalf("%d native Jobs", len(n))
 		}
+	})
+
+	t.Run("ForgedNativeJobNeverAdopted", func(t *testing.T) {
+		f := s.fixture(t, "forged", "runner", true)
+		j := f.job("forged", integration.ImageHang, nil)
+		// Someone who may create Jobs in the namespace makes one under the
+		// native name with the UID label before the Ensure runs.
+		forged := &batchv1.Job{
+			ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: nativeName(t, j), Labels: map[string]string{execution.LabelJobUID: string(j.UID)},
+				Annotations: map[string]string{kexec.AnnotationCreationProof: "ed25519:0000000000000000:forged"}},
+			Spec: batchv1.JobSpec{BackoffLimit: new(int32), Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{execution.LabelJobUID: string(j.UID)}},
+				Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever,
+					Containers: []corev1.Container{{Name: kexec.ContainerName, Image: integration.ImageSucceed}}}}},
+		}
+		if err := f.c.Create(f.ctx, forged); err != nil {
+			t.Fatal(err)
+		}
+		for _, op := range []string{execution.OpEnsure, execution.OpObserve, execution.OpCancel, execution.OpDelete} {
+			payload := any(execution.ExecutionIntent{Adapter: execution.AdapterKubernetes, Reason: execution.StopCancelled})
+			if op == execution.OpEnsure {
+				payload = f.ensurePayload(j)
+			}
+			if o := f.failed(op, j, payload, kexec.ReasonConflict); o.State != execution.StateNotFound || !strings.Contains(o.Message, "did not create") {
+				t.Fatalf("%s: %+v", op, o)
+			}
+		}
+		// A recorded execution with another UID is not it either.
+		f.failed(execution.OpObserve, j, execution.ExecutionIntent{Adapter: execution.AdapterKubernetes,
+			References: []execution.Reference{{Type: kexec.ReferenceTypeJob, ID: "0b1c2d3e-0000-0000-0000-000000000000"}}}, kexec.ReasonConflict)
+		cur := &batchv1.Job{}
+		if err := f.c.Get(f.ctx, client.ObjectKeyFromObject(forged), cur); err != nil || cur.UID != forged.UID || cur.DeletionTimestamp != nil ||
+			cur.Spec.Suspend != nil && *cur.Spec.Suspend {
+			t.Fatalf("the forged Job was touched: %v %+v", err, cur.Spec.Suspend)
+		}
+	})
+
+	t.Run("ForgedPodIgnored", func(t *testing.T) {
+		f := s.fixture(t, "forgedpod", "runner", true)
+		j := f.job("forgedpod", integration.ImageHang, nil)
+		created := f.obs(execution.OpEnsure, j, f.ensurePayload(j))
+		nj := f.natives(j)[0]
+		refs := execution.ExecutionIntent{Adapter: execution.AdapterKubernetes, References: created.References}
+		f.until(j, "running", state(execution.StateRunning))
+		// A pod with the native Job's labels that it did not create (owned
+		// by a ConfigMap, an image Ayatori did not ask for).
+		owner := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "not-a-job"}}
+		if err := f.c.Create(f.ctx, owner); err != nil {
+			t.Fatal(err)
+		}
+		yes := true
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "lookalike",
+			Labels: map[string]string{"batch.kubernetes.io/controller-uid": string(nj.UID), execution.LabelJobUID: string(j.UID)},
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "ConfigMap", Name: owner.Name, UID: owner.UID, Controller: &yes}}},
+			Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever, Containers: []corev1.Container{{Name: kexec.ContainerName, Image: integration.ImagePullFail}}}}
+		if err := f.c.Create(f.ctx, pod); err != nil {
+			t.Fatal(err)
+		}
+		o := f.obs(execution.OpObserve, j, refs)
+		if o.State != execution.StateRunning || o.Failing || !strings.Contains(o.Message, "1 pod(s)") {
+			t.Fatalf("with a lookalike pod: %+v", o)
+		}
+		// A Cancel ends once Ayatori's own pod is gone, whatever the
+		// lookalike does.
+		f.obs(execution.OpCancel, j, execution.ExecutionIntent{Adapter: execution.AdapterKubernetes, References: created.References, Reason: execution.StopCancelled})
+		f.until(j, "cancelled", state(execution.StateCancelled))
 	})
 
 	t.Run("ServiceAccountMissing", func(t *testing.T) {

@@ -75,7 +75,13 @@ func fakeExecutor(t *testing.T, createErr error, objs ...client.Object) (*Execut
 			return c.Create(ctx, obj, opts...)
 		},
 	}).Build()
-	return &Executor{Management: c, Workload: c}, c
+	return &Executor{Management: c, Workload: c, Proof: testProof()}, c
+}
+
+// testProof is an ObjectProof with a fresh key.
+func testProof() journal.ObjectProof {
+	k, _ := journal.NewSigningKey()
+	return journal.ObjectProof{Signer: k, Trust: journal.NewTrustedKeys(k.Public())}
 }
 
 func TestEnsureErrors(t *testing.T) {
@@ -144,7 +150,7 @@ func TestStateUnknownFailure(t *testing.T) {
 			return apierrors.NewForbidden(schema.GroupResource{Group: "batch", Resource: "jobs"}, key.Name, errors.New("CANARY"))
 		},
 	}).Build()
-	e := &Executor{Management: c, Workload: c}
+	e := &Executor{Management: c, Workload: c, Proof: testProof()}
 	rec, err := journal.NewIntent(ensureRecord(t, aj).Object, execution.OpObserve, "", 1, execution.ExecutionIntent{Adapter: execution.AdapterKubernetes})
 	if err != nil {
 		t.Fatal(err)
@@ -166,7 +172,7 @@ func TestRegisterNeedsClients(t *testing.T) {
 	s := runtime.NewScheme()
 	_ = clientgoscheme.AddToScheme(s)
 	c := fake.NewClientBuilder().WithScheme(s).Build()
-	if err := (&Executor{Management: c, Workload: c}).Register(d); err == nil {
+	if err := (&Executor{Management: c, Workload: c, Proof: testProof()}).Register(d); err == nil {
 		t.Fatal("Register with a scheme without the execution API succeeded")
 	}
 }
@@ -219,5 +225,44 @@ func TestBuildJob(t *testing.T) {
 	job, _ = buildJob(n, "job", aj, p, execution.Resources{})
 	if c := job.Spec.Template.Spec.Containers[0]; c.ImagePullPolicy != corev1.PullIfNotPresent || c.Resources.Requests != nil || c.Resources.Limits != nil {
 		t.Fatalf("defaults: %+v", c)
+	}
+}
+
+// TestCompletionNeedsAyatorisPod: a native Job that the Job controller
+// marked Complete because of a pod it adopted (the labels copied, another
+// image) is not a success: the task's own pod never succeeded.
+func TestCompletionNeedsAyatorisPod(t *testing.T) {
+	aj, p, sa := fixtures()
+	e, c := fakeExecutor(t, nil, aj, p, sa)
+	ctx := context.Background()
+	out, err := e.Handlers()[execution.OpEnsure](ctx, ensureRecord(t, aj))
+	if err != nil || out.Result.Class != journal.Succeeded {
+		t.Fatalf("Ensure: %+v %v", out, err)
+	}
+	name, _ := execution.NativeJobName(testUID)
+	nj := &batchv1.Job{}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: "ns", Name: name}, nj); err != nil {
+		t.Fatal(err)
+	}
+	nj.Status.Conditions = []batchv1.JobCondition{{Type: batchv1.JobComplete, Status: corev1.ConditionTrue}}
+	if err := c.Status().Update(ctx, nj); err != nil {
+		t.Fatal(err)
+	}
+	yes := true
+	lookalike := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "lookalike",
+		Labels:          map[string]string{labelControllerUID: string(nj.UID), execution.LabelJobUID: testUID},
+		OwnerReferences: []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "Job", Name: nj.Name, UID: nj.UID, Controller: &yes}}},
+		Spec: corev1.PodSpec{ServiceAccountName: "runner", Containers: []corev1.Container{{Name: ContainerName, Image: "someone-elses"}}},
+		Status: corev1.PodStatus{Phase: corev1.PodSucceeded, ContainerStatuses: []corev1.ContainerStatus{{Name: ContainerName,
+			State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0}}}}}}
+	if err := c.Create(ctx, lookalike); err != nil {
+		t.Fatal(err)
+	}
+	rec, _ := journal.NewIntent(ensureRecord(t, aj).Object, execution.OpObserve, "", 1, execution.ExecutionIntent{Adapter: execution.AdapterKubernetes,
+		References: []execution.Reference{{Type: ReferenceTypeJob, ID: string(nj.UID)}}})
+	out, err = e.Handlers()[execution.OpObserve](ctx, rec)
+	o, _ := out.Payload.(execution.Observation)
+	if err != nil || o.State != execution.StateFailed || o.Reason != executionv1alpha1.ReasonBackendFailed {
+		t.Fatalf("observation %+v, %v", o, err)
 	}
 }

@@ -61,6 +61,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
@@ -101,6 +103,11 @@ const LabelManagedBy = "app.kubernetes.io/managed-by"
 // labelControllerUID is the label the Job controller puts on a Job's pods.
 const labelControllerUID = "batch.kubernetes.io/controller-uid"
 
+// AnnotationCreationProof on a native Job is the manager's proof that it
+// created it for the Ayatori Job it names (journal.ObjectProof over its
+// namespace, name and the Ayatori Job's UID).
+const AnnotationCreationProof = "execution.ayatori.ddupan.top/creation-proof"
+
 // ParametersKind is the kind of the parameters object this adapter reads.
 const ParametersKind = "KubernetesExecutionParameters"
 
@@ -121,6 +128,9 @@ type Executor struct {
 	// Actor names this executor instance; it is the field manager of the
 	// native Jobs' writes (default "ayatori-executor-kubernetes").
 	Actor string
+	// Proof signs and checks the creation proof of native Jobs (the
+	// manager's journal keys). Required.
+	Proof journal.ObjectProof
 	// Timeout bounds one operation's API requests (default DefaultTimeout).
 	Timeout time.Duration
 }
@@ -132,6 +142,9 @@ type Executor struct {
 func (e *Executor) Register(d *journal.Dispatcher) error {
 	if e.Management == nil || e.Workload == nil {
 		return errors.New("executors/kubernetes: Management and Workload clients are required")
+	}
+	if e.Proof.Signer == nil || e.Proof.Trust == nil {
+		return errors.New("executors/kubernetes: the creation proof needs the journal signing key and trusted keys")
 	}
 	if m, ok := e.Management.(interface{ Scheme() *runtime.Scheme }); ok {
 		for _, kind := range []string{"Job", ParametersKind} {
@@ -232,9 +245,11 @@ func failedOutcome(reason, msg string, state execution.State) journal.Outcome {
 	return out
 }
 
-// native is where the native Job of rec's Job lives.
+// native is where the native Job of rec's Job lives, and the UID of the
+// one the journal says this Job's Ensure created ("": none recorded yet).
 type native struct {
 	ns, name, uid string
+	created       string
 }
 
 func nativeOf(rec journal.Record) (native, error) {
@@ -242,11 +257,41 @@ func nativeOf(rec journal.Record) (native, error) {
 	if err != nil || rec.Object.Namespace == "" {
 		return native{}, &refusal{Reason: ReasonInvalidIntent, Message: "the intent's Job UID or namespace can not name a native Job"}
 	}
-	return native{ns: rec.Object.Namespace, name: name, uid: rec.Object.UID}, nil
+	n := native{ns: rec.Object.Namespace, name: name, uid: rec.Object.UID}
+	var refs struct {
+		References []execution.Reference `json:"references"`
+	}
+	_ = rec.DecodePayload(&refs)
+	for _, r := range refs.References {
+		if r.Type == ReferenceTypeJob {
+			n.created = r.ID
+		}
+	}
+	return n, nil
 }
 
+// creationProof is what the native Job of n carries in
+// AnnotationCreationProof: the manager's proof that it created it for this
+// Job.
+func (e *Executor) creationProof(n native) string {
+	return e.CreationProof(n.ns, n.name, n.uid)
+}
+
+// CreationProof is the AnnotationCreationProof value of the native Job
+// namespace/name made for the Ayatori Job with UID jobUID.
+func (e *Executor) CreationProof(namespace, name, jobUID string) string {
+	return e.Proof.Sign(proofPurpose, namespace+"/"+name+"/"+jobUID)
+}
+
+const proofPurpose = "kubernetes native Job"
+
 // get reads the native Job: nil when there is none, a Conflict refusal
-// when the object of that name is not this Job's.
+// when the object of that name is not this Job's. It is this Job's only by
+// proof, never by its name or labels (anyone who may create Jobs in the
+// namespace can copy those): the one whose UID the journal recorded from
+// the Ensure that created it, or, while none is recorded (a crash between
+// the create and its outcome), one that carries the manager's creation
+// proof for this Job.
 func (e *Executor) get(ctx context.Context, n native) (*batchv1.Job, error) {
 	job := &batchv1.Job{}
 	err := e.Workload.Get(ctx, types.NamespacedName{Namespace: n.ns, Name: n.name}, job)
@@ -256,24 +301,58 @@ func (e *Executor) get(ctx context.Context, n native) (*batchv1.Job, error) {
 	if err != nil {
 		return nil, err
 	}
-	if job.Labels[execution.LabelJobUID] != n.uid {
-		return nil, &refusal{Reason: ReasonConflict, State: execution.StateNotFound,
-			Message: fmt.Sprintf("a batch/v1 Job %s/%s exists that does not belong to this Job; it was left untouched", n.ns, n.name)}
+	foreign := func(why string) error {
+		return &refusal{Reason: ReasonConflict, State: execution.StateNotFound,
+			Message: fmt.Sprintf("a batch/v1 Job %s/%s exists that Ayatori did not create for this Job (%s); it was left untouched", n.ns, n.name, why)}
+	}
+	switch {
+	case job.Labels[execution.LabelJobUID] != n.uid:
+		return nil, foreign("it lacks this Job's UID label")
+	case n.created != "" && string(job.UID) != n.created:
+		return nil, foreign("its UID is not the one this Job's Ensure created")
+	case n.created == "" && !e.Proof.Verify(proofPurpose, n.ns+"/"+n.name+"/"+n.uid, job.Annotations[AnnotationCreationProof]):
+		return nil, foreign("it has no valid creation proof")
 	}
 	return job, nil
 }
 
-// pods lists the pods of native Job job (by the Job controller's label,
-// and this Job's UID label).
-func (e *Executor) pods(ctx context.Context, job *batchv1.Job) ([]corev1.Pod, error) {
+// pods lists the pods of native Job job: those carrying the Job
+// controller's label and this Job's UID label that job controls (its
+// controller owner reference) and that run the template Ayatori built
+// (the task container's image, command and arguments, the
+// ServiceAccount). Anything else with those labels (a pod someone created
+// to look like the task's) is left out and counted in ignored.
+func (e *Executor) pods(ctx context.Context, job *batchv1.Job) (own []corev1.Pod, ignored int, err error) {
 	var list corev1.PodList
 	if err := e.Workload.List(ctx, &list, client.InNamespace(job.Namespace), client.MatchingLabels{
 		labelControllerUID:    string(job.UID),
 		execution.LabelJobUID: job.Labels[execution.LabelJobUID],
 	}); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	return list.Items, nil
+	for _, p := range list.Items {
+		if ownedPod(job, &p) {
+			own = append(own, p)
+		} else {
+			ignored++
+		}
+	}
+	return own, ignored, nil
+}
+
+// ownedPod: pod is controlled by job and runs its template's task.
+func ownedPod(job *batchv1.Job, pod *corev1.Pod) bool {
+	ref := metav1.GetControllerOf(pod)
+	if ref == nil || ref.UID != job.UID || ref.Kind != "Job" {
+		return false
+	}
+	want := job.Spec.Template.Spec
+	if pod.Spec.ServiceAccountName != want.ServiceAccountName || len(pod.Spec.Containers) != 1 || len(want.Containers) != 1 ||
+		len(pod.Spec.InitContainers) != 0 || len(pod.Spec.EphemeralContainers) != 0 {
+		return false
+	}
+	got, tmpl := pod.Spec.Containers[0], want.Containers[0]
+	return got.Name == tmpl.Name && got.Image == tmpl.Image && slices.Equal(got.Command, tmpl.Command) && slices.Equal(got.Args, tmpl.Args)
 }
 
 // observeJob observes job (nil: NotFound) with its pods.
@@ -281,11 +360,23 @@ func (e *Executor) observeJob(ctx context.Context, job *batchv1.Job) (execution.
 	if job == nil {
 		return observe(nil, nil), nil
 	}
-	pods, err := e.pods(ctx, job)
+	pods, ignored, err := e.pods(ctx, job)
 	if err != nil {
 		return execution.Observation{}, err
 	}
-	return observe(job, pods), nil
+	o := observe(job, pods)
+	if o.State == execution.StateSucceeded && !succeededOwnPod(pods) && (len(pods) > 0 || ignored > 0) {
+		// The Job controller counts every pod it adopted: a completion
+		// stands only on Ayatori's own pod (or on no pod left at all, as
+		// after the pod garbage collector).
+		o = execution.Observation{State: execution.StateFailed, Terminal: true, Adapter: execution.AdapterKubernetes, References: o.References,
+			Reason: executionv1alpha1.ReasonBackendFailed, FinishTime: o.FinishTime,
+			Message: "the native Job reports completion, but no pod it created from Ayatori's template succeeded (a pod someone else created may have completed it)"}
+	}
+	if ignored > 0 {
+		o.Message = strings.TrimSpace(o.Message + fmt.Sprintf(" (%d pod(s) with this Job's labels that its native Job did not create from Ayatori's template were ignored)", ignored))
+	}
+	return o, nil
 }
 
 // observeOp executes Observe.
@@ -394,6 +485,7 @@ func (e *Executor) ensure(ctx context.Context, rec journal.Record) (execution.Ob
 	if err != nil {
 		return execution.Observation{}, err
 	}
+	job.Annotations[AnnotationCreationProof] = e.creationProof(n)
 	err = e.Workload.Create(ctx, job, e.fieldOwner())
 	switch {
 	case err == nil:

@@ -37,6 +37,16 @@ func references(job *batchv1.Job) []execution.Reference {
 	return []execution.Reference{{Type: ReferenceTypeJob, ID: string(job.UID)}}
 }
 
+// succeededOwnPod: one of pods (Ayatori's own) ran the task to exit 0.
+func succeededOwnPod(pods []corev1.Pod) bool {
+	for i := range pods {
+		if t := terminatedOf(taskStatus(&pods[i])); t != nil && t.ExitCode == 0 {
+			return true
+		}
+	}
+	return false
+}
+
 // observe derives the Observation of the execution from its native Job
 // (nil: none exists) and the Job's pods (any order). It reads no clock.
 //

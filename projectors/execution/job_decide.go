@@ -602,6 +602,7 @@ func (d *decider) ensure() {
 			RequestsCPU: quantity(er.Requests.CPU), RequestsMemory: quantity(er.Requests.Memory),
 			LimitsCPU: quantity(er.Limits.CPU), LimitsMemory: quantity(er.Limits.Memory),
 		},
+		References: append([]execution.Reference(nil), d.l.refs...),
 	})
 }
 
