@@ -5,11 +5,20 @@
 //
 // Native Job identity: namespace = the Ayatori Job's namespace, name =
 // execution.NativeJobName(UID), label execution.LabelJobUID = UID on the
-// Job and its pod template, annotations execution.AnnotationJobName and
-// execution.AnnotationJobNamespace. An object with that name that lacks the
-// UID label is not this Job's: every operation reports a Failed outcome
-// with reason Conflict (Observation State NotFound: this Job has no
-// execution) and never modifies or deletes it.
+// Job and its pod template, annotations execution.AnnotationJobName,
+// execution.AnnotationJobNamespace and AnnotationCreationProof (the
+// manager's signature over namespace, name and the Ayatori Job's UID).
+// Names and labels can be copied by anyone who may create Jobs in the
+// namespace, so an object with that name is this Job's only by proof: its
+// UID is the one the journal recorded from the Ensure that created it
+// (the intents carry the references), or, while none is recorded (a crash
+// between the create and its outcome), it carries a valid creation proof.
+// Anything else is not this Job's: every operation reports a Failed
+// outcome with reason Conflict (Observation State NotFound: this Job has
+// no execution) and never modifies or deletes it. Its pods are those it
+// controls that run the template Ayatori built; a lookalike pod is ignored
+// (and counted in the observation's message), and a completion the Job
+// controller reports without one of Ayatori's pods succeeding is Failed.
 //
 // Native Job shape: backoffLimit 0, completions 1, parallelism 1, pod
 // restartPolicy Never, the parameters' ServiceAccount (never "default"
