@@ -443,7 +443,7 @@ func TestExecutor(t *testing.T) {
 		}
 		yes := true
 		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "lookalike",
-			Labels: map[string]string{"batch.kubernetes.io/controller-uid": string(nj.UID), execution.LabelJobUID: string(j.UID)},
+			Labels:          map[string]string{"batch.kubernetes.io/controller-uid": string(nj.UID), execution.LabelJobUID: string(j.UID)},
 			OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "ConfigMap", Name: owner.Name, UID: owner.UID, Controller: &yes}}},
 			Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever, Containers: []corev1.Container{{Name: kexec.ContainerName, Image: integration.ImagePullFail}}}}
 		if err := f.c.Create(f.ctx, pod); err != nil {
