@@ -175,7 +175,9 @@ func dockerBridgeGateway() (string, error) {
 		return "", fmt.Errorf("docker network inspect bridge: HTTP %d", resp.StatusCode)
 	}
 	var nw struct {
-		IPAM struct{ Config []struct{ Gateway, Subnet string } }
+		IPAM struct {
+			Config []struct{ Gateway, Subnet string }
+		}
 		Options map[string]string
 	}
 	if err := json.NewDecoder(resp.Body).Decode(&nw); err != nil {

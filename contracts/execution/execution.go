@@ -188,6 +188,10 @@ type ExecutionIntent struct {
 type BackendLostNote struct {
 	// Annotation is the annotation the confirmation came from.
 	Annotation string `json:"annotation"`
+	// ConfirmedBy is who confirmed (annotation confirmed-by, checked at
+	// admission to be the requester's user name; empty without the
+	// admission policy).
+	ConfirmedBy string `json:"confirmedBy,omitempty"`
 }
 
 // Reference is one adapter-defined reference to a backend resource

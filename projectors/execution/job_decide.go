@@ -637,7 +637,7 @@ func (d *decider) confirmLost() bool {
 		return false
 	}
 	d.out.Note = execution.NoteBackendLostConfirmed
-	d.out.NotePayload = execution.BackendLostNote{Annotation: v1alpha1.AnnotationBackendLost}
+	d.out.NotePayload = execution.BackendLostNote{Annotation: v1alpha1.AnnotationBackendLost, ConfirmedBy: d.job.Annotations[v1alpha1.AnnotationConfirmedBy]}
 	d.requeueAfter(0)
 	return true
 }

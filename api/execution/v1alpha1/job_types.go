@@ -30,6 +30,12 @@ const JobFinalizer = "execution.ayatori.ddupan.top/job-cleanup"
 // Succeeded=False/BackendLost.
 const AnnotationBackendLost = "execution.ayatori.ddupan.top/confirm-backend-lost"
 
+// AnnotationConfirmedBy names who set AnnotationBackendLost: the
+// admission policy ayatori-confirm-backend-lost (deploy/admission) requires
+// it to be the requester's user name, and the journal's
+// BackendLostConfirmed note records it.
+const AnnotationConfirmedBy = "execution.ayatori.ddupan.top/confirmed-by"
+
 // JobDesiredState is what the Job's author wants of its execution.
 type JobDesiredState string
 

@@ -1,0 +1,153 @@
+package deploy_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	executionv1alpha1 "git.ddupan.top/panxiao81/ayatori/api/execution/v1alpha1"
+	"git.ddupan.top/panxiao81/ayatori/contracts/execution"
+	"git.ddupan.top/panxiao81/ayatori/integration"
+)
+
+// TestAdmissionPolicies applies deploy/admission to a real API server and
+// checks each policy as the identities it tells apart (impersonated, each
+// with the RBAC a namespace user or the component has): a namespace user
+// may not create a pod with the Job controller's or Ayatori's labels, nor a
+// batch Job with Ayatori's UID label, nor confirm a lost execution; the Job
+// controller, the manager's ServiceAccount and an operator may.
+func TestAdmissionPolicies(t *testing.T) {
+	cp := integration.StartControlPlane(t, integration.ControlPlaneOptions{})
+	ctx := context.Background()
+	for _, o := range render(t, "admission") {
+		if err := cp.Client.Create(ctx, o); err != nil {
+			t.Fatalf("%s %s: %v", o.GetKind(), o.GetName(), err)
+		}
+	}
+	const ns = "team"
+	if err := cp.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+		t.Fatal(err)
+	}
+	// RBAC: the namespace user may do everything with pods, Jobs and
+	// Ayatori Jobs in the namespace; the components have what they need.
+	grant := func(name string, subject rbacv1.Subject, rules []rbacv1.PolicyRule) {
+		t.Helper()
+		if err := cp.Client.Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: name}, Rules: rules}); err != nil {
+			t.Fatal(err)
+		}
+		if err := cp.Client.Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: name},
+			RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: name}, Subjects: []rbacv1.Subject{subject}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	all := []rbacv1.PolicyRule{{APIGroups: []string{"", "batch", executionv1alpha1.GroupVersion.Group}, Resources: []string{"pods", "jobs"},
+		Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}}}
+	user := func(n string) rbacv1.Subject {
+		return rbacv1.Subject{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: n}
+	}
+	grant("test-mallory", user("mallory"), all)
+	grant("test-job-controller", user("system:serviceaccount:kube-system:job-controller"), all)
+	grant("test-manager", user("system:serviceaccount:ayatori-system:ayatori-manager"), all)
+	grant("test-operator-base", user("olga"), all)
+	if err := cp.Client.Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "test-operator"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "ayatori-job-operator"},
+		Subjects: []rbacv1.Subject{user("olga")}}); err != nil {
+		t.Fatal(err)
+	}
+	as := func(name string) client.Client {
+		cfg := rest.CopyConfig(cp.Config)
+		cfg.Impersonate = rest.ImpersonationConfig{UserName: name}
+		c, err := client.New(cfg, client.Options{Scheme: cp.Client.Scheme()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	mallory, jobController, manager, olga := as("mallory"), as("system:serviceaccount:kube-system:job-controller"),
+		as("system:serviceaccount:ayatori-system:ayatori-manager"), as("olga")
+	// deny waits until the policy is in force (policies compile
+	// asynchronously), then requires create to be refused.
+	deny := func(what string, do func() error) {
+		t.Helper()
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			err := do()
+			if apierrors.IsForbidden(err) || apierrors.IsInvalid(err) {
+				t.Logf("%s: %v", what, err)
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s was not refused: %v", what, err)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	allow := func(what string, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+	pod := func(name string, labels map[string]string) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: labels},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "task", Image: "x"}}}}
+	}
+	for _, label := range []string{"batch.kubernetes.io/controller-uid", "controller-uid", execution.LabelJobUID} {
+		deny("a user's pod labelled "+label, func() error {
+			return mallory.Create(ctx, pod("forged-"+strings.ReplaceAll(label, "/", "-"), map[string]string{label: "x"}))
+		})
+	}
+	allow("a user's unlabelled pod", mallory.Create(ctx, pod("plain", nil)))
+	deny("a user adding the label to their pod", func() error {
+		p := &corev1.Pod{}
+		if err := mallory.Get(ctx, types.NamespacedName{Namespace: ns, Name: "plain"}, p); err != nil {
+			return err
+		}
+		p.Labels = map[string]string{execution.LabelJobUID: "x"}
+		return mallory.Update(ctx, p)
+	})
+	allow("the Job controller's pod", jobController.Create(ctx, pod("task", map[string]string{"batch.kubernetes.io/controller-uid": "u", execution.LabelJobUID: "x"})))
+
+	job := func(name string) *batchv1.Job {
+		return &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{execution.LabelJobUID: "x"}},
+			Spec: batchv1.JobSpec{Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever,
+				Containers: []corev1.Container{{Name: "task", Image: "x"}}}}}}
+	}
+	deny("a user's batch Job with Ayatori's label", func() error { return mallory.Create(ctx, job("ayatori-forged")) })
+	allow("the manager's native Job", manager.Create(ctx, job("ayatori-real")))
+	// Others may still update it when the label stays (the Job
+	// controller's writes, the garbage collector's finalizers).
+	real := &batchv1.Job{}
+	allow("read", cp.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: "ayatori-real"}, real))
+	real.Annotations = map[string]string{"touched": "yes"}
+	allow("an update that keeps the label", jobController.Update(ctx, real))
+
+	aj := &executionv1alpha1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "lost"},
+		Spec: executionv1alpha1.JobSpec{Task: executionv1alpha1.TaskSpec{Image: "x"}}}
+	allow("a user's Ayatori Job", mallory.Create(ctx, aj))
+	confirm := func(c client.Client, by string) error {
+		cur := &executionv1alpha1.Job{}
+		if err := c.Get(ctx, client.ObjectKeyFromObject(aj), cur); err != nil {
+			return err
+		}
+		cur.Annotations = map[string]string{executionv1alpha1.AnnotationBackendLost: string(cur.UID)}
+		if by != "" {
+			cur.Annotations[executionv1alpha1.AnnotationConfirmedBy] = by
+		}
+		return c.Update(ctx, cur)
+	}
+	deny("a user confirming a lost execution", func() error { return confirm(mallory, "mallory") })
+	deny("an operator confirming in someone else's name", func() error { return confirm(olga, "mallory") })
+	deny("an operator confirming without saying who", func() error { return confirm(olga, "") })
+	allow("an operator confirming", confirm(olga, "olga"))
+}
