@@ -134,7 +134,7 @@ func (o *executionOptions) setup(_ context.Context, mgr manager.Manager, store *
 		if err != nil {
 			return nil, err
 		}
-		probe := &osexec.Executor{Management: mgr.GetAPIReader(), HTTPClient: hc, Timeout: min(sh.reconcileTimeout, 10*time.Second)}
+		probe := &osexec.Executor{Management: mgr.GetAPIReader(), SecretNamespace: sh.namespace, HTTPClient: hc, Timeout: min(sh.reconcileTimeout, 10*time.Second)}
 		r.Probes = map[string]exprojector.BackendProbe{osexec.ParametersKind: probe.Probe}
 		r.ProbeInterval = o.classProbeInterval
 		if err := r.SetupWithManager(mgr); err != nil {
@@ -181,7 +181,7 @@ func (o *executionOptions) setup(_ context.Context, mgr manager.Manager, store *
 		if err != nil {
 			return nil, err
 		}
-		ex := &osexec.Executor{Management: mgr.GetAPIReader(), HTTPClient: hc, Timeout: sh.reconcileTimeout,
+		ex := &osexec.Executor{Management: mgr.GetAPIReader(), SecretNamespace: sh.namespace, HTTPClient: hc, Timeout: sh.reconcileTimeout,
 			ProvisionTimeout: o.osProvision, Marker: osexec.Marker{Dir: o.osMarkerDir}}
 		if err := ex.Register(dispatch); err != nil {
 			return nil, err

@@ -70,7 +70,7 @@ func newEnv(t *testing.T, mut ...func(*executionv1alpha1.OpenSandboxExecutionPar
 		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "cfg"}, Data: map[string]string{"mode": "fast"}},
 	}
 	c := fake.NewClientBuilder().WithScheme(s).WithObjects(objs...).Build()
-	ex := &opensandbox.Executor{Management: c, Marker: opensandbox.Marker{Dir: srv.FilesRoot()}, Timeout: 10 * time.Second,
+	ex := &opensandbox.Executor{Management: c, SecretNamespace: "ayatori-system", Marker: opensandbox.Marker{Dir: srv.FilesRoot()}, Timeout: 10 * time.Second,
 		ProvisionTimeout: 5 * time.Second, PollInterval: 10 * time.Millisecond}
 	return &env{t: t, srv: srv, k8s: c, ex: ex, h: ex.Handlers()}
 }

@@ -51,7 +51,7 @@ func hostileExecutor(t *testing.T, endpoint string, insecure bool, hc *http.Clie
 		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "ayatori-system", Name: "os-api"}, Data: map[string][]byte{"api-key": []byte(apiKey)}},
 	}
 	c := fake.NewClientBuilder().WithScheme(s).WithObjects(objs...).Build()
-	ex := &opensandbox.Executor{Management: c, HTTPClient: hc, Timeout: 5 * time.Second, ProvisionTimeout: time.Second, PollInterval: 10 * time.Millisecond}
+	ex := &opensandbox.Executor{Management: c, SecretNamespace: "ayatori-system", HTTPClient: hc, Timeout: 5 * time.Second, ProvisionTimeout: time.Second, PollInterval: 10 * time.Millisecond}
 	return ex.Handlers()
 }
 
@@ -457,5 +457,30 @@ func TestCancelDuringClaimIsCancelled(t *testing.T) {
 	}
 	if got := obsOf(t, e.until(j, o.References, terminal)); got.State != execution.StateCancelled {
 		t.Fatalf("%+v", got)
+	}
+}
+
+// TestAPIKeyOnlyFromTheControllerNamespace: parameters whose apiKeySecretRef
+// names a Secret in another namespace (a Tenant's password, say) are
+// refused before the Secret is read or anything is sent to the endpoint.
+func TestAPIKeyOnlyFromTheControllerNamespace(t *testing.T) {
+	var hits atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits.Add(1) }))
+	defer srv.Close()
+	s := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(s)
+	_ = executionv1alpha1.AddToScheme(s)
+	params := &executionv1alpha1.OpenSandboxExecutionParameters{ObjectMeta: metav1.ObjectMeta{Name: "exfil", UID: "params-uid"},
+		Spec: executionv1alpha1.OpenSandboxExecutionParametersSpec{Endpoint: srv.URL, AllowInsecureHTTP: true,
+			APIKeySecretRef: executionv1alpha1.NamespacedKeyReference{Namespace: "victim", Name: "db-credentials", Key: "password"}}}
+	c := fake.NewClientBuilder().WithScheme(s).WithObjects(params,
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "victim", Name: "db-credentials"}, Data: map[string][]byte{"password": []byte(apiKey)}}).Build()
+	ex := &opensandbox.Executor{Management: c, SecretNamespace: "ayatori-system", Timeout: 5 * time.Second}
+	ok, reason, msg := ex.Probe(context.Background(), params)
+	if ok || reason != executionv1alpha1.ReasonInvalidParametersReference || !strings.Contains(msg, "controller namespace") {
+		t.Fatalf("probe: %v %s %q", ok, reason, msg)
+	}
+	if n := hits.Load(); n != 0 {
+		t.Fatalf("the endpoint got %d requests", n)
 	}
 }

@@ -164,6 +164,9 @@ type Executor struct {
 	Marker Marker
 	// Now is the clock for provisioning waits (default time.Now).
 	Now func() time.Time
+	// SecretNamespace is the only namespace an apiKeySecretRef may name:
+	// the controller namespace (empty: none, every class is refused).
+	SecretNamespace string
 }
 
 // Register registers the handlers of execution.Operations on d under the
@@ -358,6 +361,13 @@ func (e *Executor) backendFor(ctx context.Context, params *executionv1alpha1.Ope
 			Message: fmt.Sprintf("%s %s: the endpoint uses http:// and allowInsecureHTTP is not set", ParametersKind, params.Name)}
 	}
 	ref := params.Spec.APIKeySecretRef
+	if ref.Namespace != e.SecretNamespace || e.SecretNamespace == "" {
+		// The key goes to the endpoint the parameters name: whoever may
+		// write parameters must not be able to send any namespace's
+		// Secret there with the manager's rights.
+		return nil, &refusal{Reason: executionv1alpha1.ReasonInvalidParametersReference,
+			Message: fmt.Sprintf("%s %s: apiKeySecretRef must name a Secret in the controller namespace %s, not %s", ParametersKind, params.Name, e.SecretNamespace, ref.Namespace)}
+	}
 	sec := &corev1.Secret{}
 	err = e.Management.Get(ctx, types.NamespacedName{Namespace: ref.Namespace, Name: ref.Name}, sec)
 	switch {

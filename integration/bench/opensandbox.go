@@ -65,10 +65,11 @@ func runOpenSandbox(n int, timeout time.Duration) error {
 	}
 	defer srv.Close()
 	s, wc, err := startClassStack(ctx, integration.ExecutionStackOptions{ManagerArgs: []string{"--opensandbox-marker-dir=" + srv.FilesRoot()}}, osClass,
-		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: jobsNamespace, Name: "opensandbox-api"}, Data: map[string][]byte{"api-key": []byte(osKey)}},
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: integration.ControllerNamespace}},
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: integration.ControllerNamespace, Name: "opensandbox-api"}, Data: map[string][]byte{"api-key": []byte(osKey)}},
 		&v1alpha1.OpenSandboxExecutionParameters{ObjectMeta: metav1.ObjectMeta{Name: osClass},
 			Spec: v1alpha1.OpenSandboxExecutionParametersSpec{Endpoint: srv.URL(), AllowInsecureHTTP: true,
-				APIKeySecretRef: v1alpha1.NamespacedKeyReference{Namespace: jobsNamespace, Name: "opensandbox-api", Key: "api-key"}}},
+				APIKeySecretRef: v1alpha1.NamespacedKeyReference{Namespace: integration.ControllerNamespace, Name: "opensandbox-api", Key: "api-key"}}},
 		&v1alpha1.JobClass{ObjectMeta: metav1.ObjectMeta{Name: osClass},
 			Spec: v1alpha1.JobClassSpec{ControllerName: v1alpha1.ControllerOpenSandbox,
 				ParametersRef: v1alpha1.ParametersReference{Group: v1alpha1.GroupVersion.Group, Kind: osexec.ParametersKind, Name: osClass}}},

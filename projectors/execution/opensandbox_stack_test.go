@@ -10,6 +10,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -40,16 +41,16 @@ func startOSStack(t *testing.T, extraArgs ...string) *osStack {
 	e := &osStack{jobEnv: je, srv: srv, key: "os-stack-key"}
 	ctx := context.Background()
 	for _, o := range []client.Object{
-		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "os-system"}},
-		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "os-system", Name: "os-api"}, Data: map[string][]byte{"api-key": []byte("os-stack-key")}},
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: integration.ControllerNamespace}},
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: integration.ControllerNamespace, Name: "os-api"}, Data: map[string][]byte{"api-key": []byte("os-stack-key")}},
 		&v1alpha1.OpenSandboxExecutionParameters{ObjectMeta: metav1.ObjectMeta{Name: "microvm"},
 			Spec: v1alpha1.OpenSandboxExecutionParametersSpec{Endpoint: srv.URL(), AllowInsecureHTTP: true, AllowSecretEnv: true,
-				APIKeySecretRef: v1alpha1.NamespacedKeyReference{Namespace: "os-system", Name: "os-api", Key: "api-key"}}},
+				APIKeySecretRef: v1alpha1.NamespacedKeyReference{Namespace: integration.ControllerNamespace, Name: "os-api", Key: "api-key"}}},
 		&v1alpha1.JobClass{ObjectMeta: metav1.ObjectMeta{Name: "microvm"},
 			Spec: v1alpha1.JobClassSpec{ControllerName: v1alpha1.ControllerOpenSandbox,
 				ParametersRef: v1alpha1.ParametersReference{Group: v1alpha1.GroupVersion.Group, Kind: osexec.ParametersKind, Name: "microvm"}}},
 	} {
-		if err := e.c.Create(ctx, o); err != nil {
+		if err := e.c.Create(ctx, o); err != nil && !apierrors.IsAlreadyExists(err) {
 			t.Fatal(err)
 		}
 	}
@@ -206,7 +207,7 @@ func TestOpenSandboxStack(t *testing.T) {
 			return c != nil && c.Reason == v1alpha1.ReasonClassNotReady
 		})
 		sec := &corev1.Secret{}
-		if err := e.c.Get(ctx, client.ObjectKey{Namespace: "os-system", Name: "os-api"}, sec); err != nil {
+		if err := e.c.Get(ctx, client.ObjectKey{Namespace: integration.ControllerNamespace, Name: "os-api"}, sec); err != nil {
 			t.Fatal(err)
 		}
 		sec.Data["api-key"] = []byte("os-stack-key-2")
