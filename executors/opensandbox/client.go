@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/url"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -130,6 +131,8 @@ type lifecycle struct {
 	apiKey string
 	// insecure: http:// is allowed (allowInsecureHTTP).
 	insecure bool
+	// execdHosts are the hosts execd may be on besides base's (execdHosts).
+	execdHosts []string
 }
 
 func (c *lifecycle) do(ctx context.Context, op, method, path string, query url.Values, in, out any, want ...int) error {
@@ -369,6 +372,13 @@ func (c *lifecycle) execdOf(ctx context.Context, sandboxID string) (*execd, erro
 	}
 	if u.Scheme == "http" && !c.insecure {
 		return nil, &refusal{Reason: ReasonInsecureEndpoint, Message: "the sandbox's execd endpoint uses http:// and the parameters do not set allowInsecureHTTP"}
+	}
+	if h := u.Hostname(); !strings.EqualFold(h, c.base.Hostname()) && !slices.ContainsFunc(c.execdHosts, func(a string) bool { return strings.EqualFold(a, h) }) {
+		// The lifecycle API names where commands (with the task's
+		// environment) go: only to its own host or one the parameters
+		// allow, never where a backend's answer redirects them.
+		return nil, &refusal{Reason: ReasonExecdEndpointNotAllowed,
+			Message: fmt.Sprintf("the sandbox's execd endpoint is on host %s, neither the endpoint's host nor one of the parameters' execdHosts", clip(h, 64))}
 	}
 	u.RawQuery, u.Fragment = "", ""
 	return &execd{http: c.http, base: u, headers: ep.Headers}, nil

@@ -657,3 +657,38 @@ func TestSpurious404IsConfirmed(t *testing.T) {
 		}
 	}
 }
+
+// TestExecdOnlyOnTheEndpointsHost: a sandbox whose execd endpoint the
+// lifecycle API puts on another host than the parameters' endpoint gets no
+// command (the task's environment would go there) unless the parameters
+// list that host in execdHosts.
+func TestExecdOnlyOnTheEndpointsHost(t *testing.T) {
+	e := newEnv(t, func(p *executionv1alpha1.OpenSandboxExecutionParameters) {
+		// The same server by another name: its execd answers come back on 127.0.0.1.
+		p.Spec.Endpoint = strings.Replace(p.Spec.Endpoint, "127.0.0.1", "localhost", 1)
+	})
+	j := e.job([]string{"true"})
+	out, err := e.run(execution.OpEnsure, e.ensureRec(j))
+	for err == nil && out.Result.Class == journal.Succeeded {
+		// Ensure may answer before execd is asked (the sandbox provisions):
+		// ask again until the command would be launched.
+		out, err = e.run(execution.OpEnsure, e.ensureRec(j))
+	}
+	if out.Result.Reason != opensandbox.ReasonExecdEndpointNotAllowed {
+		t.Fatalf("%+v %v", out.Result, err)
+	}
+	for _, r := range e.srv.Requests() {
+		if strings.Contains(r.Path, "/command") {
+			t.Fatalf("a command reached execd: %s", r.Path)
+		}
+	}
+	// Allowed explicitly, it runs.
+	e2 := newEnv(t, func(p *executionv1alpha1.OpenSandboxExecutionParameters) {
+		p.Spec.Endpoint = strings.Replace(p.Spec.Endpoint, "127.0.0.1", "localhost", 1)
+		p.Spec.ExecdHosts = []string{"127.0.0.1"}
+	})
+	j2 := e2.job([]string{"true"})
+	if out, err := e2.run(execution.OpEnsure, e2.ensureRec(j2)); err != nil || out.Result.Class != journal.Succeeded {
+		t.Fatalf("with execdHosts: %+v %v", out.Result, err)
+	}
+}

@@ -3,12 +3,14 @@ package opensandbox
 import (
 	"context"
 	"fmt"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
 
 	executionv1alpha1 "git.ddupan.top/panxiao81/ayatori/api/execution/v1alpha1"
 	"git.ddupan.top/panxiao81/ayatori/contracts/execution"
+	"git.ddupan.top/panxiao81/ayatori/internal/redact"
 )
 
 // maxBackendMessage bounds the sandbox status text copied into a message.
@@ -142,16 +144,36 @@ func exited(code int32, start, finish *time.Time, refs []execution.Reference) ex
 // (clipped; they are the backend's words, never a request body).
 func detail(sb *sandbox) string {
 	var parts []string
-	if sb.Status.Reason != "" {
-		parts = append(parts, clip(sb.Status.Reason, 64))
+	if r := reasonToken.FindString(sb.Status.Reason); r != "" {
+		parts = append(parts, r)
 	}
 	if sb.Status.Message != "" {
-		parts = append(parts, clip(sb.Status.Message, maxBackendMessage))
+		parts = append(parts, clip(scrub(sb.Status.Message), maxBackendMessage))
 	}
 	if len(parts) == 0 {
 		return ""
 	}
 	return " (" + strings.Join(parts, ": ") + ")"
+}
+
+// reasonToken is what of a backend's status reason is kept: a CamelCase or
+// dotted token, at most 64 characters.
+var reasonToken = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_.-]{0,63}`)
+
+// tokenLike matches runs that could be a credential: long strings of
+// base64 or hex characters (tokens, keys, passwords a backend echoed).
+var tokenLike = regexp.MustCompile(`[A-Za-z0-9+/=_-]{24,}`)
+
+// scrub removes from a backend's message what could carry a secret: the
+// credentials of URLs in it and any token-like run of characters.
+func scrub(msg string) string {
+	fields := strings.Fields(msg)
+	for i, f := range fields {
+		if strings.Contains(f, "://") {
+			fields[i] = redact.URL(f)
+		}
+	}
+	return tokenLike.ReplaceAllString(strings.Join(fields, " "), "[redacted]")
 }
 
 func clip(s string, n int) string {

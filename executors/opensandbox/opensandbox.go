@@ -119,6 +119,7 @@ const (
 	ReasonInvalidIntent              = "InvalidIntent"
 	ReasonTaskChanged                = "TaskChanged"
 	ReasonInsecureEndpoint           = "InsecureEndpoint"
+	ReasonExecdEndpointNotAllowed    = "ExecdEndpointNotAllowed"
 	ReasonAPIKeySecretNotFound       = executionv1alpha1.ReasonAPIKeySecretNotFound
 	ReasonSecretEnvNotAllowed        = executionv1alpha1.ReasonSecretEnvNotAllowed
 	ReasonImageAuthNotAllowed        = executionv1alpha1.ReasonImageAuthNotAllowed
@@ -380,7 +381,8 @@ func (e *Executor) backendFor(ctx context.Context, params *executionv1alpha1.Ope
 	if key == "" {
 		return nil, &refusal{Reason: ReasonAPIKeySecretNotFound, Message: fmt.Sprintf("the API key Secret %s/%s has no key %q", ref.Namespace, ref.Name, ref.Key)}
 	}
-	return &backend{params: params, lc: &lifecycle{http: e.httpClient(), base: u, apiKey: key, insecure: params.Spec.AllowInsecureHTTP}}, nil
+	return &backend{params: params, lc: &lifecycle{http: e.httpClient(), base: u, apiKey: key, insecure: params.Spec.AllowInsecureHTTP,
+		execdHosts: params.Spec.ExecdHosts}}, nil
 }
 
 // Probe checks an OpenSandbox class's backend for JobClass Ready: the

@@ -66,6 +66,15 @@ type OpenSandboxExecutionParametersSpec struct {
 	// AllowInsecureHTTP is intended for isolated development environments only.
 	// +optional
 	AllowInsecureHTTP bool `json:"allowInsecureHTTP,omitempty"`
+	// ExecdHosts are the hosts a sandbox's execd endpoint may be on besides
+	// the endpoint's own (host names or IP addresses, without a port). The
+	// adapter sends commands (and the task's environment) only to those.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:items:MaxLength=253
+	// +kubebuilder:validation:items:Pattern=`^[A-Za-z0-9.:-]+$`
+	ExecdHosts []string `json:"execdHosts,omitempty"`
 }
 
 // OpenSandboxExecutionParameters is the OpenSandbox adapter's
