@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+
+	v1alpha1 "git.ddupan.top/panxiao81/ayatori/api/execution/v1alpha1"
 )
 
 // Labels and annotations the adapters put on backend objects.
@@ -39,14 +41,44 @@ func NativeJobName(uid string) (string, error) {
 	return "ayatori-" + strings.Trim(u, "-"), nil
 }
 
-// TaskDigest is "sha256:<hex>" of the canonical JSON of a task (the
-// job.spec.task value; any JSON-marshallable form of it): the Ensure
-// intent's fingerprint of what runs, without any literal value.
-func TaskDigest(task any) (string, error) {
-	b, err := json.Marshal(task)
+// TaskDigest is "sha256v2:<hex>", the SHA-256 of the canonical JSON of a
+// Job's task (job.spec.task) with every literal env value replaced by a
+// marker: the Ensure intent's fingerprint of what runs. The journal may be
+// read by the forensics identity, so it carries no hash of a literal value
+// (which a short secret could be guessed from); the task is immutable, and
+// the executor builds what runs from the live Job, so the values need no
+// fingerprint.
+func TaskDigest(task v1alpha1.TaskSpec) (string, error) {
+	t := *task.DeepCopy()
+	for i := range t.Env {
+		if t.Env[i].Value != nil {
+			marker := "<literal>"
+			t.Env[i].Value = &marker
+		}
+	}
+	b, err := json.Marshal(t)
 	if err != nil {
 		return "", err
 	}
 	sum := sha256.Sum256(b)
-	return "sha256:" + hex.EncodeToString(sum[:]), nil
+	return taskDigestV2 + hex.EncodeToString(sum[:]), nil
+}
+
+const (
+	taskDigestV2 = "sha256v2:"
+	// taskDigestV1 is the fingerprint of earlier versions (literal values
+	// included), still accepted for intents they decided.
+	taskDigestV1 = "sha256:"
+)
+
+// TaskMatches reports whether digest is task's fingerprint: a TaskDigest,
+// or one of the earlier form (the whole task, for intents decided before).
+func TaskMatches(task v1alpha1.TaskSpec, digest string) bool {
+	if strings.HasPrefix(digest, taskDigestV1) {
+		b, err := json.Marshal(task)
+		sum := sha256.Sum256(b)
+		return err == nil && digest == taskDigestV1+hex.EncodeToString(sum[:])
+	}
+	d, err := TaskDigest(task)
+	return err == nil && d == digest
 }

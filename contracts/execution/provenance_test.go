@@ -1,6 +1,9 @@
 package execution_test
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"strings"
 	"testing"
 
@@ -61,5 +64,30 @@ func TestCheckIntent(t *testing.T) {
 				t.Fatalf("CheckIntent = %q, want %q", got, tc.refused)
 			}
 		})
+	}
+}
+
+// TestTaskDigestHasNoLiteralValue: the digest of two tasks that differ
+// only in a literal env value is the same (no hash of a value reaches the
+// journal), differs for any other change, and digests of the earlier form
+// still match.
+func TestTaskDigestHasNoLiteralValue(t *testing.T) {
+	a, b := "CANARY-short-secret", "other"
+	task := func(v *string, image string) v1alpha1.TaskSpec {
+		return v1alpha1.TaskSpec{Image: image, Args: []string{"run"}, Env: []v1alpha1.EnvVar{{Name: "TOKEN", Value: v}}}
+	}
+	da, _ := execution.TaskDigest(task(&a, "img"))
+	db, _ := execution.TaskDigest(task(&b, "img"))
+	dc, _ := execution.TaskDigest(task(&a, "other-img"))
+	if da != db || da == dc || !strings.HasPrefix(da, "sha256v2:") {
+		t.Fatalf("digests %s %s %s", da, db, dc)
+	}
+	if !execution.TaskMatches(task(&a, "img"), da) || execution.TaskMatches(task(&a, "other-img"), da) {
+		t.Fatal("TaskMatches")
+	}
+	raw, _ := json.Marshal(task(&a, "img"))
+	sum := sha256.Sum256(raw)
+	if !execution.TaskMatches(task(&a, "img"), "sha256:"+hex.EncodeToString(sum[:])) {
+		t.Fatal("an earlier-form digest does not match")
 	}
 }

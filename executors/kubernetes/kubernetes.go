@@ -539,8 +539,7 @@ func (e *Executor) admit(ctx context.Context, rec journal.Record, in execution.E
 	case aj.Spec.DesiredState == executionv1alpha1.JobDesiredStateCancelled:
 		return nil, nil, cancelled("the Job's desiredState is Cancelled; no execution was created")
 	}
-	digest, err := execution.TaskDigest(aj.Spec.Task)
-	if err != nil || digest != in.TaskDigest {
+	if !execution.TaskMatches(aj.Spec.Task, in.TaskDigest) {
 		return nil, nil, &refusal{Reason: ReasonTaskChanged, State: execution.StateNotFound,
 			Message: "the Job's task does not match the digest of the Ensure intent; no execution was created"}
 	}

@@ -131,8 +131,7 @@ func (e *Executor) admit(ctx context.Context, rec journal.Record, in execution.E
 	case job.Spec.DesiredState == executionv1alpha1.JobDesiredStateCancelled:
 		return nil, refuse(executionv1alpha1.ReasonCancelled, "the Job's desiredState is Cancelled; no execution was created")
 	}
-	digest, err := execution.TaskDigest(job.Spec.Task)
-	if err != nil || digest != in.TaskDigest {
+	if !execution.TaskMatches(job.Spec.Task, in.TaskDigest) {
 		return nil, refuse(ReasonTaskChanged, "the Job's task does not match the digest of the Ensure intent; no execution was created")
 	}
 	class := &executionv1alpha1.JobClass{}
