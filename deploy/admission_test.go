@@ -146,6 +146,36 @@ func TestAdmissionPolicies(t *testing.T) {
 		}
 		return c.Update(ctx, cur)
 	}
+	// References: mallory may read Secret "readable" only.
+	if err := cp.Client.Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "read-one"},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"secrets", "configmaps"}, ResourceNames: []string{"readable"}, Verbs: []string{"get"}}}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := cp.Client.Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "read-one"},
+		RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "read-one"}, Subjects: []rbacv1.Subject{user("mallory")}}); err != nil {
+		t.Fatal(err)
+	}
+	withRefs := func(name, secret, configMap, pull string) *executionv1alpha1.Job {
+		j := &executionv1alpha1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+			Spec: executionv1alpha1.JobSpec{Task: executionv1alpha1.TaskSpec{Image: "x"}}}
+		if secret != "" {
+			j.Spec.Task.Env = append(j.Spec.Task.Env, executionv1alpha1.EnvVar{Name: "S", ValueFrom: &executionv1alpha1.EnvVarSource{
+				SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: secret}, Key: "k"}}})
+		}
+		if configMap != "" {
+			j.Spec.Task.Env = append(j.Spec.Task.Env, executionv1alpha1.EnvVar{Name: "C", ValueFrom: &executionv1alpha1.EnvVarSource{
+				ConfigMapKeyRef: &corev1.ConfigMapKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: configMap}, Key: "k"}}})
+		}
+		if pull != "" {
+			j.Spec.Task.ImagePullSecrets = []corev1.LocalObjectReference{{Name: pull}}
+		}
+		return j
+	}
+	deny("a Job with env from a Secret its author may not read", func() error { return mallory.Create(ctx, withRefs("env-secret", "tenant-password", "", "")) })
+	deny("a Job with env from a ConfigMap its author may not read", func() error { return mallory.Create(ctx, withRefs("env-cm", "", "private", "")) })
+	deny("a Job with a pull Secret its author may not read", func() error { return mallory.Create(ctx, withRefs("pull", "", "", "registry")) })
+	allow("a Job with references its author may read", mallory.Create(ctx, withRefs("readable", "readable", "readable", "readable")))
+
 	deny("a user confirming a lost execution", func() error { return confirm(mallory, "mallory") })
 	deny("an operator confirming in someone else's name", func() error { return confirm(olga, "mallory") })
 	deny("an operator confirming without saying who", func() error { return confirm(olga, "") })
