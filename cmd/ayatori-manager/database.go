@@ -208,6 +208,7 @@ func (o *databaseOptions) setup(_ context.Context, mgr manager.Manager, store *j
 	on := sh.on
 	if on.projector(instanceProjector) || on.projector(tenantProjector) {
 		router := dbprojector.NewOutcomeRouter(store)
+		router.OnWatchError = watchError(dbcontract.Domain)
 		if err := mgr.Add(router); err != nil {
 			return nil, err
 		}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
@@ -96,4 +97,11 @@ func liveGuard(mgr manager.Manager, check func(ctx context.Context, r client.Rea
 		}
 		return check(ctx, fresh, rec)
 	}
+}
+
+// watchError logs a failed attempt to open a domain's outcome watch (the
+// router tries again; the manager keeps running).
+func watchError(domain string) func(error) {
+	log := ctrl.Log.WithName("outcome-router").WithValues("domain", domain)
+	return func(err error) { log.Info("outcome watch not open; trying again", "error", err.Error()) }
 }

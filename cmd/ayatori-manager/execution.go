@@ -149,6 +149,7 @@ func (o *executionOptions) setup(_ context.Context, mgr manager.Manager, store *
 	}
 	if on.projector(jobProjector) {
 		router := exprojector.NewOutcomeRouter(store)
+		router.OnWatchError = watchError(execution.Domain)
 		if err := mgr.Add(router); err != nil {
 			return nil, err
 		}

@@ -2,6 +2,7 @@ package journaled
 
 import (
 	"context"
+	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
@@ -18,6 +19,11 @@ type OutcomeRouter struct {
 	journal *journal.Store
 	domain  string
 	routes  map[string]chan reconcile.Request
+	// RetryInterval is the pause before the watch is opened again after
+	// it could not be (the journal is unreachable); default 2 s.
+	RetryInterval time.Duration
+	// OnWatchError, when set, is told each failed attempt (for a log line).
+	OnWatchError func(error)
 }
 
 // NewOutcomeRouter routes the outcomes of domain (journal subject token,
@@ -33,12 +39,38 @@ func NewOutcomeRouter(j *journal.Store, domain string, kinds ...string) *Outcome
 // For returns the requests of one kind (nil for a kind not routed).
 func (o *OutcomeRouter) For(kind string) <-chan reconcile.Request { return o.routes[kind] }
 
-// Start watches the domain's outcomes until ctx is done.
+// Start watches the domain's outcomes until ctx is done; it returns nil
+// then. A watch that cannot be opened (the journal is down, for instance
+// when this replica wins the lease during an outage) is opened again every
+// RetryInterval: the router never stops the manager. Outcomes appended
+// while no watch was open are not routed; the projectors' periodic
+// re-check reconciles them (a wake-up, never a decision, is lost).
 func (o *OutcomeRouter) Start(ctx context.Context) error {
-	ch, err := o.journal.WatchOutcomes(ctx, o.domain)
-	if err != nil {
-		return err
+	wait := o.RetryInterval
+	if wait <= 0 {
+		wait = 2 * time.Second
 	}
+	for {
+		ch, err := o.journal.WatchOutcomes(ctx, o.domain)
+		if err == nil {
+			o.route(ch)
+			return nil // ch closes only when ctx is done
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		if o.OnWatchError != nil {
+			o.OnWatchError(err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(wait):
+		}
+	}
+}
+
+func (o *OutcomeRouter) route(ch <-chan journal.Record) {
 	for rec := range ch {
 		target, ok := o.routes[rec.Object.Kind]
 		if !ok {
@@ -51,7 +83,6 @@ func (o *OutcomeRouter) Start(ctx context.Context) error {
 			// wake-up under back-pressure loses nothing.
 		}
 	}
-	return nil
 }
 
 // NeedLeaderElection: only the leader runs projectors.
