@@ -43,7 +43,7 @@ func render(t *testing.T, overlay string) []*unstructured.Unstructured {
 }
 
 func TestOverlaysRenderAndDryRun(t *testing.T) {
-	cp := integration.StartControlPlane(t, integration.ControlPlaneOptions{})
+	cp := integration.StartControlPlane(t, integration.ControlPlaneOptions{ExternalSecretsCRDs: true})
 	ctx := context.Background()
 	var kinds []string
 	for _, overlay := range []string{"overlays/dev", "overlays/prod"} {
@@ -71,6 +71,7 @@ func TestOverlaysRenderAndDryRun(t *testing.T) {
 			}
 		}
 		for _, want := range []string{"Deployment/ayatori-manager", "StatefulSet/ayatori-nats", "ConfigMap/ayatori-nats-config", "NetworkPolicy/ayatori-nats",
+			"ClusterSecretStore/ayatori-openbao", "ValidatingAdmissionPolicy/ayatori-task-pods", "ValidatingAdmissionPolicy/ayatori-job-references",
 			"Service/ayatori-nats-headless", "PodDisruptionBudget/ayatori-nats",
 			"ClusterRole/ayatori-manager", "Role/ayatori-manager", "Service/ayatori-manager-metrics", "CustomResourceDefinition/postgresqltenants.database.ayatori.ddupan.top",
 			"CustomResourceDefinition/postgresqlinstances.database.ayatori.ddupan.top",

@@ -46,6 +46,7 @@ type ControlPlane struct {
 	env   *envtest.Environment
 	dir   string
 	unreg func()
+	managerKubeconfigOnce
 }
 
 // RepoRoot returns the repository root (the directory holding go.mod).

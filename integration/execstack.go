@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -78,6 +79,9 @@ func StartExecutionStack(t testing.TB, opts ExecutionStackOptions) *ExecutionSta
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
+		if lines := ForbiddenRequests(s.ManagerLog); len(lines) > 0 {
+			t.Errorf("the manager's shipped RBAC (deploy/rbac) refused requests:\n%s", strings.Join(lines, "\n"))
+		}
 		if t.Failed() {
 			t.Logf("manager log tail:\n%s", fileTail(s.ManagerLog, 60))
 		}
@@ -122,17 +126,21 @@ func NewExecutionStack(ctx context.Context, opts ExecutionStackOptions) (_ *Exec
 	if err != nil {
 		return nil, err
 	}
+	kc, err := s.CP.ManagerKubeconfig(ctx)
+	if err != nil {
+		return nil, err
+	}
 	var workload []string
 	if opts.WorkloadProxy {
 		s.WorkloadKubeconfig = filepath.Join(s.Dir, "workload.kubeconfig")
-		if s.Proxy, err = writeForwardedKubeconfig(s.CP.KubeconfigPath, s.WorkloadKubeconfig); err != nil {
+		if s.Proxy, err = writeForwardedKubeconfig(kc, s.WorkloadKubeconfig); err != nil {
 			return nil, fmt.Errorf("workload proxy: %w", err)
 		}
 		workload = []string{"--execution-kubeconfig", s.WorkloadKubeconfig}
 	}
 	s.ManagerLog = filepath.Join(s.Dir, "manager.log")
 	s.MetricsURL = fmt.Sprintf("http://127.0.0.1:%d/metrics", port)
-	s.args = []string{"--kubeconfig", s.CP.KubeconfigPath, "--namespace", ControllerNamespace, "--nats-url", s.NATS.URL,
+	s.args = []string{"--kubeconfig", kc, "--namespace", ControllerNamespace, "--nats-url", s.NATS.URL,
 		"--metrics-bind-address", fmt.Sprintf("127.0.0.1:%d", port), "--health-probe-bind-address", "0"}
 	s.args = append(append(s.args, s.NATS.Auth.ManagerArgs()...), s.JournalKeys.ManagerJournalArgs()...)
 	if !opts.DefaultTimings {

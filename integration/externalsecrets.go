@@ -8,13 +8,15 @@ import (
 	"syscall"
 	"time"
 
-	bao "github.com/openbao/openbao/api/v2"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	openbaodeploy "git.ddupan.top/panxiao81/ayatori/deploy/openbao"
 )
 
 // ESO API kinds used by the harness and the product (external-secrets.io/v1).
@@ -27,14 +29,16 @@ var (
 type ExternalSecretsOptions struct {
 	// StoreName is the ClusterSecretStore to create (default "ayatori-openbao").
 	StoreName string
-	// Namespace holds the Secret with the store's OpenBao token (default "ayatori-system").
+	// Namespace is the controller namespace (default "ayatori-system").
 	Namespace string
 }
 
 // ExternalSecrets is the External Secrets Operator controller running as a
-// process against a ControlPlane, with a ClusterSecretStore for the vault
-// provider at an OpenBao-compatible server (KV v2 mount "kv"). The store's
-// token can only read kv/data/* and kv/metadata/*.
+// process against a ControlPlane, with the ClusterSecretStore deploy/ ships
+// (deploy/openbao) at an OpenBao-compatible server configured as deploy/
+// configures it (ConfigureOpenBao): ESO logs in per namespace with that
+// namespace's ayatori-secrets-reader ServiceAccount and may read
+// kv/data/postgresql-tenants/<namespace>/* only.
 type ExternalSecrets struct {
 	// StoreName is the Ready ClusterSecretStore.
 	StoreName string
@@ -69,19 +73,11 @@ func NewExternalSecrets(ctx context.Context, cp *ControlPlane, ob *OpenBao, opts
 			e.Close()
 		}
 	}()
-	token, err := esoReadToken(ctx, ob)
-	if err != nil {
-		return nil, err
-	}
 	c := cp.Client
 	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: opts.Namespace}}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return nil, err
 	}
-	tokenSecret := &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: "eso-openbao-token", Namespace: opts.Namespace},
-		StringData: map[string]string{"token": token},
-	}
-	if err := c.Create(ctx, tokenSecret); err != nil && !apierrors.IsAlreadyExists(err) {
+	if err := ConfigureOpenBao(ctx, cp, ob); err != nil {
 		return nil, err
 	}
 	metricsPort, err := FreePort()
@@ -106,20 +102,17 @@ func NewExternalSecrets(ctx context.Context, cp *ControlPlane, ob *OpenBao, opts
 		return nil, err
 	}
 	store := &unstructured.Unstructured{}
+	if err := yaml.Unmarshal([]byte(openbaodeploy.StoreManifest), &store.Object); err != nil {
+		return nil, fmt.Errorf("deploy/openbao cluster-secret-store.yaml: %w", err)
+	}
+	if err := unstructured.SetNestedField(store.Object, ob.Address, "spec", "provider", "vault", "server"); err != nil {
+		return nil, err
+	}
+	if err := unstructured.SetNestedField(store.Object, KVMount, "spec", "provider", "vault", "path"); err != nil {
+		return nil, err
+	}
 	store.SetGroupVersionKind(ClusterSecretStoreGVK)
 	store.SetName(opts.StoreName)
-	store.Object["spec"] = map[string]any{
-		"provider": map[string]any{
-			"vault": map[string]any{
-				"server":  ob.Address,
-				"path":    KVMount,
-				"version": "v2",
-				"auth": map[string]any{
-					"tokenSecretRef": map[string]any{"name": tokenSecret.Name, "namespace": opts.Namespace, "key": "token"},
-				},
-			},
-		},
-	}
 	if err := c.Create(ctx, store); err != nil && !apierrors.IsAlreadyExists(err) {
 		return nil, err
 	}
@@ -138,25 +131,6 @@ func NewExternalSecrets(ctx context.Context, cp *ControlPlane, ob *OpenBao, opts
 		return nil, err
 	}
 	return e, nil
-}
-
-// esoReadToken creates a policy that can only read the KV v2 mount and a
-// token carrying it, the identity ESO uses for tenant credentials.
-func esoReadToken(ctx context.Context, ob *OpenBao) (string, error) {
-	c, err := ob.Client(ob.RootToken)
-	if err != nil {
-		return "", err
-	}
-	policy := fmt.Sprintf("path %q { capabilities = [\"read\"] }\npath %q { capabilities = [\"read\", \"list\"] }\n",
-		KVMount+"/data/*", KVMount+"/metadata/*")
-	if err := c.Sys().PutPolicyWithContext(ctx, "eso-read", policy); err != nil {
-		return "", fmt.Errorf("put eso policy: %w", err)
-	}
-	sec, err := c.Auth().Token().CreateWithContext(ctx, &bao.TokenCreateRequest{Policies: []string{"eso-read"}, NoParent: true, TTL: "24h"})
-	if err != nil {
-		return "", fmt.Errorf("create eso token: %w", err)
-	}
-	return sec.Auth.ClientToken, nil
 }
 
 // ConditionStatus returns status.conditions[type].status of an unstructured

@@ -10,6 +10,8 @@ import (
 	"github.com/moby/moby/api/types/container"
 	"github.com/testcontainers/testcontainers-go"
 	"github.com/testcontainers/testcontainers-go/wait"
+
+	openbaodeploy "git.ddupan.top/panxiao81/ayatori/deploy/openbao"
 )
 
 // ManagerImageUser is the numeric user:group the product image runs as
@@ -72,7 +74,11 @@ func (s *Stack) StartManagerContainer(ctx context.Context, image string, extra .
 	if err := os.MkdirAll(files, 0o700); err != nil {
 		return nil, err
 	}
-	for name, src := range map[string]string{"kubeconfig": s.CP.KubeconfigPath, "postgresql-ca.crt": s.PG.CAFile, "openbao-token": s.ControllerTokenFile,
+	kc, err := s.CP.ManagerKubeconfig(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for name, src := range map[string]string{"kubeconfig": kc, "postgresql-ca.crt": s.PG.CAFile, "openbao-sa-token": s.CP.ManagerTokenPath(),
 		"nats-manager.nk": s.NATSAuth.ManagerSeedFile, "nats-ca.crt": s.NATSAuth.CAFile,
 		"journal-signing.pem": s.JournalKeys.SigningKeyFile, "journal-trusted.pem": s.JournalKeys.TrustedKeysFile} {
 		b, err := os.ReadFile(src)
@@ -89,7 +95,7 @@ func (s *Stack) StartManagerContainer(ctx context.Context, image string, extra .
 	args := append([]string{"--kubeconfig", mnt + "/kubeconfig", "--namespace", ControllerNamespace, "--nats-url", s.NATSURL,
 		"--postgresql-ca-bundle-path", mnt + "/postgresql-ca.crt", "--metrics-bind-address", fmt.Sprintf("127.0.0.1:%d", port), "--health-probe-bind-address", "0",
 		"--retry-base", "1s", "--retry-max", "10s",
-		"--openbao-address", s.Bao.Address, "--openbao-token-file", mnt + "/openbao-token", "--openbao-kv-mount", KVMount,
+		"--openbao-address", s.Bao.Address, "--openbao-auth-role", openbaodeploy.ManagerRole, "--openbao-service-account-token-path", mnt + "/openbao-sa-token", "--openbao-kv-mount", KVMount,
 		"--external-secret-store-name", StoreName, "--nats-nkey", mnt + "/nats-manager.nk", "--nats-tls-ca", mnt + "/nats-ca.crt",
 		"--journal-signing-key", mnt + "/journal-signing.pem", "--journal-trusted-keys", mnt + "/journal-trusted.pem"}, s.opts.ManagerArgs...)
 	args = append(args, extra...)

@@ -119,8 +119,13 @@ func containerImages() ContainerImages {
 }
 
 // dockerAPI is an HTTP client and base URL of the Docker daemon at
-// DOCKER_HOST (unix or tcp) or /var/run/docker.sock.
-func dockerAPI() (*http.Client, string, error) {
+// DOCKER_HOST (unix or tcp) or /var/run/docker.sock, with a 2 s timeout
+// per request (reads and pings).
+func dockerAPI() (*http.Client, string, error) { return dockerAPIWithTimeout(2 * time.Second) }
+
+// dockerAPIWithTimeout is dockerAPI with another request timeout (removing
+// a running container kills it first: seconds on a loaded machine).
+func dockerAPIWithTimeout(timeout time.Duration) (*http.Client, string, error) {
 	host := os.Getenv("DOCKER_HOST")
 	if host == "" {
 		host = "unix:///var/run/docker.sock"
@@ -138,7 +143,7 @@ func dockerAPI() (*http.Client, string, error) {
 	default:
 		return nil, "", fmt.Errorf("unsupported DOCKER_HOST %q", host)
 	}
-	return &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DialContext: dial}}, base, nil
+	return &http.Client{Timeout: timeout, Transport: &http.Transport{DialContext: dial}}, base, nil
 }
 
 // pingDocker sends GET /_ping to the Docker daemon.

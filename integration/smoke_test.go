@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	databasev1alpha1 "git.ddupan.top/panxiao81/ayatori/api/database/v1alpha1"
+	dbcontract "git.ddupan.top/panxiao81/ayatori/contracts/database"
 	"git.ddupan.top/panxiao81/ayatori/integration"
 	"git.ddupan.top/panxiao81/ayatori/journal"
 )
@@ -276,17 +277,22 @@ func TestSmokeOpenBaoKV(t *testing.T) {
 }
 
 // TestSmokeExternalSecrets proves ESO is real: an ExternalSecret for a KV v2
-// key produces the target Secret.
+// key of its namespace produces the target Secret through the shipped store
+// (ESO logs in with the namespace's ayatori-secrets-reader ServiceAccount).
 func TestSmokeExternalSecrets(t *testing.T) {
 	cp := integration.StartControlPlane(t, integration.ControlPlaneOptions{ExternalSecretsCRDs: true})
 	ob := integration.StartOpenBao(t)
 	eso := integration.StartExternalSecrets(t, cp, ob, integration.ExternalSecretsOptions{})
 	ctx := context.Background()
 	c, _ := ob.Client(ob.RootToken)
-	if _, err := c.KVv2(integration.KVMount).Put(ctx, "smoke/app", map[string]any{"username": "app", "password": "smoke-canary"}); err != nil {
+	key := integration.TenantBasePath + "/smoke/app"
+	if _, err := c.KVv2(integration.KVMount).Put(ctx, key, map[string]any{"username": "app", "password": "smoke-canary"}); err != nil {
 		t.Fatal(err)
 	}
 	if err := cp.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "smoke"}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := cp.Client.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: "smoke", Name: dbcontract.ReaderServiceAccount}}); err != nil {
 		t.Fatal(err)
 	}
 	es := &unstructured.Unstructured{}
@@ -297,7 +303,7 @@ func TestSmokeExternalSecrets(t *testing.T) {
 		"refreshInterval": "10s",
 		"secretStoreRef":  map[string]any{"kind": "ClusterSecretStore", "name": eso.StoreName},
 		"target":          map[string]any{"name": "app-credentials"},
-		"dataFrom":        []any{map[string]any{"extract": map[string]any{"key": "smoke/app"}}},
+		"dataFrom":        []any{map[string]any{"extract": map[string]any{"key": key}}},
 	}
 	if err := cp.Client.Create(ctx, es); err != nil {
 		t.Fatal(err)

@@ -11,10 +11,10 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/nats-io/nats.go"
-	bao "github.com/openbao/openbao/api/v2"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	openbaodeploy "git.ddupan.top/panxiao81/ayatori/deploy/openbao"
 	"git.ddupan.top/panxiao81/ayatori/journal"
 )
 
@@ -26,29 +26,6 @@ const StoreName = "ayatori-openbao"
 
 // TenantBasePath is the manager's default --openbao-tenant-base-path.
 const TenantBasePath = "postgresql-tenants"
-
-// controllerToken creates the controller's OpenBao policy (create, read,
-// update, delete KV v2 data and metadata under the tenant base path only)
-// and a token with it, written to a 0600 file.
-func controllerToken(ctx context.Context, ob *OpenBao, dir string) (string, error) {
-	c, err := ob.Client(ob.RootToken)
-	if err != nil {
-		return "", err
-	}
-	policy := fmt.Sprintf(`path "%[1]s/data/%[2]s/*" { capabilities = ["create", "read", "update", "delete"] }
-path "%[1]s/metadata/%[2]s/*" { capabilities = ["create", "read", "update", "delete", "list"] }
-path "%[1]s/destroy/%[2]s/*" { capabilities = ["update"] }
-`, KVMount, TenantBasePath)
-	if err := c.Sys().PutPolicyWithContext(ctx, "ayatori-controller", policy); err != nil {
-		return "", err
-	}
-	sec, err := c.Auth().Token().CreateWithContext(ctx, &bao.TokenCreateRequest{Policies: []string{"ayatori-controller"}, NoParent: true, TTL: "24h"})
-	if err != nil {
-		return "", err
-	}
-	path := filepath.Join(dir, "openbao-token")
-	return path, os.WriteFile(path, []byte(sec.Auth.ClientToken), 0o600)
-}
 
 // StackOptions tune the local stack.
 type StackOptions struct {
@@ -96,9 +73,6 @@ type Stack struct {
 	PG          *Postgres
 	Bao         *OpenBao
 	ESO         *ExternalSecrets
-	// ControllerTokenFile holds the manager's OpenBao token (policy limited
-	// to the tenant base path; development token-file auth).
-	ControllerTokenFile string
 	// AdminUser and AdminPassword are the non-superuser admin role the
 	// sample Instance uses (generated per run, never printed).
 	AdminUser, AdminPassword string
@@ -196,10 +170,7 @@ func StartStack(ctx context.Context, opts StackOptions) (_ *Stack, err error) {
 	if s.Bao, err = NewOpenBao(ctx); err != nil {
 		return nil, err
 	}
-	if s.ControllerTokenFile, err = controllerToken(ctx, s.Bao, s.Dir); err != nil {
-		return nil, err
-	}
-	s.logf("starting External Secrets Operator with a ClusterSecretStore for OpenBao")
+	s.logf("starting External Secrets Operator with the shipped ClusterSecretStore (per-namespace OpenBao logins)")
 	if s.ESO, err = NewExternalSecrets(ctx, s.CP, s.Bao, ExternalSecretsOptions{StoreName: StoreName, Namespace: ControllerNamespace}); err != nil {
 		return nil, err
 	}
@@ -271,10 +242,15 @@ func (s *Stack) startManager(logName string, env, extra []string) (*Manager, err
 		return nil, err
 	}
 	m := &Manager{Log: filepath.Join(s.Dir, logName), MetricsURL: fmt.Sprintf("http://127.0.0.1:%d/metrics", port)}
-	args := append([]string{"--kubeconfig", s.CP.KubeconfigPath, "--namespace", ControllerNamespace, "--nats-url", s.NATSURL,
+	kc, err := s.CP.ManagerKubeconfig(context.Background())
+	if err != nil {
+		return nil, err
+	}
+	args := append([]string{"--kubeconfig", kc, "--namespace", ControllerNamespace, "--nats-url", s.NATSURL,
 		"--postgresql-ca-bundle-path", s.PG.CAFile, "--metrics-bind-address", fmt.Sprintf("127.0.0.1:%d", port), "--health-probe-bind-address", "0",
 		"--retry-base", "1s", "--retry-max", "10s",
-		"--openbao-address", s.Bao.Address, "--openbao-token-file", s.ControllerTokenFile, "--openbao-kv-mount", KVMount,
+		"--openbao-address", s.Bao.Address, "--openbao-auth-role", openbaodeploy.ManagerRole,
+		"--openbao-service-account-token-path", s.CP.ManagerTokenPath(), "--openbao-kv-mount", KVMount,
 		"--external-secret-store-name", StoreName}, s.JournalArgs()...)
 	args = append(args, s.opts.ManagerArgs...)
 	if s.NATSCluster != nil {

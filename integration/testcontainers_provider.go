@@ -440,7 +440,7 @@ func sweepOrphansOnce() {
 // returns their IDs. A PID reused by another process keeps its containers
 // until that process ends (never a live owner's container removed).
 func SweepOrphanContainers() ([]string, error) {
-	c, base, err := dockerAPI()
+	c, base, err := dockerAPIWithTimeout(time.Minute)
 	if err != nil {
 		return nil, err
 	}

@@ -14,9 +14,15 @@
 // (the ones in use), so records signed before stay verifiable.
 //
 // The output holds secrets: it is written with mode 0600 and never printed.
+//
+// `ayatori-bootstrap openbao` configures an OpenBao server once (with a
+// token allowed to): Kubernetes auth against the cluster, the manager's
+// policy and role, and the per-namespace reader policy and role ESO logs
+// in with (deploy/openbao).
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -24,6 +30,9 @@ import (
 	"path/filepath"
 	"strings"
 
+	bao "github.com/openbao/openbao/api/v2"
+
+	openbaodeploy "git.ddupan.top/panxiao81/ayatori/deploy/openbao"
 	"git.ddupan.top/panxiao81/ayatori/internal/bootstrap"
 	"git.ddupan.top/panxiao81/ayatori/journal"
 )
@@ -36,6 +45,9 @@ func main() {
 }
 
 func run(args []string) error {
+	if len(args) > 0 && args[0] == "openbao" {
+		return runOpenBao(args[1:])
+	}
 	fs := flag.NewFlagSet("ayatori-bootstrap", flag.ContinueOnError)
 	namespace := fs.String("namespace", "ayatori-system", "the controller namespace")
 	out := fs.String("out", "", "directory to write secrets.yaml into (created; must not hold one)")
@@ -95,5 +107,60 @@ func run(args []string) error {
 		return err
 	}
 	fmt.Printf("wrote %s (journal signing key %s); apply it with kubectl apply -f %s, then keep it offline or delete it\n", path, signer.ID(), path)
+	return nil
+}
+
+func runOpenBao(args []string) error {
+	fs := flag.NewFlagSet("ayatori-bootstrap openbao", flag.ContinueOnError)
+	address := fs.String("address", os.Getenv("BAO_ADDR"), "OpenBao address (env BAO_ADDR)")
+	tokenFile := fs.String("token-file", "", "file holding a token that may configure auth, policies and roles")
+	caFile := fs.String("ca-file", "", "PEM CA bundle that verifies OpenBao's certificate (default: the system roots)")
+	s := openbaodeploy.Settings{}
+	fs.StringVar(&s.KVMount, "kv-mount", "kv", "the KV v2 mount (the manager's --openbao-kv-mount)")
+	fs.StringVar(&s.BasePath, "base-path", "postgresql-tenants", "the Tenants' base path (the manager's --openbao-tenant-base-path)")
+	fs.StringVar(&s.AuthMount, "auth-mount", "kubernetes", "the Kubernetes auth mount (the manager's --openbao-auth-mount)")
+	fs.StringVar(&s.KubernetesHost, "kubernetes-host", "", "the Kubernetes API server OpenBao sends TokenReviews to")
+	k8sCA := fs.String("kubernetes-ca-file", "", "PEM CA of the Kubernetes API server")
+	reviewer := fs.String("reviewer-jwt-file", "", "a ServiceAccount token allowed to create TokenReviews (system:auth-delegator)")
+	fs.StringVar(&s.ManagerNamespace, "namespace", "ayatori-system", "the controller namespace")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	read := func(name, path string) (string, error) {
+		if path == "" {
+			return "", fmt.Errorf("--%s is required", name)
+		}
+		b, err := os.ReadFile(path)
+		return strings.TrimSpace(string(b)), err
+	}
+	token, err := read("token-file", *tokenFile)
+	if err != nil {
+		return err
+	}
+	if s.KubernetesCA, err = read("kubernetes-ca-file", *k8sCA); err != nil {
+		return err
+	}
+	if s.ReviewerJWT, err = read("reviewer-jwt-file", *reviewer); err != nil {
+		return err
+	}
+	if *address == "" || s.KubernetesHost == "" {
+		return errors.New("--address and --kubernetes-host are required")
+	}
+	cfg := bao.DefaultConfig()
+	cfg.Address = *address
+	if *caFile != "" {
+		if err := cfg.ConfigureTLS(&bao.TLSConfig{CACert: *caFile}); err != nil {
+			return err
+		}
+	}
+	c, err := bao.NewClient(cfg)
+	if err != nil {
+		return err
+	}
+	c.SetToken(token)
+	if err := openbaodeploy.Apply(context.Background(), c, s); err != nil {
+		return err
+	}
+	fmt.Printf("configured %s: Kubernetes auth at %s, roles %s and %s\n", *address, s.AuthMount, openbaodeploy.ManagerRole, openbaodeploy.ReaderRole)
 	return nil
 }

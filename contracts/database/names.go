@@ -156,3 +156,10 @@ func InstanceTarget(spec v1alpha1.PostgreSQLInstanceSpec) (Endpoint, AdminCreden
 	}
 	return ep, ref
 }
+
+// ReaderServiceAccount is the ServiceAccount ESO logs in to OpenBao with
+// for a Tenant's ExternalSecret, in the Tenant's own namespace (referent
+// authentication of the ClusterSecretStore): OpenBao lets it read that
+// namespace's credential records only. The ExternalSecret executor creates
+// it when it is missing.
+const ReaderServiceAccount = "ayatori-secrets-reader"

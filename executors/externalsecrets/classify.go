@@ -23,6 +23,8 @@ import (
 // isNotFound: the object does not exist (StatusReasonNotFound).
 func isNotFound(err error) bool { return apierrors.IsNotFound(err) }
 
+func isAlreadyExists(err error) bool { return apierrors.IsAlreadyExists(err) }
+
 // ignoreNotFound is nil for a NotFound error and err otherwise (a delete
 // of something already gone).
 func ignoreNotFound(err error) error {

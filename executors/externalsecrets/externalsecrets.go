@@ -46,6 +46,8 @@ const (
 	AnnotationCredentialVersion = "database.ayatori.ddupan.top/credential-version"
 )
 
+// +kubebuilder:rbac:groups="",resources=serviceaccounts,verbs=get;create
+
 // Executor manages ExternalSecrets with a Kubernetes client (reads go to
 // the API server, not a cache).
 type Executor struct {
@@ -53,6 +55,27 @@ type Executor struct {
 	// Reader reads from the API server (no cache); defaults to Client.
 	Reader  client.Reader
 	Timeout time.Duration
+}
+
+// ensureReader creates the ServiceAccount ESO logs in to OpenBao with in
+// namespace ns when it is missing (dbcontract.ReaderServiceAccount). It
+// carries no right in Kubernetes; OpenBao lets it read ns's credential
+// records only. One that exists is used as it is: whoever may create it
+// may read the namespace's projected Secrets anyway.
+func (e *Executor) ensureReader(ctx context.Context, ns string) error {
+	sa := &metav1.PartialObjectMetadata{}
+	sa.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("ServiceAccount"))
+	err := e.reader().Get(ctx, types.NamespacedName{Namespace: ns, Name: dbcontract.ReaderServiceAccount}, sa)
+	if !isNotFound(err) {
+		return err
+	}
+	no := false
+	err = e.Client.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: dbcontract.ReaderServiceAccount,
+		Labels: map[string]string{LabelManagedBy: "ayatori"}}, AutomountServiceAccountToken: &no})
+	if err != nil && !isAlreadyExists(err) {
+		return fmt.Errorf("create ServiceAccount %s/%s (ESO's OpenBao login for this namespace): %w", ns, dbcontract.ReaderServiceAccount, err)
+	}
+	return nil
 }
 
 func (e *Executor) reader() client.Reader {
@@ -167,6 +190,9 @@ func (e *Executor) ensure(ctx context.Context, rec journal.Record, in dbcontract
 	}
 	if taken := dbcontract.TargetTaken(ns, in.ExternalSecret, in.TargetSecretName, existing, secret, rec.Object.UID, in.OwnedES); taken != "" {
 		return nil, &dbcontract.Failure{Reason: dbcontract.ReasonConflict, Message: taken}
+	}
+	if err := e.ensureReader(ctx, ns); err != nil {
+		return nil, err
 	}
 	if existing == nil {
 		es := &unstructured.Unstructured{}

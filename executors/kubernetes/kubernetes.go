@@ -86,8 +86,8 @@ import (
 	"git.ddupan.top/panxiao81/ayatori/journal"
 )
 
-// +kubebuilder:rbac:groups=batch,resources=jobs,verbs=get;list;watch;create;patch;delete
-// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
+// +kubebuilder:rbac:groups=batch,resources=jobs,verbs=get;create;patch;delete
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list
 // +kubebuilder:rbac:groups="",resources=serviceaccounts,verbs=get
 // +kubebuilder:rbac:groups=execution.ayatori.ddupan.top,resources=jobclasses,verbs=get;list;watch
 // +kubebuilder:rbac:groups=execution.ayatori.ddupan.top,resources=jobs;kubernetesexecutionparameters,verbs=get;list;watch

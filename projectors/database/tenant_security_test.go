@@ -12,6 +12,7 @@ import (
 	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -578,4 +579,75 @@ func TestTenantNamespaceNotAllowed(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitTenant(t, s, namespace, name, metav1.ConditionTrue, "Ready", 2*time.Minute)
+}
+
+// TestCrossNamespaceExternalSecretGetsNothing: an ExternalSecret in another
+// namespace that names a Tenant's KV record through the shipped
+// ClusterSecretStore, by data, dataFrom.extract or dataFrom.find (with its
+// own ayatori-secrets-reader ServiceAccount, as a namespace user may
+// create), gets nothing: OpenBao lets that namespace's login read its own
+// records only. The Tenant's own projection stays Ready.
+func TestCrossNamespaceExternalSecretGetsNothing(t *testing.T) {
+	s := getStack(t)
+	ctx := context.Background()
+	const victimNS, victim, malloryNS = "xns-victim", "xvictim", "xns-mallory"
+	newTenant(t, s, victimNS, victim, nil)
+	waitTenant(t, s, victimNS, victim, metav1.ConditionTrue, "Ready", 2*time.Minute)
+	password, _ := kvPassword(t, s, victimNS, victim)
+	ns(t, s, malloryNS)
+	if err := s.CP.Client.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: malloryNS, Name: dbcontract.ReaderServiceAccount}}); err != nil {
+		t.Fatal(err)
+	}
+	key := integration.TenantBasePath + "/" + victimNS + "/" + victim
+	specs := map[string]map[string]any{
+		"by-data":    {"data": []any{map[string]any{"secretKey": "stolen", "remoteRef": map[string]any{"key": key, "property": "password"}}}},
+		"by-extract": {"dataFrom": []any{map[string]any{"extract": map[string]any{"key": key}}}},
+		"by-find":    {"dataFrom": []any{map[string]any{"find": map[string]any{"path": integration.TenantBasePath, "name": map[string]any{"regexp": ".*"}}}}},
+	}
+	for name, spec := range specs {
+		es := &unstructured.Unstructured{}
+		es.SetGroupVersionKind(dbcontract.ExternalSecretGVK)
+		es.SetNamespace(malloryNS)
+		es.SetName(name)
+		spec["refreshInterval"] = "10s"
+		spec["secretStoreRef"] = map[string]any{"kind": "ClusterSecretStore", "name": integration.StoreName}
+		spec["target"] = map[string]any{"name": name}
+		es.Object["spec"] = spec
+		if err := s.CP.Client.Create(ctx, es); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// ESO tries (and is refused) within a few seconds; give it two refreshes.
+	deadline := time.Now().Add(25 * time.Second)
+	for time.Now().Before(deadline) {
+		for name := range specs {
+			if sec, ok := getSecret(t, s, malloryNS, name); ok {
+				t.Fatalf("ExternalSecret %s produced Secret %s with keys %v", name, sec.Name, keysOf(sec))
+			}
+			if es, ok := getES(t, s, malloryNS, name); ok && integration.ConditionStatus(es, "Ready") == "True" {
+				t.Fatalf("ExternalSecret %s is Ready", name)
+			}
+		}
+		time.Sleep(time.Second)
+	}
+	var list corev1.SecretList
+	if err := s.CP.Client.List(ctx, &list, client.InNamespace(malloryNS)); err != nil {
+		t.Fatal(err)
+	}
+	for _, sec := range list.Items {
+		for _, v := range sec.Data {
+			if strings.Contains(string(v), password) {
+				t.Fatalf("Secret %s/%s holds the victim's password", malloryNS, sec.Name)
+			}
+		}
+	}
+	waitTenant(t, s, victimNS, victim, metav1.ConditionTrue, "Ready", 10*time.Second)
+}
+
+func keysOf(sec *corev1.Secret) []string {
+	var out []string
+	for k := range sec.Data {
+		out = append(out, k)
+	}
+	return out
 }

@@ -461,7 +461,8 @@ func TestTenantStatusRebuilt(t *testing.T) {
 
 // TestZZTenantCanary (criterion 11): the generated passwords and the admin
 // password appear in none of the manager log, Events, Conditions, CR
-// dumps, the journal, or PostgreSQL's server log (log_statement=all).
+// dumps, the journal, or PostgreSQL's server log (log_statement=all); and
+// the manager, running with deploy/rbac's rights, was refused no request.
 func TestZZTenantCanary(t *testing.T) {
 	s := getStack(t)
 	ctx := context.Background()
@@ -497,6 +498,9 @@ func TestZZTenantCanary(t *testing.T) {
 	}
 	if len(pglog) == 0 || !strings.Contains(string(pglog), "CREATE ROLE") {
 		t.Fatal("the PostgreSQL statement log is empty: nothing to scan")
+	}
+	if lines := integration.ForbiddenRequests(s.ManagerLog); len(lines) > 0 {
+		t.Errorf("the manager's shipped RBAC (deploy/rbac) refused requests:\n%s", strings.Join(lines, "\n"))
 	}
 	for i, secret := range secrets {
 		for where, text := range map[string]string{"manager log": string(logs), "PostgreSQL server log": string(pglog), "metrics": metrics,

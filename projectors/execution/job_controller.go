@@ -32,9 +32,8 @@ import (
 // RBAC of the Job projector. Secrets and ConfigMaps are read (uncached)
 // only to check that an env reference's key exists before the Job is
 // accepted; their values are never kept, logged or written anywhere.
-// +kubebuilder:rbac:groups=execution.ayatori.ddupan.top,resources=jobs,verbs=get;list;watch;update;patch
-// +kubebuilder:rbac:groups=execution.ayatori.ddupan.top,resources=jobs/status,verbs=get;update;patch
-// +kubebuilder:rbac:groups=execution.ayatori.ddupan.top,resources=jobs/finalizers,verbs=update
+// +kubebuilder:rbac:groups=execution.ayatori.ddupan.top,resources=jobs,verbs=get;list;watch;patch
+// +kubebuilder:rbac:groups=execution.ayatori.ddupan.top,resources=jobs/status,verbs=patch
 // +kubebuilder:rbac:groups=execution.ayatori.ddupan.top,resources=jobclasses;kubernetesexecutionparameters;opensandboxexecutionparameters,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=secrets;configmaps,verbs=get

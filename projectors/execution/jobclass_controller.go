@@ -25,15 +25,12 @@ import (
 )
 
 // RBAC of the JobClass controller and the parameters protection.
-// +kubebuilder:rbac:groups=execution.ayatori.ddupan.top,resources=jobclasses,verbs=get;list;watch;update;patch
-// +kubebuilder:rbac:groups=execution.ayatori.ddupan.top,resources=jobclasses/status,verbs=get;update;patch
-// +kubebuilder:rbac:groups=execution.ayatori.ddupan.top,resources=jobclasses/finalizers,verbs=update
+// +kubebuilder:rbac:groups=execution.ayatori.ddupan.top,resources=jobclasses,verbs=get;list;watch;patch
+// +kubebuilder:rbac:groups=execution.ayatori.ddupan.top,resources=jobclasses/status,verbs=patch
 // +kubebuilder:rbac:groups=execution.ayatori.ddupan.top,resources=jobs,verbs=get;list;watch
-// +kubebuilder:rbac:groups=execution.ayatori.ddupan.top,resources=kubernetesexecutionparameters;opensandboxexecutionparameters,verbs=get;list;watch;update;patch
-// +kubebuilder:rbac:groups=execution.ayatori.ddupan.top,resources=kubernetesexecutionparameters/finalizers;opensandboxexecutionparameters/finalizers,verbs=update
+// +kubebuilder:rbac:groups=execution.ayatori.ddupan.top,resources=kubernetesexecutionparameters;opensandboxexecutionparameters,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups=node.k8s.io,resources=runtimeclasses,verbs=get;list;watch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
-// +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 
 // Field indexes of the execution projectors (registered by
 // JobClassReconciler.SetupWithManager; a second registration of the same

@@ -1,0 +1,151 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"sigs.k8s.io/kustomize/api/krusty"
+	"sigs.k8s.io/kustomize/kyaml/filesys"
+)
+
+// ManagerServiceAccount is the manager's ServiceAccount in
+// ControllerNamespace, as deploy/rbac names it.
+const ManagerServiceAccount = "ayatori-manager"
+
+// managerTokenSeconds is the lifetime of the manager's token in a test
+// stack (longer than any test run; a deployment mounts a projected,
+// rotated token instead).
+const managerTokenSeconds = 48 * 3600
+
+// Kustomize renders the kustomization in dir (relative to the repository
+// root, e.g. "deploy/rbac") as `kustomize build` does.
+func Kustomize(dir string) ([]*unstructured.Unstructured, error) {
+	k := krusty.MakeKustomizer(krusty.MakeDefaultOptions())
+	resMap, err := k.Run(filesys.MakeFsOnDisk(), filepath.Join(RepoRoot(), dir))
+	if err != nil {
+		return nil, fmt.Errorf("kustomize build %s: %w", dir, err)
+	}
+	var out []*unstructured.Unstructured
+	for _, r := range resMap.Resources() {
+		m, err := r.Map()
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, &unstructured.Unstructured{Object: m})
+	}
+	return out, nil
+}
+
+// ApplyKustomization creates every object dir renders (Kustomize) on cp;
+// one that exists already is left as it is.
+func (cp *ControlPlane) ApplyKustomization(ctx context.Context, dir string) error {
+	objs, err := Kustomize(dir)
+	if err != nil {
+		return err
+	}
+	for _, o := range objs {
+		if err := cp.Client.Create(ctx, o); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("%s: create %s %s: %w", dir, o.GetKind(), o.GetName(), err)
+		}
+	}
+	return nil
+}
+
+// ManagerKubeconfig returns a kubeconfig file for the manager with exactly
+// the rights deploy/ ships: it applies deploy/rbac (the ServiceAccount
+// ayatori-manager in ControllerNamespace, its ClusterRole, Role and
+// bindings) and writes a kubeconfig with a token of that ServiceAccount
+// (TokenRequest, 48 h). Every stack runs its manager with it, so a rule
+// the code needs and deploy/rbac lacks fails a test. The file is made
+// once per control plane.
+func (cp *ControlPlane) ManagerKubeconfig(ctx context.Context) (string, error) {
+	cp.managerKC.Do(func() { cp.managerKCPath, cp.managerKCErr = cp.writeManagerKubeconfig(ctx) })
+	return cp.managerKCPath, cp.managerKCErr
+}
+
+func (cp *ControlPlane) writeManagerKubeconfig(ctx context.Context) (string, error) {
+	cs, err := kubernetes.NewForConfig(cp.Config)
+	if err != nil {
+		return "", err
+	}
+	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ControllerNamespace}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return "", err
+	}
+	if err := cp.ApplyKustomization(ctx, "deploy/rbac"); err != nil {
+		return "", err
+	}
+	exp := int64(managerTokenSeconds)
+	tr, err := cs.CoreV1().ServiceAccounts(ControllerNamespace).CreateToken(ctx, ManagerServiceAccount,
+		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &exp}}, metav1.CreateOptions{})
+	if err != nil {
+		return "", fmt.Errorf("token of ServiceAccount %s/%s: %w", ControllerNamespace, ManagerServiceAccount, err)
+	}
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["test"] = &clientcmdapi.Cluster{Server: cp.Config.Host, CertificateAuthorityData: cp.Config.CAData}
+	kc.AuthInfos[ManagerServiceAccount] = &clientcmdapi.AuthInfo{Token: tr.Status.Token}
+	kc.Contexts["manager"] = &clientcmdapi.Context{Cluster: "test", AuthInfo: ManagerServiceAccount, Namespace: ControllerNamespace}
+	kc.CurrentContext = "manager"
+	path := filepath.Join(cp.dir, "manager.kubeconfig")
+	if err := clientcmd.WriteToFile(*kc, path); err != nil {
+		return "", err
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		return "", err
+	}
+	// The same token, as a projected ServiceAccount token file: the
+	// manager's OpenBao Kubernetes auth login (role ayatori-manager).
+	cp.managerTokenPath = filepath.Join(cp.dir, "manager.token")
+	return path, os.WriteFile(cp.managerTokenPath, []byte(tr.Status.Token), 0o600)
+}
+
+// ManagerTokenPath is the file holding the manager ServiceAccount's token
+// (what a pod finds at /var/run/secrets/kubernetes.io/serviceaccount/token),
+// for --openbao-service-account-token-path; it exists once
+// ManagerKubeconfig returned.
+func (cp *ControlPlane) ManagerTokenPath() string { return cp.managerTokenPath }
+
+// managerKubeconfigOnce holds ManagerKubeconfig's result per control plane.
+type managerKubeconfigOnce struct {
+	managerKC        sync.Once
+	managerKCPath    string
+	managerKCErr     error
+	managerTokenPath string
+}
+
+// ForbiddenRequests returns the lines of a manager log that report an API
+// request the manager's RBAC refused (`... is forbidden: User
+// "system:serviceaccount:ayatori-system:ayatori-manager" cannot ...`), at
+// most 5: a rule the code needs and deploy/rbac lacks shows here even where
+// the manager retries quietly (Events, for one).
+func ForbiddenRequests(logPath string) []string {
+	b, err := os.ReadFile(logPath)
+	if err != nil {
+		return nil
+	}
+	var out []string
+	who := "system:serviceaccount:" + ControllerNamespace + ":" + ManagerServiceAccount
+	for _, line := range strings.Split(string(b), "\n") {
+		// The log is JSON: the quotes around the user are escaped.
+		if strings.Contains(line, "forbidden") && strings.Contains(line, who) && strings.Contains(line, " cannot ") {
+			if len(line) > 400 {
+				line = line[:400] + "..."
+			}
+			if out = append(out, line); len(out) == 5 {
+				break
+			}
+		}
+	}
+	return out
+}
