@@ -5,8 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-
 	"git.ddupan.top/panxiao81/ayatori/integration"
 	"git.ddupan.top/panxiao81/ayatori/journal"
 	"git.ddupan.top/panxiao81/ayatori/projectors/journaled"
@@ -22,15 +20,7 @@ func TestOutcomeRouterSurvivesJournalOutage(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(n.Close)
-	nc, err := n.Connect(journal.IdentityManager, nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	st, err := journal.Open(t.Context(), nc, journal.Config{Actor: "test", Signer: integration.JournalSigner(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := openJournalOn(t, n)
 	n.Stop()
 	r := journaled.NewOutcomeRouter(st, "example", "Pod")
 	r.RetryInterval = 100 * time.Millisecond

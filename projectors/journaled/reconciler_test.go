@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -61,7 +63,14 @@ func openJournal(t *testing.T) *journal.Store {
 		t.Fatal(err)
 	}
 	t.Cleanup(n.Close)
-	nc, err := n.Connect(journal.IdentityManager)
+	return openJournalOn(t, n)
+}
+
+// openJournalOn opens a store on n as the manager, reconnecting forever
+// (a test may stop and start n).
+func openJournalOn(t *testing.T, n *integration.NATS) *journal.Store {
+	t.Helper()
+	nc, err := n.Connect(journal.IdentityManager, nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
