@@ -34,6 +34,19 @@ func ignoreNotFound(err error) error {
 	return err
 }
 
+// readerFailure: the reader ServiceAccount of namespace ns could not be
+// read, or is missing and could not be created (created); the Tenant names
+// it (ESO can not log in to OpenBao for the namespace without it) and the
+// StatusReason.
+func readerFailure(ns string, created bool, err error) *dbcontract.Failure {
+	what := "could not be read"
+	if created {
+		what = "is missing and could not be created"
+	}
+	return &dbcontract.Failure{Reason: dbcontract.ReasonDependencyUnavailable,
+		Message: "the ServiceAccount " + ns + "/" + dbcontract.ReaderServiceAccount + " (ESO's OpenBao login for this namespace) " + what + ": " + string(apierrors.ReasonForError(err))}
+}
+
 // classify maps an error of a step to the domain's Failure.
 func classify(err error) *dbcontract.Failure {
 	var f *dbcontract.Failure

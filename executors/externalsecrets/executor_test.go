@@ -1009,6 +1009,30 @@ func TestFailureReasons(t *testing.T) {
 		}
 	})
 
+	t.Run("reader ServiceAccount missing and not creatable", func(t *testing.T) {
+		// ESO can not log in for a namespace without its reader
+		// ServiceAccount: the failure names it, and no ExternalSecret is
+		// created without it.
+		ns := e.newNamespace(t)
+		tn := newTenant(ns, "nosa")
+		e.putCredential(t, tn, "localhost")
+		e.grantRead(t, ns, "nosa-reader")
+		out := tn.run(t, e.executorAs(t, "nosa-reader"), dbcontract.OpEnsureExternalSecret)
+		want := "the ServiceAccount " + ns + "/" + dbcontract.ReaderServiceAccount + " (ESO's OpenBao login for this namespace) is missing and could not be created: Forbidden"
+		failed(t, "EnsureExternalSecret without the reader ServiceAccount", out, dbcontract.ReasonDependencyUnavailable, want)
+		if es := e.getES(t, ns, tn.in.ExternalSecret); es != nil {
+			t.Fatal("an ExternalSecret was created without its namespace's reader ServiceAccount")
+		}
+		done(t, "EnsureExternalSecret (manager rights)", tn.run(t, ex, dbcontract.OpEnsureExternalSecret))
+		sa := &corev1.ServiceAccount{}
+		if err := e.cp.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: dbcontract.ReaderServiceAccount}, sa); err != nil {
+			t.Fatalf("the reader ServiceAccount was not created: %v", err)
+		}
+		if sa.AutomountServiceAccountToken == nil || *sa.AutomountServiceAccountToken {
+			t.Fatal("the reader ServiceAccount automounts its token")
+		}
+	})
+
 	t.Run("Conflict: concurrent update", func(t *testing.T) {
 		// Another writer between the read and the update (a person, or
 		// ESO writing the ExternalSecret's status after each sync) makes
@@ -1106,7 +1130,7 @@ func (e *env) grantRead(t *testing.T, ns, user string) {
 	ctx := context.Background()
 	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: user}, Rules: []rbacv1.PolicyRule{
 		{APIGroups: []string{dbcontract.ExternalSecretGVK.Group}, Resources: []string{"externalsecrets"}, Verbs: []string{"get"}},
-		{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get"}},
+		{APIGroups: []string{""}, Resources: []string{"secrets", "serviceaccounts"}, Verbs: []string{"get"}},
 	}}
 	binding := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: user},
 		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: user},

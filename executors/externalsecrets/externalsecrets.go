@@ -66,16 +66,19 @@ func (e *Executor) ensureReader(ctx context.Context, ns string) error {
 	sa := &metav1.PartialObjectMetadata{}
 	sa.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("ServiceAccount"))
 	err := e.reader().Get(ctx, types.NamespacedName{Namespace: ns, Name: dbcontract.ReaderServiceAccount}, sa)
+	if err == nil {
+		return nil
+	}
 	if !isNotFound(err) {
-		return err
+		return readerFailure(ns, false, err)
 	}
 	no := false
 	err = e.Client.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: dbcontract.ReaderServiceAccount,
 		Labels: map[string]string{LabelManagedBy: "ayatori"}}, AutomountServiceAccountToken: &no})
-	if err != nil && !isAlreadyExists(err) {
-		return fmt.Errorf("create ServiceAccount %s/%s (ESO's OpenBao login for this namespace): %w", ns, dbcontract.ReaderServiceAccount, err)
+	if err == nil || isAlreadyExists(err) {
+		return nil
 	}
-	return nil
+	return readerFailure(ns, true, err)
 }
 
 func (e *Executor) reader() client.Reader {
