@@ -266,6 +266,26 @@ func (s *Store) pull(ctx context.Context, cfg ConsumerConfig, d *Dispatcher, sem
 
 type reasoner interface{ Reason() string }
 
+// exhausted is the Failed outcome of an intent whose last delivery the
+// budget allows failed transiently with herr: the Failure's reason and
+// safe message when herr is one (see Execute), else the error's Reason()
+// or RetriesExhausted; the error's text is never recorded.
+func exhausted(herr error, delivered int) Outcome {
+	if f := AsFailure(herr); f != nil && f.Reason != "" {
+		msg := fmt.Sprintf("gave up after %d deliveries (%s)", delivered, ReasonRetriesExhausted)
+		if f.Message != "" {
+			msg = f.Message + "; " + msg
+		}
+		return Outcome{Result: Result{Class: Failed, Reason: f.Reason, Message: msg}, Payload: f.Payload}
+	}
+	reason := ReasonRetriesExhausted
+	var r reasoner
+	if errors.As(herr, &r) && r.Reason() != "" {
+		reason = r.Reason()
+	}
+	return Outcome{Result: Result{Class: Failed, Reason: reason, Message: fmt.Sprintf("gave up after %d deliveries (%s)", delivered, ReasonRetriesExhausted)}}
+}
+
 // finishTimeout bounds one append or ack, and how long recording an
 // outcome goes on after ctx ended (shutdown).
 const finishTimeout = 10 * time.Second
@@ -372,20 +392,14 @@ func (s *Store) process(ctx context.Context, cfg ConsumerConfig, m jetstream.Msg
 		cfg.BeforeHandle(rec)
 	}
 	started := s.cfg.Clock.Now()
-	out, herr := h(ctx, rec)
+	out, herr := h(withDelivery(ctx, delivered), rec)
 	s.cfg.Metrics.observeExecution(rec.Operation, started.Sub(rec.Time), s.cfg.Clock.Since(started), delivered == 1)
 	if herr != nil {
 		if ctx.Err() != nil {
 			return handBack // shutting down: hand it to another replica now
 		}
 		if delivered >= cfg.MaxDeliver && !d.isPersistent(rec.Operation) {
-			reason := ReasonRetriesExhausted
-			var r reasoner
-			if errors.As(herr, &r) && r.Reason() != "" {
-				reason = r.Reason()
-			}
-			return s.finish(ctx, cfg, rec, Outcome{Result: Result{Class: Failed, Reason: reason,
-				Message: fmt.Sprintf("gave up after %d deliveries (%s)", delivered, ReasonRetriesExhausted)}})
+			return s.finish(ctx, cfg, rec, exhausted(herr, delivered))
 		}
 		return retry
 	}

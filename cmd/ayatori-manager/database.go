@@ -268,7 +268,7 @@ func (o *databaseOptions) setup(_ context.Context, mgr manager.Manager, store *j
 			return nil, err
 		}
 		pools = pgexec.NewPools(roots, int32(o.postgresMaxConns), sh.reconcileTimeout)
-		ex := &pgexec.Executor{Pools: pools, Secrets: secretReader{c: mgr.GetClient(), namespace: sh.namespace}, Timeout: sh.reconcileTimeout}
+		ex := &pgexec.Executor{Pools: pools, Secrets: secretReader{c: mgr.GetClient(), namespace: sh.namespace}, Timeout: sh.reconcileTimeout, Log: executorLog(postgresqlExecutor)}
 		if baoStore != nil {
 			ex.Passwords = passwordSource{s: baoStore}
 		} else {
@@ -283,12 +283,12 @@ func (o *databaseOptions) setup(_ context.Context, mgr manager.Manager, store *j
 		dispatch.Persistent(dbcontract.PersistentOperations...)
 	}
 	if on.executor(openBaoExecutor) && baoStore != nil {
-		if err := dispatch.HandleAll(openBaoExecutor, (&baoexec.Executor{Store: baoStore, Timeout: sh.reconcileTimeout}).Handlers()); err != nil {
+		if err := dispatch.HandleAll(openBaoExecutor, (&baoexec.Executor{Store: baoStore, Timeout: sh.reconcileTimeout, Log: executorLog(openBaoExecutor)}).Handlers()); err != nil {
 			return cleanup, err
 		}
 	}
 	if on.executor(externalSecretsExecutor) {
-		if err := dispatch.HandleAll(externalSecretsExecutor, (&esexec.Executor{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Timeout: sh.reconcileTimeout}).Handlers()); err != nil {
+		if err := dispatch.HandleAll(externalSecretsExecutor, (&esexec.Executor{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Timeout: sh.reconcileTimeout, Log: executorLog(externalSecretsExecutor)}).Handlers()); err != nil {
 			return cleanup, err
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/runtime"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -104,4 +105,10 @@ func liveGuard(mgr manager.Manager, check func(ctx context.Context, r client.Rea
 func watchError(domain string) func(error) {
 	log := ctrl.Log.WithName("outcome-router").WithValues("domain", domain)
 	return func(err error) { log.Info("outcome watch not open; trying again", "error", err.Error()) }
+}
+
+// executorLog is the logger of one executor backend: the executor
+// skeleton writes one line per attempt to it.
+func executorLog(backend string) logr.Logger {
+	return ctrl.Log.WithName("executor").WithName(backend)
 }

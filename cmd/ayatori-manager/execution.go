@@ -171,7 +171,7 @@ func (o *executionOptions) setup(_ context.Context, mgr manager.Manager, store *
 		if err != nil {
 			return nil, err
 		}
-		ex := &kexec.Executor{Management: mgr.GetAPIReader(), Workload: workload, Timeout: sh.reconcileTimeout,
+		ex := &kexec.Executor{Management: mgr.GetAPIReader(), Workload: workload, Timeout: sh.reconcileTimeout, Log: executorLog(kubernetesExecutor),
 			Proof: journal.ObjectProof{Signer: store.Config().Signer, Trust: store.Config().Trust}}
 		if err := ex.Register(dispatch); err != nil {
 			return nil, err
@@ -183,7 +183,7 @@ func (o *executionOptions) setup(_ context.Context, mgr manager.Manager, store *
 			return nil, err
 		}
 		ex := &osexec.Executor{Management: mgr.GetAPIReader(), SecretNamespace: sh.namespace, HTTPClient: hc, Timeout: sh.reconcileTimeout,
-			ProvisionTimeout: o.osProvision, Marker: osexec.Marker{Dir: o.osMarkerDir}}
+			ProvisionTimeout: o.osProvision, Marker: osexec.Marker{Dir: o.osMarkerDir}, Log: executorLog(opensandboxExecutor)}
 		if err := ex.Register(dispatch); err != nil {
 			return nil, err
 		}

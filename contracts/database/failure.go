@@ -1,6 +1,9 @@
 package database
 
-import v1alpha1 "git.ddupan.top/panxiao81/ayatori/api/database/v1alpha1"
+import (
+	v1alpha1 "git.ddupan.top/panxiao81/ayatori/api/database/v1alpha1"
+	"git.ddupan.top/panxiao81/ayatori/journal"
+)
 
 // Reason is a stable failure reason of the database domain: the same words
 // as the Ready condition reasons of the database API, so an outcome's
@@ -43,3 +46,10 @@ func (f *Failure) Error() string { return string(f.Reason) + ": " + f.Message }
 
 // Unwrap returns the underlying error.
 func (f *Failure) Unwrap() error { return f.Cause }
+
+// JournalFailure is the failure as the executor skeleton records it
+// (journal.Execute): a Transient one is redelivered, any other is a
+// Failed outcome (docs/decisions/0007).
+func (f *Failure) JournalFailure() *journal.Failure {
+	return &journal.Failure{Reason: string(f.Reason), Message: f.Message, Transient: f.Transient, Cause: f.Cause}
+}

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -53,8 +54,11 @@ const (
 type Executor struct {
 	Client client.Client
 	// Reader reads from the API server (no cache); defaults to Client.
-	Reader  client.Reader
+	Reader client.Reader
+	// Timeout bounds one operation (0: journal.DefaultDeadline).
 	Timeout time.Duration
+	// Log receives the executor skeleton's line per attempt.
+	Log logr.Logger
 }
 
 // ensureReader creates the ServiceAccount ESO logs in to OpenBao with in
@@ -88,14 +92,30 @@ func (e *Executor) reader() client.Reader {
 	return e.Client
 }
 
+// BackendName is the name this executor registers its handlers under.
+const BackendName = "externalsecrets"
+
 // Handlers returns the journal handlers of this executor.
 func (e *Executor) Handlers() map[string]journal.Handler {
-	return map[string]journal.Handler{
-		dbcontract.OpEnsureExternalSecret: e.opOut(e.ensure),
-		dbcontract.OpObserveProjection:    e.op(e.observe),
-		dbcontract.OpDeleteExternalSecret: e.op(e.delete),
-		dbcontract.OpRetainExternalSecret: e.op(e.retain),
+	b := &journal.Backend{Name: BackendName, Deadline: e.Timeout, Log: e.Log,
+		Classify: func(err error) *journal.Failure { return classify(err).JournalFailure() }}
+	step := func(fn func(ctx context.Context, rec journal.Record, in dbcontract.ProjectionIntent) (*dbcontract.ProjectionOutcome, error)) journal.Handler {
+		return journal.Execute(b, journal.Step[dbcontract.ProjectionIntent]{Run: onConflictRetry(fn), Validate: validProjection})
 	}
+	return map[string]journal.Handler{
+		dbcontract.OpEnsureExternalSecret: step(e.ensure),
+		dbcontract.OpObserveProjection:    step(noOutcome(e.observe)),
+		dbcontract.OpDeleteExternalSecret: step(noOutcome(e.delete)),
+		dbcontract.OpRetainExternalSecret: step(noOutcome(e.retain)),
+	}
+}
+
+// validProjection refuses a payload that names no ExternalSecret.
+func validProjection(_ journal.Record, in dbcontract.ProjectionIntent) error {
+	if in.ExternalSecret == "" {
+		return errors.New("no ExternalSecret name")
+	}
+	return nil
 }
 
 // skipped is a successful outcome that left a foreign object in place.
@@ -103,47 +123,35 @@ type skipped struct{ msg string }
 
 func (s *skipped) Error() string { return s.msg }
 
-func (e *Executor) op(fn func(ctx context.Context, rec journal.Record, in dbcontract.ProjectionIntent) error) journal.Handler {
-	return e.opOut(func(ctx context.Context, rec journal.Record, in dbcontract.ProjectionIntent) (*dbcontract.ProjectionOutcome, error) {
+// noOutcome adapts a step whose success carries no payload.
+func noOutcome(fn func(ctx context.Context, rec journal.Record, in dbcontract.ProjectionIntent) error) func(context.Context, journal.Record, dbcontract.ProjectionIntent) (*dbcontract.ProjectionOutcome, error) {
+	return func(ctx context.Context, rec journal.Record, in dbcontract.ProjectionIntent) (*dbcontract.ProjectionOutcome, error) {
 		return nil, fn(ctx, rec, in)
-	})
+	}
 }
 
-// opOut is op for steps whose success carries an outcome payload.
-func (e *Executor) opOut(fn func(ctx context.Context, rec journal.Record, in dbcontract.ProjectionIntent) (*dbcontract.ProjectionOutcome, error)) journal.Handler {
-	return func(ctx context.Context, rec journal.Record) (journal.Outcome, error) {
-		var in dbcontract.ProjectionIntent
-		if err := rec.DecodePayload(&in); err != nil || in.ExternalSecret == "" {
-			return journal.Outcome{Result: journal.Result{Class: journal.Failed, Reason: string(dbcontract.ReasonInvalidSpec), Message: "undecodable " + rec.Operation + " payload"}}, nil
-		}
-		t := e.Timeout
-		if t <= 0 {
-			t = 30 * time.Second
-		}
-		ctx, cancel := context.WithTimeout(ctx, t)
-		defer cancel()
-		// Another writer between an operation's read and its update (ESO
-		// writes the ExternalSecret's status after every sync; a person)
-		// conflicts with the resourceVersion read: the operation runs again
-		// from its reads and decides on the fresh object, a few times,
-		// before a conflict is reported (transient, redelivered).
+// onConflictRetry runs fn again from its reads when another writer
+// changed the object between its read and its update (ESO writes the
+// ExternalSecret's status after every sync; a person), a few times,
+// before the conflict is the attempt's failure; a skipped step is a
+// successful outcome that says what it left in place.
+func onConflictRetry(fn func(ctx context.Context, rec journal.Record, in dbcontract.ProjectionIntent) (*dbcontract.ProjectionOutcome, error)) func(context.Context, journal.Record, dbcontract.ProjectionIntent) (journal.Outcome, error) {
+	return func(ctx context.Context, rec journal.Record, in dbcontract.ProjectionIntent) (journal.Outcome, error) {
 		var out *dbcontract.ProjectionOutcome
 		err := retry.RetryOnConflict(retry.DefaultRetry, func() (err error) {
 			out, err = fn(ctx, rec, in)
 			return err
 		})
-		if err != nil {
-			var sk *skipped
-			if errors.As(err, &sk) {
-				return journal.Outcome{Result: journal.Result{Class: journal.Succeeded, Message: sk.msg}, Payload: dbcontract.ProjectionOutcome{Skipped: sk.msg}}, nil
-			}
-			f := classify(err)
-			return journal.Outcome{Result: journal.Result{Class: journal.Failed, Reason: string(f.Reason), Message: f.Message}}, nil
+		var sk *skipped
+		switch {
+		case errors.As(err, &sk):
+			return journal.Outcome{Result: journal.Result{Message: sk.msg}, Payload: dbcontract.ProjectionOutcome{Skipped: sk.msg}}, nil
+		case err != nil:
+			return journal.Outcome{}, err
+		case out != nil:
+			return journal.Outcome{Payload: *out}, nil
 		}
-		if out != nil {
-			return journal.Outcome{Result: journal.Result{Class: journal.Succeeded}, Payload: *out}, nil
-		}
-		return journal.Outcome{Result: journal.Result{Class: journal.Succeeded}}, nil
+		return journal.Outcome{}, nil
 	}
 }
 

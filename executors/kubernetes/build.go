@@ -108,7 +108,7 @@ func resourceRequirements(res execution.Resources) (corev1.ResourceRequirements,
 		}
 		v, err := resource.ParseQuantity(q.value)
 		if err != nil {
-			return out, &refusal{Reason: executionv1alpha1.ReasonInvalidResources, State: execution.StateNotFound,
+			return out, &execution.Failure{Reason: executionv1alpha1.ReasonInvalidResources, State: execution.StateNotFound,
 				Message: fmt.Sprintf("the effective resources' %s is not a Kubernetes quantity; no execution was created", q.field)}
 		}
 		if *q.list == nil {

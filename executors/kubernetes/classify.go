@@ -8,6 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	executionv1alpha1 "git.ddupan.top/panxiao81/ayatori/api/execution/v1alpha1"
+	"git.ddupan.top/panxiao81/ayatori/contracts/execution"
 )
 
 // This file is the only code of the package that reads Kubernetes API
@@ -23,8 +24,8 @@ import (
 //     errors, anything that is not a Status error). The handler returns the
 //     error: the journal redelivers the intent with back-off, and the
 //     redelivery finds a native Job an ambiguous create left behind by its
-//     name. After the last delivery the journal records RetriesExhausted
-//     with the reason BackendUnavailable (transientError.Reason).
+//     name. After the last delivery the journal records Failed with the
+//     reason BackendUnavailable.
 //   - definite: the API server refused the request and will refuse it again
 //     (Forbidden, Unauthorized, Invalid, BadRequest, NotFound of something
 //     the request needed, other 4xx). The handler records a Failed outcome
@@ -47,26 +48,11 @@ const (
 	ReasonAPIRejected = "APIRejected"
 )
 
-// failure is a classified API error.
-type failure struct {
-	// Transient: the handler returns the error (redelivery).
-	Transient bool
-	// Reason and Message of the Failed outcome (definite failures).
-	Reason  string
-	Message string
+// transient is the failure of a request that may have taken effect or
+// may succeed when repeated.
+func transient() *execution.Failure {
+	return &execution.Failure{Transient: true, Reason: executionv1alpha1.ReasonBackendUnavailable, Message: "the Kubernetes API did not answer or asked to retry"}
 }
-
-// transientError is returned by a handler for a transient failure: its
-// Reason names the RetriesExhausted outcome's reason; its text never
-// reaches the journal.
-type transientError struct{ err error }
-
-func (t *transientError) Error() string { return "transient Kubernetes API failure: " + t.err.Error() }
-func (t *transientError) Unwrap() error { return t.err }
-
-// Reason is the reason of the outcome the journal records after the last
-// delivery.
-func (t *transientError) Reason() string { return executionv1alpha1.ReasonBackendUnavailable }
 
 // isNotFound: the object does not exist (StatusReasonNotFound).
 func isNotFound(err error) bool { return apierrors.IsNotFound(err) }
@@ -78,32 +64,32 @@ func isAlreadyExists(err error) bool { return apierrors.IsAlreadyExists(err) }
 func isConflict(err error) bool { return apierrors.IsConflict(err) }
 
 // classify maps an API error to a transient or a definite failure.
-func classify(err error) failure {
+func classify(err error) *execution.Failure {
 	var st apierrors.APIStatus
 	if !errors.As(err, &st) {
 		// Connection refused or reset, DNS, TLS, context deadline: nothing
 		// proves the request was not executed.
-		return failure{Transient: true}
+		return transient()
 	}
 	reason := apierrors.ReasonForError(err)
 	msg := func(what string) string { return "the Kubernetes API refused the request: " + what }
 	switch reason {
 	case metav1.StatusReasonForbidden:
-		return failure{Reason: ReasonForbidden, Message: msg("Forbidden (check the executor's RBAC)")}
+		return &execution.Failure{Reason: ReasonForbidden, Message: msg("Forbidden (check the executor's RBAC)")}
 	case metav1.StatusReasonUnauthorized:
-		return failure{Reason: ReasonUnauthorized, Message: msg("Unauthorized (check the executor's credentials)")}
+		return &execution.Failure{Reason: ReasonUnauthorized, Message: msg("Unauthorized (check the executor's credentials)")}
 	case metav1.StatusReasonInvalid, metav1.StatusReasonBadRequest, metav1.StatusReasonRequestEntityTooLarge:
-		return failure{Reason: ReasonInvalidSpec, Message: msg(string(reason))}
+		return &execution.Failure{Reason: ReasonInvalidSpec, Message: msg(string(reason))}
 	case metav1.StatusReasonNotFound:
-		return failure{Reason: ReasonNotFound, Message: msg("NotFound")}
+		return &execution.Failure{Reason: ReasonNotFound, Message: msg("NotFound")}
 	case metav1.StatusReasonConflict, metav1.StatusReasonAlreadyExists, metav1.StatusReasonGone, metav1.StatusReasonExpired,
 		metav1.StatusReasonServerTimeout, metav1.StatusReasonTimeout, metav1.StatusReasonTooManyRequests,
 		metav1.StatusReasonServiceUnavailable, metav1.StatusReasonInternalError:
-		return failure{Transient: true}
+		return transient()
 	}
 	code := st.Status().Code
 	if code == 0 || code >= http.StatusInternalServerError || code == http.StatusTooManyRequests {
-		return failure{Transient: true}
+		return transient()
 	}
-	return failure{Reason: ReasonAPIRejected, Message: msg(http.StatusText(int(code)))}
+	return &execution.Failure{Reason: ReasonAPIRejected, Message: msg(http.StatusText(int(code)))}
 }

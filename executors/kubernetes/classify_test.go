@@ -35,27 +35,26 @@ func TestClassify(t *testing.T) {
 		{"NotFound", apierrors.NewNotFound(gr, "CANARY"), false, ReasonNotFound},
 		{"MethodNotSupported", apierrors.NewMethodNotSupported(gr, "CANARY"), false, ReasonAPIRejected},
 		{"other 4xx", apierrors.NewGenericServerResponse(http.StatusTeapot, "CANARY", gr, "CANARY", "CANARY", 0, false), false, ReasonAPIRejected},
-		{"Conflict", apierrors.NewConflict(gr, "CANARY", canary), true, ""},
-		{"AlreadyExists", apierrors.NewAlreadyExists(gr, "CANARY"), true, ""},
-		{"Gone", apierrors.NewGone("CANARY"), true, ""},
-		{"Expired", apierrors.NewResourceExpired("CANARY"), true, ""},
-		{"ServerTimeout", apierrors.NewServerTimeout(gr, "create", 1), true, ""},
-		{"Timeout", apierrors.NewTimeoutError("CANARY", 1), true, ""},
-		{"TooManyRequests", apierrors.NewTooManyRequests("CANARY", 1), true, ""},
-		{"ServiceUnavailable", apierrors.NewServiceUnavailable("CANARY"), true, ""},
-		{"InternalError", apierrors.NewInternalError(canary), true, ""},
-		{"other 5xx", apierrors.NewGenericServerResponse(http.StatusBadGateway, "create", gr, "CANARY", "CANARY", 0, false), true, ""},
-		{"connection", errors.New("dial tcp 127.0.0.1:6443: connect: connection refused"), true, ""},
-		{"deadline", fmt.Errorf("get: %w", context.DeadlineExceeded), true, ""},
+		{"Conflict", apierrors.NewConflict(gr, "CANARY", canary), true, executionv1alpha1.ReasonBackendUnavailable},
+		{"AlreadyExists", apierrors.NewAlreadyExists(gr, "CANARY"), true, executionv1alpha1.ReasonBackendUnavailable},
+		{"Gone", apierrors.NewGone("CANARY"), true, executionv1alpha1.ReasonBackendUnavailable},
+		{"Expired", apierrors.NewResourceExpired("CANARY"), true, executionv1alpha1.ReasonBackendUnavailable},
+		{"ServerTimeout", apierrors.NewServerTimeout(gr, "create", 1), true, executionv1alpha1.ReasonBackendUnavailable},
+		{"Timeout", apierrors.NewTimeoutError("CANARY", 1), true, executionv1alpha1.ReasonBackendUnavailable},
+		{"TooManyRequests", apierrors.NewTooManyRequests("CANARY", 1), true, executionv1alpha1.ReasonBackendUnavailable},
+		{"ServiceUnavailable", apierrors.NewServiceUnavailable("CANARY"), true, executionv1alpha1.ReasonBackendUnavailable},
+		{"InternalError", apierrors.NewInternalError(canary), true, executionv1alpha1.ReasonBackendUnavailable},
+		{"other 5xx", apierrors.NewGenericServerResponse(http.StatusBadGateway, "create", gr, "CANARY", "CANARY", 0, false), true, executionv1alpha1.ReasonBackendUnavailable},
+		{"connection", errors.New("dial tcp 127.0.0.1:6443: connect: connection refused"), true, executionv1alpha1.ReasonBackendUnavailable},
+		{"deadline", fmt.Errorf("get: %w", context.DeadlineExceeded), true, executionv1alpha1.ReasonBackendUnavailable},
 	} {
 		f := classify(tc.err)
 		if f.Transient != tc.transient || f.Reason != tc.reason || strings.Contains(f.Message, "CANARY") || (!f.Transient && f.Message == "") {
 			t.Errorf("%s: classify = %+v, want transient=%v reason %q", tc.name, f, tc.transient, tc.reason)
 		}
 	}
-	te := &transientError{err: canary}
-	if te.Reason() != executionv1alpha1.ReasonBackendUnavailable || !errors.Is(te, canary) {
-		t.Errorf("transientError: %q", te.Reason())
+	if f := classify(canary); f.Reason != executionv1alpha1.ReasonBackendUnavailable || strings.Contains(f.Message, "CANARY") {
+		t.Errorf("transient failure: %+v", f)
 	}
 	if !isNotFound(apierrors.NewNotFound(gr, "x")) || !isAlreadyExists(apierrors.NewAlreadyExists(gr, "x")) || !isConflict(apierrors.NewConflict(gr, "x", canary)) {
 		t.Error("predicates")

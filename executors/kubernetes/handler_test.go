@@ -106,8 +106,8 @@ func TestEnsureErrors(t *testing.T) {
 		{name: "class UID", mutate: func(in *execution.EnsureIntent) { in.JobClassUID = "old" }, reason: executionv1alpha1.ReasonJobClassNotFound},
 		{name: "class gone", mutate: func(in *execution.EnsureIntent) { in.JobClass = "gone" }, reason: executionv1alpha1.ReasonJobClassNotFound},
 		{name: "parameters gone", mutate: func(in *execution.EnsureIntent) { in.ParametersName = "gone" }, reason: executionv1alpha1.ReasonParametersChanged},
-		{name: "other adapter", mutate: func(in *execution.EnsureIntent) { in.Adapter = "opensandbox" }, reason: ReasonInvalidIntent},
-		{name: "no digest", mutate: func(in *execution.EnsureIntent) { in.TaskDigest = "" }, reason: ReasonInvalidIntent},
+		{name: "other adapter", mutate: func(in *execution.EnsureIntent) { in.Adapter = "opensandbox" }, reason: journal.ReasonUndecodableIntent},
+		{name: "no digest", mutate: func(in *execution.EnsureIntent) { in.TaskDigest = "" }, reason: journal.ReasonUndecodableIntent},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			aj, p, sa := fixtures()
@@ -118,8 +118,7 @@ func TestEnsureErrors(t *testing.T) {
 			}
 			out, err := e.Handlers()[execution.OpEnsure](context.Background(), ensureRecord(t, aj, muts...))
 			if tc.transient {
-				var r interface{ Reason() string }
-				if err == nil || !errors.As(err, &r) || r.Reason() != executionv1alpha1.ReasonBackendUnavailable {
+				if f := journal.AsFailure(err); f == nil || !f.Transient || f.Reason != executionv1alpha1.ReasonBackendUnavailable {
 					t.Fatalf("want a transient error with reason BackendUnavailable, got %+v, %v", out, err)
 				}
 				return

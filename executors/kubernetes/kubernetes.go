@@ -74,6 +74,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-logr/logr"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -100,10 +101,6 @@ const (
 	ReasonConflict = "Conflict"
 	// ReasonTaskChanged: the Job's task no longer has the intent's digest.
 	ReasonTaskChanged = "TaskChanged"
-	// ReasonInvalidIntent: the intent's payload can not be decoded, lacks
-	// the task digest, names another adapter, or the Job UID can not name a
-	// native Job.
-	ReasonInvalidIntent = "InvalidIntent"
 )
 
 // LabelManagedBy marks the native Jobs and their pods as Ayatori's.
@@ -142,6 +139,8 @@ type Executor struct {
 	Proof journal.ObjectProof
 	// Timeout bounds one operation's API requests (default DefaultTimeout).
 	Timeout time.Duration
+	// Log receives the executor skeleton's line per attempt.
+	Log logr.Logger
 }
 
 // Register registers the handlers of execution.Operations on d under the
@@ -167,11 +166,13 @@ func (e *Executor) Register(d *journal.Dispatcher) error {
 
 // Handlers returns the journal handlers by operation (execution.Operations).
 func (e *Executor) Handlers() map[string]journal.Handler {
+	b := &journal.Backend{Name: execution.AdapterKubernetes, Deadline: e.Timeout, Log: e.Log,
+		Classify: execution.Classifier(classify), Complete: execution.Complete(execution.AdapterKubernetes)}
 	return map[string]journal.Handler{
-		execution.OpEnsure:  e.handler(e.ensure),
-		execution.OpObserve: e.handler(e.observeOp),
-		execution.OpCancel:  e.handler(e.cancel),
-		execution.OpDelete:  e.handler(e.delete),
+		execution.OpEnsure:  journal.Execute(b, journal.Step[execution.EnsureIntent]{Run: observed(e.ensure), Validate: validEnsure}),
+		execution.OpObserve: journal.Execute(b, journal.Step[execution.ExecutionIntent]{Run: observed(ignoring(e.observeOp))}),
+		execution.OpCancel:  journal.Execute(b, journal.Step[execution.ExecutionIntent]{Run: observed(ignoring(e.cancel))}),
+		execution.OpDelete:  journal.Execute(b, journal.Step[execution.ExecutionIntent]{Run: observed(ignoring(e.delete))}),
 	}
 }
 
@@ -182,76 +183,33 @@ func (e *Executor) fieldOwner() client.FieldOwner {
 	return client.FieldOwner("ayatori-executor-kubernetes")
 }
 
-// refusal is a Failed outcome the executor decided; State (when set) is
-// the execution's state, reported in the outcome's Observation.
-type refusal struct {
-	Reason  string
-	Message string
-	State   execution.State
-}
-
-func (r *refusal) Error() string { return r.Reason + ": " + r.Message }
-
-// stateError is an API error of a step that left the execution in a known
-// state (for Ensure: nothing was created).
-type stateError struct {
-	state execution.State
-	err   error
-}
-
-func (s *stateError) Error() string { return s.err.Error() }
-func (s *stateError) Unwrap() error { return s.err }
-
-// notCreated marks an API error of Ensure after it found no native Job.
-func notCreated(err error) error {
-	if err == nil {
-		return nil
-	}
-	return &stateError{state: execution.StateNotFound, err: err}
-}
-
-type step func(ctx context.Context, rec journal.Record) (execution.Observation, error)
-
-// handler turns a step into a journal.Handler (see the package doc,
-// "Outcomes").
-func (e *Executor) handler(fn step) journal.Handler {
-	return func(ctx context.Context, rec journal.Record) (journal.Outcome, error) {
-		t := e.Timeout
-		if t <= 0 {
-			t = DefaultTimeout
+// observed turns a step that observes the execution into a step of the
+// skeleton: its Observation is the Succeeded outcome's payload.
+func observed[In any](fn func(ctx context.Context, rec journal.Record, in In) (execution.Observation, error)) func(context.Context, journal.Record, In) (journal.Outcome, error) {
+	return func(ctx context.Context, rec journal.Record, in In) (journal.Outcome, error) {
+		obs, err := fn(ctx, rec, in)
+		if err != nil {
+			return journal.Outcome{}, err
 		}
-		ctx, cancel := context.WithTimeout(ctx, t)
-		defer cancel()
-		obs, err := fn(ctx, rec)
-		if err == nil {
-			obs.Adapter = execution.AdapterKubernetes
-			return journal.Outcome{Result: journal.Result{Class: journal.Succeeded, Message: string(obs.State) + ": " + obs.Message}, Payload: obs}, nil
-		}
-		var r *refusal
-		if errors.As(err, &r) {
-			return failedOutcome(r.Reason, r.Message, r.State), nil
-		}
-		f := classify(err)
-		if f.Transient {
-			return journal.Outcome{}, &transientError{err: err}
-		}
-		var st *stateError
-		var state execution.State
-		if errors.As(err, &st) {
-			state = st.state
-		}
-		return failedOutcome(f.Reason, f.Message, state), nil
+		return journal.Outcome{Payload: obs}, nil
 	}
 }
 
-// failedOutcome is a Failed outcome; it carries an Observation when state
-// is known.
-func failedOutcome(reason, msg string, state execution.State) journal.Outcome {
-	out := journal.Outcome{Result: journal.Result{Class: journal.Failed, Reason: reason, Message: msg}}
-	if state != "" {
-		out.Payload = execution.Observation{State: state, Adapter: execution.AdapterKubernetes, Reason: reason, Message: msg}
+// ignoring adapts a step that reads nothing from its payload (the
+// intent's references are informational: see the package doc).
+func ignoring(fn func(ctx context.Context, rec journal.Record) (execution.Observation, error)) func(context.Context, journal.Record, execution.ExecutionIntent) (execution.Observation, error) {
+	return func(ctx context.Context, rec journal.Record, _ execution.ExecutionIntent) (execution.Observation, error) {
+		return fn(ctx, rec)
 	}
-	return out
+}
+
+// validEnsure refuses an Ensure without a task digest or for another
+// adapter (nothing is created).
+func validEnsure(_ journal.Record, in execution.EnsureIntent) error {
+	if in.TaskDigest == "" || (in.Adapter != "" && in.Adapter != execution.AdapterKubernetes) {
+		return execution.Refused(journal.ReasonUndecodableIntent, "the Ensure payload lacks the task digest or names another adapter", execution.StateNotFound)
+	}
+	return nil
 }
 
 // native is where the native Job of rec's Job lives, and the UID of the
@@ -264,7 +222,7 @@ type native struct {
 func nativeOf(rec journal.Record) (native, error) {
 	name, err := execution.NativeJobName(rec.Object.UID)
 	if err != nil || rec.Object.Namespace == "" {
-		return native{}, &refusal{Reason: ReasonInvalidIntent, Message: "the intent's Job UID or namespace can not name a native Job"}
+		return native{}, &execution.Failure{Reason: journal.ReasonUndecodableIntent, Message: "the intent's Job UID or namespace can not name a native Job"}
 	}
 	n := native{ns: rec.Object.Namespace, name: name, uid: rec.Object.UID}
 	var refs struct {
@@ -311,7 +269,7 @@ func (e *Executor) get(ctx context.Context, n native) (*batchv1.Job, error) {
 		return nil, err
 	}
 	foreign := func(why string) error {
-		return &refusal{Reason: ReasonConflict, State: execution.StateNotFound,
+		return &execution.Failure{Reason: ReasonConflict, State: execution.StateNotFound,
 			Message: fmt.Sprintf("a batch/v1 Job %s/%s exists that Ayatori did not create for this Job (%s); it was left untouched", n.ns, n.name, why)}
 	}
 	switch {
@@ -466,12 +424,7 @@ func (e *Executor) delete(ctx context.Context, rec journal.Record) (execution.Ob
 }
 
 // ensure executes Ensure (see the package doc).
-func (e *Executor) ensure(ctx context.Context, rec journal.Record) (execution.Observation, error) {
-	var in execution.EnsureIntent
-	if err := rec.DecodePayload(&in); err != nil || in.TaskDigest == "" || (in.Adapter != "" && in.Adapter != execution.AdapterKubernetes) {
-		return execution.Observation{}, &refusal{Reason: ReasonInvalidIntent, State: execution.StateNotFound,
-			Message: "the Ensure payload can not be decoded, lacks the task digest or names another adapter"}
-	}
+func (e *Executor) ensure(ctx context.Context, rec journal.Record, in execution.EnsureIntent) (execution.Observation, error) {
 	n, err := nativeOf(rec)
 	if err != nil {
 		return execution.Observation{}, err
@@ -515,7 +468,7 @@ func (e *Executor) ensure(ctx context.Context, rec journal.Record) (execution.Ob
 		// Ambiguous: the redelivery finds it by name if it was created.
 		return execution.Observation{}, err
 	default:
-		return execution.Observation{}, notCreated(err)
+		return execution.Observation{}, execution.NothingCreated(err)
 	}
 }
 
@@ -523,7 +476,7 @@ func (e *Executor) ensure(ctx context.Context, rec journal.Record) (execution.Ob
 // and returns the refusal that keeps Ensure from creating the execution.
 func (e *Executor) admit(ctx context.Context, rec journal.Record, in execution.EnsureIntent) (*executionv1alpha1.Job, *executionv1alpha1.KubernetesExecutionParameters, error) {
 	cancelled := func(msg string) error {
-		return &refusal{Reason: executionv1alpha1.ReasonCancelled, State: execution.StateNotFound, Message: msg}
+		return &execution.Failure{Reason: executionv1alpha1.ReasonCancelled, State: execution.StateNotFound, Message: msg}
 	}
 	aj := &executionv1alpha1.Job{}
 	err := e.Management.Get(ctx, types.NamespacedName{Namespace: rec.Object.Namespace, Name: rec.Object.Name}, aj)
@@ -531,7 +484,7 @@ func (e *Executor) admit(ctx context.Context, rec journal.Record, in execution.E
 	case isNotFound(err):
 		return nil, nil, cancelled("the Job no longer exists; no execution was created")
 	case err != nil:
-		return nil, nil, notCreated(err)
+		return nil, nil, execution.NothingCreated(err)
 	case string(aj.UID) != rec.Object.UID:
 		return nil, nil, cancelled("the Job was recreated with another UID; no execution was created")
 	case aj.DeletionTimestamp != nil:
@@ -540,7 +493,7 @@ func (e *Executor) admit(ctx context.Context, rec journal.Record, in execution.E
 		return nil, nil, cancelled("the Job's desiredState is Cancelled; no execution was created")
 	}
 	if !execution.TaskMatches(aj.Spec.Task, in.TaskDigest) {
-		return nil, nil, &refusal{Reason: ReasonTaskChanged, State: execution.StateNotFound,
+		return nil, nil, &execution.Failure{Reason: ReasonTaskChanged, State: execution.StateNotFound,
 			Message: "the Job's task does not match the digest of the Ensure intent; no execution was created"}
 	}
 	class := &executionv1alpha1.JobClass{}
@@ -549,35 +502,35 @@ func (e *Executor) admit(ctx context.Context, rec journal.Record, in execution.E
 	case isNotFound(err) || err == nil && string(class.UID) != in.JobClassUID:
 		// The class the Job was accepted with is gone (or was recreated):
 		// never run under another class's policy.
-		return nil, nil, &refusal{Reason: executionv1alpha1.ReasonJobClassNotFound, State: execution.StateNotFound,
+		return nil, nil, &execution.Failure{Reason: executionv1alpha1.ReasonJobClassNotFound, State: execution.StateNotFound,
 			Message: fmt.Sprintf("JobClass %s the Job was accepted with no longer exists; no execution was created", in.JobClass)}
 	case err != nil:
-		return nil, nil, notCreated(err)
+		return nil, nil, execution.NothingCreated(err)
 	}
 	if in.ParametersKind != ParametersKind || in.ParametersName == "" {
-		return nil, nil, &refusal{Reason: executionv1alpha1.ReasonInvalidParametersReference, State: execution.StateNotFound,
+		return nil, nil, &execution.Failure{Reason: executionv1alpha1.ReasonInvalidParametersReference, State: execution.StateNotFound,
 			Message: fmt.Sprintf("the Kubernetes adapter reads %s parameters, not %q", ParametersKind, in.ParametersKind)}
 	}
 	params := &executionv1alpha1.KubernetesExecutionParameters{}
 	err = e.Management.Get(ctx, types.NamespacedName{Name: in.ParametersName}, params)
 	switch {
 	case isNotFound(err):
-		return nil, nil, &refusal{Reason: executionv1alpha1.ReasonParametersChanged, State: execution.StateNotFound,
+		return nil, nil, &execution.Failure{Reason: executionv1alpha1.ReasonParametersChanged, State: execution.StateNotFound,
 			Message: fmt.Sprintf("%s %s no longer exists; no execution was created", ParametersKind, in.ParametersName)}
 	case err != nil:
-		return nil, nil, notCreated(err)
+		return nil, nil, execution.NothingCreated(err)
 	case string(params.UID) != in.ParametersUID:
-		return nil, nil, &refusal{Reason: executionv1alpha1.ReasonParametersChanged, State: execution.StateNotFound,
+		return nil, nil, &execution.Failure{Reason: executionv1alpha1.ReasonParametersChanged, State: execution.StateNotFound,
 			Message: fmt.Sprintf("%s %s was recreated since the Job was accepted; no execution was created", ParametersKind, in.ParametersName)}
 	}
 	sa := &corev1.ServiceAccount{}
 	err = e.Workload.Get(ctx, types.NamespacedName{Namespace: rec.Object.Namespace, Name: params.Spec.ServiceAccountName}, sa)
 	switch {
 	case isNotFound(err):
-		return nil, nil, &refusal{Reason: executionv1alpha1.ReasonServiceAccountNotFound, State: execution.StateNotFound,
+		return nil, nil, &execution.Failure{Reason: executionv1alpha1.ReasonServiceAccountNotFound, State: execution.StateNotFound,
 			Message: fmt.Sprintf("ServiceAccount %s/%s does not exist; no execution was created", rec.Object.Namespace, params.Spec.ServiceAccountName)}
 	case err != nil:
-		return nil, nil, notCreated(err)
+		return nil, nil, execution.NothingCreated(err)
 	}
 	return aj, params, nil
 }

@@ -2,24 +2,14 @@ package opensandbox
 
 import (
 	"context"
-
 	"errors"
 	"fmt"
-	executionv1alpha1 "git.ddupan.top/panxiao81/ayatori/api/execution/v1alpha1"
 	"net"
 	"net/http"
-)
 
-// failure is how the executor treats an error of the OpenSandbox APIs.
-type failure struct {
-	// Transient: retry (the journal redelivers the intent).
-	Transient bool
-	// Reason is the stable reason of a definite failure.
-	Reason string
-	// Message is safe for a Condition: the operation and the status code,
-	// never a response body.
-	Message string
-}
+	executionv1alpha1 "git.ddupan.top/panxiao81/ayatori/api/execution/v1alpha1"
+	"git.ddupan.top/panxiao81/ayatori/contracts/execution"
+)
 
 // Reasons of definite failures read from HTTP status codes.
 const (
@@ -47,41 +37,45 @@ const (
 //	network errors, timeouts, a cut stream: transient
 //	a create answer without a usable sandbox id: transient (found by UID)
 //	an undecodable 2xx body: definite UnexpectedResponse
-func classify(err error) failure {
+func classify(err error) *execution.Failure {
+	var decided *execution.Failure
+	if errors.As(err, &decided) {
+		return decided
+	}
 	var h *httpError
 	if errors.As(err, &h) {
 		msg := fmt.Sprintf("OpenSandbox answered %s", h.Error())
 		switch {
 		case h.Status == http.StatusBadRequest || h.Status == http.StatusUnprocessableEntity:
-			return failure{Reason: ReasonInvalidSpec, Message: msg}
+			return &execution.Failure{Reason: ReasonInvalidSpec, Message: msg}
 		case h.Status == http.StatusUnauthorized:
-			return failure{Reason: ReasonAPIKeyRejected, Message: msg + ": the API key (or the execd access token) was rejected"}
+			return &execution.Failure{Reason: ReasonAPIKeyRejected, Message: msg + ": the API key (or the execd access token) was rejected"}
 		case h.Status == http.StatusForbidden:
-			return failure{Reason: ReasonForbidden, Message: msg}
+			return &execution.Failure{Reason: ReasonForbidden, Message: msg}
 		case h.Status == http.StatusNotFound:
-			return failure{Reason: "NotFound", Message: msg}
+			return &execution.Failure{Reason: "NotFound", Message: msg}
 		case h.Status == http.StatusRequestTimeout, h.Status == http.StatusConflict, h.Status == http.StatusTooEarly, h.Status == http.StatusTooManyRequests:
-			return failure{Transient: true, Reason: "BackendUnavailable", Message: msg}
+			return &execution.Failure{Transient: true, Reason: executionv1alpha1.ReasonBackendUnavailable, Message: msg}
 		case h.Status >= 500:
-			return failure{Transient: true, Reason: "BackendUnavailable", Message: msg}
+			return &execution.Failure{Transient: true, Reason: executionv1alpha1.ReasonBackendUnavailable, Message: msg}
 		}
-		return failure{Reason: ReasonUnexpectedResponse, Message: msg}
+		return &execution.Failure{Reason: ReasonUnexpectedResponse, Message: msg}
 	}
 	var d *decodeError
 	if errors.As(err, &d) {
-		return failure{Reason: ReasonUnexpectedResponse, Message: d.Error()}
+		return &execution.Failure{Reason: ReasonUnexpectedResponse, Message: d.Error()}
 	}
 	var ac *ambiguousCreate
 	if errors.As(err, &ac) {
-		return failure{Transient: true, Reason: "BackendUnavailable", Message: ac.Error()}
+		return &execution.Failure{Transient: true, Reason: executionv1alpha1.ReasonBackendUnavailable, Message: ac.Error()}
 	}
 	var a *ambiguousLaunch
 	if errors.As(err, &a) {
-		return failure{Transient: true, Reason: "BackendUnavailable", Message: "the command launch got no answer"}
+		return &execution.Failure{Transient: true, Reason: executionv1alpha1.ReasonBackendUnavailable, Message: "the command launch got no answer"}
 	}
 	var ne net.Error
 	if errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) {
-		return failure{Transient: true, Reason: "BackendUnavailable", Message: "OpenSandbox did not answer in time"}
+		return &execution.Failure{Transient: true, Reason: executionv1alpha1.ReasonBackendUnavailable, Message: "OpenSandbox did not answer in time"}
 	}
-	return failure{Transient: true, Reason: "BackendUnavailable", Message: "OpenSandbox could not be reached"}
+	return &execution.Failure{Transient: true, Reason: executionv1alpha1.ReasonBackendUnavailable, Message: "OpenSandbox could not be reached"}
 }

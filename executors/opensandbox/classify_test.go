@@ -82,7 +82,7 @@ func TestResourceLimitsMapping(t *testing.T) {
 	}
 	if _, err := resourceLimits(r, executionv1alpha1.OpenSandboxRequestMappingNative); err == nil {
 		t.Fatal("Native with requests below limits must be refused, never silently dropped")
-	} else if rf := (*refusal)(nil); !errors.As(err, &rf) || rf.Reason != ReasonRequestMappingUnsupported {
+	} else if rf := (*execution.Failure)(nil); !errors.As(err, &rf) || rf.Reason != ReasonRequestMappingUnsupported {
 		t.Fatalf("Native: %v", err)
 	}
 	eq := execution.Resources{RequestsCPU: "1000m", LimitsCPU: "1", RequestsMemory: "512Mi", LimitsMemory: "512Mi"}

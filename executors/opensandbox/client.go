@@ -16,6 +16,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"git.ddupan.top/panxiao81/ayatori/contracts/execution"
 )
 
 // Headers of the two OpenSandbox APIs.
@@ -371,13 +373,13 @@ func (c *lifecycle) execdOf(ctx context.Context, sandboxID string) (*execd, erro
 		return nil, &decodeError{op: "get execd endpoint", err: errors.New("the endpoint is not a host[:port]/path or an http(s) URL")}
 	}
 	if u.Scheme == "http" && !c.insecure {
-		return nil, &refusal{Reason: ReasonInsecureEndpoint, Message: "the sandbox's execd endpoint uses http:// and the parameters do not set allowInsecureHTTP"}
+		return nil, &execution.Failure{Reason: ReasonInsecureEndpoint, Message: "the sandbox's execd endpoint uses http:// and the parameters do not set allowInsecureHTTP"}
 	}
 	if h := u.Hostname(); !strings.EqualFold(h, c.base.Hostname()) && !slices.ContainsFunc(c.execdHosts, func(a string) bool { return strings.EqualFold(a, h) }) {
 		// The lifecycle API names where commands (with the task's
 		// environment) go: only to its own host or one the parameters
 		// allow, never where a backend's answer redirects them.
-		return nil, &refusal{Reason: ReasonExecdEndpointNotAllowed,
+		return nil, &execution.Failure{Reason: ReasonExecdEndpointNotAllowed,
 			Message: fmt.Sprintf("the sandbox's execd endpoint is on host %s, neither the endpoint's host nor one of the parameters' execdHosts", clip(h, 64))}
 	}
 	u.RawQuery, u.Fragment = "", ""

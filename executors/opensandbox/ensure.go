@@ -32,18 +32,21 @@ const (
 	EnvJobUID       = "AYATORI_JOB_UID"
 )
 
+// validEnsure refuses an Ensure payload this adapter can not run
+// (nothing is created).
+func validEnsure(rec journal.Record, in execution.EnsureIntent) error {
+	if in.TaskDigest == "" || in.Adapter != execution.AdapterOpenSandbox || in.ParametersKind != ParametersKind || in.ParametersName == "" {
+		return execution.Refused(journal.ReasonUndecodableIntent, "the Ensure payload lacks the task digest, or names another adapter or parameters kind", execution.StateNotFound)
+	}
+	if !labelValue.MatchString(rec.Object.UID) || rec.Object.Namespace == "" {
+		return execution.Refused(journal.ReasonUndecodableIntent, "the intent's Job UID is not a metadata value or it names no namespace", execution.StateNotFound)
+	}
+	return nil
+}
+
 // ensure executes Ensure (see the package doc).
-func (e *Executor) ensure(ctx context.Context, rec journal.Record) (execution.Observation, error) {
-	var in execution.EnsureIntent
-	if err := rec.DecodePayload(&in); err != nil || in.TaskDigest == "" || in.Adapter != execution.AdapterOpenSandbox || in.ParametersKind != ParametersKind || in.ParametersName == "" {
-		return execution.Observation{}, &refusal{Reason: ReasonInvalidIntent, State: execution.StateNotFound,
-			Message: "the Ensure payload can not be decoded, lacks the task digest, or names another adapter or parameters kind"}
-	}
+func (e *Executor) ensure(ctx context.Context, rec journal.Record, in execution.EnsureIntent) (execution.Observation, error) {
 	uid := rec.Object.UID
-	if !labelValue.MatchString(uid) || rec.Object.Namespace == "" {
-		return execution.Observation{}, &refusal{Reason: ReasonInvalidIntent, State: execution.StateNotFound,
-			Message: "the intent's Job UID is not a metadata value or it names no namespace"}
-	}
 	b, err := e.backendOf(ctx, in.ParametersName, in.ParametersUID)
 	if err != nil {
 		// Nothing was looked up: the state is unknown (ResultUnknown for
@@ -75,7 +78,7 @@ func (e *Executor) ensure(ctx context.Context, rec journal.Record) (execution.Ob
 		if classify(err).Transient {
 			return execution.Observation{}, err
 		}
-		return execution.Observation{}, notCreated(err)
+		return execution.Observation{}, execution.NothingCreated(err)
 	}
 	// 4. Two deliveries of this Ensure at once (an AckWait expiry, two
 	// replicas) may both have found nothing and created. A list after a
@@ -96,17 +99,17 @@ func (e *Executor) ensure(ctx context.Context, rec journal.Record) (execution.Ob
 func (b *backend) stepBack(ctx context.Context, uid string, sb *sandbox) error {
 	found, err := b.lc.findByUID(ctx, uid)
 	if err != nil {
-		return &transientError{reason: "BackendUnavailable", err: err}
+		return unavailable(err)
 	}
 	for _, o := range found {
 		if o.ID == sb.ID {
 			continue
 		}
 		if _, err := b.lc.delete(ctx, sb.ID); err != nil {
-			return &transientError{reason: "BackendUnavailable", err: err}
+			return unavailable(err)
 		}
-		return &transientError{reason: ReasonConcurrentEnsure,
-			err: fmt.Errorf("sandbox %s of this Job was created concurrently; the duplicate %s is removed", o.ID, sb.ID)}
+		return &execution.Failure{Transient: true, Reason: ReasonConcurrentEnsure,
+			Message: fmt.Sprintf("sandbox %s of this Job was created concurrently; the duplicate %s is removed", o.ID, sb.ID)}
 	}
 	return nil
 }
@@ -115,7 +118,7 @@ func (b *backend) stepBack(ctx context.Context, uid string, sb *sandbox) error {
 // Ensure from creating (or starting) the execution.
 func (e *Executor) admit(ctx context.Context, rec journal.Record, in execution.EnsureIntent, b *backend) (*executionv1alpha1.Job, error) {
 	refuse := func(reason, format string, args ...any) error {
-		return &refusal{Reason: reason, State: execution.StateNotFound, Message: fmt.Sprintf(format, args...)}
+		return &execution.Failure{Reason: reason, State: execution.StateNotFound, Message: fmt.Sprintf(format, args...)}
 	}
 	job := &executionv1alpha1.Job{}
 	err := e.Management.Get(ctx, types.NamespacedName{Namespace: rec.Object.Namespace, Name: rec.Object.Name}, job)
@@ -123,7 +126,7 @@ func (e *Executor) admit(ctx context.Context, rec journal.Record, in execution.E
 	case apierrors.IsNotFound(err):
 		return nil, refuse(executionv1alpha1.ReasonCancelled, "the Job no longer exists; no execution was created")
 	case err != nil:
-		return nil, notCreated(err)
+		return nil, execution.NothingCreated(err)
 	case string(job.UID) != rec.Object.UID:
 		return nil, refuse(executionv1alpha1.ReasonCancelled, "the Job was recreated with another UID; no execution was created")
 	case job.DeletionTimestamp != nil:
@@ -140,7 +143,7 @@ func (e *Executor) admit(ctx context.Context, rec journal.Record, in execution.E
 	case apierrors.IsNotFound(err) || err == nil && string(class.UID) != in.JobClassUID:
 		return nil, refuse(executionv1alpha1.ReasonJobClassNotFound, "JobClass %s the Job was accepted with no longer exists; no execution was created", in.JobClass)
 	case err != nil:
-		return nil, notCreated(err)
+		return nil, execution.NothingCreated(err)
 	}
 	if len(job.Spec.Task.Command) == 0 {
 		return nil, refuse(ReasonCommandRequired, "the OpenSandbox adapter runs the task as a command in the sandbox and can not read the image's entrypoint: set task.command")
@@ -215,7 +218,7 @@ func resourceLimits(r execution.Resources, mapping executionv1alpha1.OpenSandbox
 			continue
 		}
 		if !sameQuantity(pair[1], pair[2]) {
-			return nil, &refusal{Reason: ReasonRequestMappingUnsupported, State: execution.StateNotFound,
+			return nil, &execution.Failure{Reason: ReasonRequestMappingUnsupported, State: execution.StateNotFound,
 				Message: fmt.Sprintf("requestMapping Native: the %s request (%s) can not be expressed: OpenSandbox has only resourceLimits, so a request must equal its limit (%q); no execution was created", pair[0], pair[1], pair[2])}
 		}
 	}
@@ -258,7 +261,7 @@ func (e *Executor) launch(ctx context.Context, b *backend, rec journal.Record, i
 	}
 	job, err := e.admit(ctx, rec, in, b)
 	if err != nil {
-		var r *refusal
+		var r *execution.Failure
 		if errors.As(err, &r) {
 			// The sandbox exists: report it (the projector cancels or
 			// retries; nothing runs in it).
@@ -268,7 +271,7 @@ func (e *Executor) launch(ctx context.Context, b *backend, rec journal.Record, i
 	}
 	env, err := e.resolveEnv(ctx, job, b.params.Spec.AllowSecretEnv)
 	if err != nil {
-		var r *refusal
+		var r *execution.Failure
 		if errors.As(err, &r) {
 			r.State, r.References = execution.StatePending, sandboxRefs(sb, "")
 		}
@@ -344,8 +347,8 @@ func (e *Executor) waitRunning(ctx context.Context, b *backend, sb *sandbox) (*s
 	deadline := e.now().Add(e.provisionTimeout())
 	for sb.Status.State == "Pending" || sb.Status.State == "" {
 		if !e.now().Before(deadline) {
-			return nil, &transientError{reason: ReasonSandboxProvisioningTimeout,
-				err: fmt.Errorf("sandbox %s still provisioning after %s", sb.ID, e.provisionTimeout())}
+			return nil, &execution.Failure{Transient: true, Reason: ReasonSandboxProvisioningTimeout,
+				Message: fmt.Sprintf("sandbox %s still provisioning after %s", sb.ID, e.provisionTimeout())}
 		}
 		select {
 		case <-ctx.Done():
@@ -358,7 +361,7 @@ func (e *Executor) waitRunning(ctx context.Context, b *backend, sb *sandbox) (*s
 			return nil, err
 		}
 		if fresh == nil {
-			return nil, &unknown{Reason: executionv1alpha1.ReasonBackendLost, References: sandboxRefs(sb, ""),
+			return nil, &execution.Failure{Unknown: true, Reason: executionv1alpha1.ReasonBackendLost, References: sandboxRefs(sb, ""),
 				Message: "the sandbox disappeared while it was provisioned"}
 		}
 		sb = fresh
@@ -371,7 +374,7 @@ func (e *Executor) waitRunning(ctx context.Context, b *backend, sb *sandbox) (*s
 func (e *Executor) resolveEnv(ctx context.Context, job *executionv1alpha1.Job, allowSecret bool) (map[string]string, error) {
 	out := map[string]string{}
 	refuse := func(reason, format string, args ...any) error {
-		return &refusal{Reason: reason, State: execution.StateNotFound, Message: fmt.Sprintf(format, args...)}
+		return &execution.Failure{Reason: reason, State: execution.StateNotFound, Message: fmt.Sprintf(format, args...)}
 	}
 	for _, v := range job.Spec.Task.Env {
 		switch {
@@ -431,7 +434,7 @@ func (e *Executor) imageAuth(ctx context.Context, job *executionv1alpha1.Job, al
 		return nil, nil
 	}
 	refuse := func(reason, format string, args ...any) error {
-		return &refusal{Reason: reason, State: execution.StateNotFound, Message: fmt.Sprintf(format, args...)}
+		return &execution.Failure{Reason: reason, State: execution.StateNotFound, Message: fmt.Sprintf(format, args...)}
 	}
 	if !allow {
 		return nil, refuse(ReasonImageAuthNotAllowed, "the task has imagePullSecrets and the class's parameters do not set allowImageAuth; no execution was created")
@@ -444,7 +447,7 @@ func (e *Executor) imageAuth(ctx context.Context, job *executionv1alpha1.Job, al
 		case apierrors.IsNotFound(err):
 			return nil, refuse(ReasonImageAuthNotFound, "image pull Secret %s does not exist; no execution was created", ref.Name)
 		case err != nil:
-			return nil, notCreated(err)
+			return nil, execution.NothingCreated(err)
 		case sec.Type != corev1.SecretTypeDockerConfigJson:
 			return nil, refuse(ReasonImageAuthNotFound, "image pull Secret %s is not of type %s; no execution was created", ref.Name, corev1.SecretTypeDockerConfigJson)
 		}

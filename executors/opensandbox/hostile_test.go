@@ -266,8 +266,7 @@ func TestProvisioningTimeoutKeepsItsReason(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = h[execution.OpEnsure](context.Background(), rec)
-	r, ok := err.(interface{ Reason() string })
-	if !ok || r.Reason() != opensandbox.ReasonSandboxProvisioningTimeout {
+	if f := journal.AsFailure(err); f == nil || !f.Transient || f.Reason != opensandbox.ReasonSandboxProvisioningTimeout {
 		t.Fatalf("want a transient error with reason %s, got %v", opensandbox.ReasonSandboxProvisioningTimeout, err)
 	}
 }

@@ -44,7 +44,7 @@ func (e *Executor) observe(ctx context.Context, b *backend, uid string, sb *sand
 		return execution.Observation{State: execution.StateFailed, Terminal: true, References: refs, Reason: reason,
 			Message: "the sandbox failed" + detail(sb)}, nil
 	default:
-		return execution.Observation{}, &unknown{Reason: ReasonUnknownSandboxState, References: refs,
+		return execution.Observation{}, &execution.Failure{Unknown: true, Reason: ReasonUnknownSandboxState, References: refs,
 			Message: fmt.Sprintf("the sandbox reports state %q, which Ayatori does not know", clip(sb.Status.State, 32))}
 	}
 	x, err := b.lc.execdOf(ctx, sb.ID)
@@ -80,10 +80,10 @@ func (e *Executor) observe(ctx context.Context, b *backend, uid string, sb *sand
 	}
 	switch {
 	case started:
-		return execution.Observation{}, &unknown{Reason: ReasonCommandStateLost, References: refs,
+		return execution.Observation{}, &execution.Failure{Unknown: true, Reason: ReasonCommandStateLost, References: refs,
 			Message: "execd no longer knows the command (its state is kept in memory) and the task has not recorded an exit code: running or killed can not be told apart"}
 	case id != "":
-		return execution.Observation{}, &unknown{Reason: ReasonCommandStateLost, References: refs,
+		return execution.Observation{}, &execution.Failure{Unknown: true, Reason: ReasonCommandStateLost, References: refs,
 			Message: fmt.Sprintf("execd does not know command %s and the task never started", clip(id, 64))}
 	}
 	return execution.Observation{State: execution.StatePending, References: refs, Message: "the sandbox runs; the command has not started"}, nil
@@ -111,7 +111,7 @@ func (e *Executor) finished(ctx context.Context, x *execd, uid string, sb *sandb
 		// (the file is created, then written in one write): not proof of
 		// another owner.
 		if o := strings.TrimSpace(string(owner)); ok && o != "" && o != token {
-			return execution.Observation{}, &unknown{Reason: ReasonCommandStateLost, References: refs,
+			return execution.Observation{}, &execution.Failure{Unknown: true, Reason: ReasonCommandStateLost, References: refs,
 				Message: "the known command lost the claim to an earlier one whose id is lost, and the task has not recorded an exit code: running or killed can not be told apart"}
 		}
 	}
@@ -125,7 +125,7 @@ func (e *Executor) finished(ctx context.Context, x *execd, uid string, sb *sandb
 		return execution.Observation{State: execution.StateFailed, Terminal: true, References: refs, StartTime: st.StartedAt, FinishTime: st.FinishedAt,
 			Reason: executionv1alpha1.ReasonDeadlineExceeded, Message: fmt.Sprintf("execd stopped the command at its timeout (activeDeadlineSeconds %d)", d)}, nil
 	}
-	return execution.Observation{}, &unknown{Reason: ReasonExitCodeNotRecorded, References: refs,
+	return execution.Observation{}, &execution.Failure{Unknown: true, Reason: ReasonExitCodeNotRecorded, References: refs,
 		Message: "the command ended without the task recording an exit code (killed, or not the command that ran the task)"}
 }
 

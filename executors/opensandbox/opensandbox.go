@@ -80,6 +80,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
@@ -116,7 +117,6 @@ const ParametersKind = "OpenSandboxExecutionParameters"
 
 // Reasons the executor decides itself (besides classify.go's).
 const (
-	ReasonInvalidIntent              = "InvalidIntent"
 	ReasonTaskChanged                = "TaskChanged"
 	ReasonInsecureEndpoint           = "InsecureEndpoint"
 	ReasonExecdEndpointNotAllowed    = "ExecdEndpointNotAllowed"
@@ -168,6 +168,8 @@ type Executor struct {
 	// SecretNamespace is the only namespace an apiKeySecretRef may name:
 	// the controller namespace (empty: none, every class is refused).
 	SecretNamespace string
+	// Log receives the executor skeleton's line per attempt.
+	Log logr.Logger
 }
 
 // Register registers the handlers of execution.Operations on d under the
@@ -181,118 +183,38 @@ func (e *Executor) Register(d *journal.Dispatcher) error {
 
 // Handlers returns the journal handlers by operation.
 func (e *Executor) Handlers() map[string]journal.Handler {
+	t := e.Timeout
+	if t <= 0 {
+		t = DefaultTimeout
+	}
+	b := &journal.Backend{Name: execution.AdapterOpenSandbox, Deadline: t, Log: e.Log,
+		Classify: execution.Classifier(classify), Complete: execution.Complete(execution.AdapterOpenSandbox)}
 	return map[string]journal.Handler{
-		execution.OpEnsure:  e.handler(e.ensure, true),
-		execution.OpObserve: e.handler(e.observeOp, false),
-		execution.OpCancel:  e.handler(e.cancel, false),
-		execution.OpDelete:  e.handler(e.delete, false),
+		execution.OpEnsure:  journal.Execute(b, journal.Step[execution.EnsureIntent]{Run: observed(e.ensure), Validate: validEnsure, Deadline: t + e.provisionTimeout()}),
+		execution.OpObserve: journal.Execute(b, journal.Step[execution.ExecutionIntent]{Run: observed(e.observeOp), Validate: validExecution}),
+		execution.OpCancel:  journal.Execute(b, journal.Step[execution.ExecutionIntent]{Run: observed(e.cancel), Validate: validExecution}),
+		execution.OpDelete:  journal.Execute(b, journal.Step[execution.ExecutionIntent]{Run: observed(e.delete), Validate: validExecution}),
 	}
 }
 
-// refusal is a Failed outcome the executor decided; State (when set) is
-// the execution's state, reported in the outcome's Observation.
-type refusal struct {
-	Reason     string
-	Message    string
-	State      execution.State
-	References []execution.Reference
-}
-
-func (r *refusal) Error() string { return r.Reason + ": " + r.Message }
-
-// unknown is a ResultUnknown outcome: the executor reached the backend
-// but can not prove the execution's state.
-type unknown struct {
-	Reason     string
-	Message    string
-	References []execution.Reference
-}
-
-func (u *unknown) Error() string { return u.Reason + ": " + u.Message }
-
-type step func(ctx context.Context, rec journal.Record) (execution.Observation, error)
-
-// handler turns a step into a journal.Handler: a Succeeded outcome
-// carries the Observation; a refusal or a definite API failure is a
-// Failed outcome (with an Observation when the state is known); an
-// unknown is a ResultUnknown outcome; a transient failure is returned as
-// an error (the journal redelivers the intent).
-func (e *Executor) handler(fn step, ensure bool) journal.Handler {
-	return func(ctx context.Context, rec journal.Record) (journal.Outcome, error) {
-		t := e.Timeout
-		if t <= 0 {
-			t = DefaultTimeout
+// observed turns a step that observes the execution into a step of the
+// skeleton: its Observation is the Succeeded outcome's payload.
+func observed[In any](fn func(ctx context.Context, rec journal.Record, in In) (execution.Observation, error)) func(context.Context, journal.Record, In) (journal.Outcome, error) {
+	return func(ctx context.Context, rec journal.Record, in In) (journal.Outcome, error) {
+		obs, err := fn(ctx, rec, in)
+		if err != nil {
+			return journal.Outcome{}, err
 		}
-		if ensure {
-			t += e.provisionTimeout()
-		}
-		ctx, cancel := context.WithTimeout(ctx, t)
-		defer cancel()
-		obs, err := fn(ctx, rec)
-		if err == nil {
-			obs.Adapter = execution.AdapterOpenSandbox
-			return journal.Outcome{Result: journal.Result{Class: journal.Succeeded, Message: string(obs.State) + ": " + obs.Message}, Payload: obs}, nil
-		}
-		var r *refusal
-		if errors.As(err, &r) {
-			return failedOutcome(r.Reason, r.Message, r.State, r.References), nil
-		}
-		var u *unknown
-		if errors.As(err, &u) {
-			return journal.Outcome{Result: journal.Result{Class: journal.ResultUnknown, Reason: u.Reason, Message: u.Message},
-				Payload: execution.Observation{Adapter: execution.AdapterOpenSandbox, References: u.References, Reason: u.Reason, Message: u.Message}}, nil
-		}
-		var te *transientError
-		if errors.As(err, &te) {
-			return journal.Outcome{}, te // a step's own transient reason
-		}
-		f := classify(err)
-		if f.Transient {
-			return journal.Outcome{}, &transientError{reason: f.Reason, err: err}
-		}
-		var st *stateError
-		var state execution.State
-		if errors.As(err, &st) {
-			state = st.state
-		}
-		return failedOutcome(f.Reason, f.Message, state, nil), nil
+		return journal.Outcome{Payload: obs}, nil
 	}
 }
 
-// transientError is a handler error the journal retries; Reason names the
-// outcome once the budget is spent.
-type transientError struct {
-	reason string
-	err    error
-}
-
-func (t *transientError) Error() string  { return t.err.Error() }
-func (t *transientError) Unwrap() error  { return t.err }
-func (t *transientError) Reason() string { return t.reason }
-
-// stateError is an API error of a step that left the execution in a known
-// state (for Ensure: nothing was created).
-type stateError struct {
-	state execution.State
-	err   error
-}
-
-func (s *stateError) Error() string { return s.err.Error() }
-func (s *stateError) Unwrap() error { return s.err }
-
-func notCreated(err error) error {
-	if err == nil {
-		return nil
-	}
-	return &stateError{state: execution.StateNotFound, err: err}
-}
-
-func failedOutcome(reason, msg string, state execution.State, refs []execution.Reference) journal.Outcome {
-	out := journal.Outcome{Result: journal.Result{Class: journal.Failed, Reason: reason, Message: msg}}
-	if state != "" {
-		out.Payload = execution.Observation{State: state, Adapter: execution.AdapterOpenSandbox, Reason: reason, Message: msg, References: refs}
-	}
-	return out
+// unavailable is the transient failure of a request that may be retried
+// as it is: the redelivery finds what it may have created by UID.
+func unavailable(err error) error {
+	f := classify(err)
+	f.Transient, f.Reason = true, executionv1alpha1.ReasonBackendUnavailable
+	return f
 }
 
 func (e *Executor) provisionTimeout() time.Duration {
@@ -337,12 +259,12 @@ func (e *Executor) backendOf(ctx context.Context, name, uid string) (*backend, e
 	err := e.Management.Get(ctx, types.NamespacedName{Name: name}, params)
 	switch {
 	case apierrors.IsNotFound(err):
-		return nil, &refusal{Reason: executionv1alpha1.ReasonParametersChanged,
+		return nil, &execution.Failure{Reason: executionv1alpha1.ReasonParametersChanged,
 			Message: fmt.Sprintf("%s %s no longer exists; the execution can not be reached", ParametersKind, name)}
 	case err != nil:
 		return nil, err
 	case uid != "" && string(params.UID) != uid:
-		return nil, &refusal{Reason: executionv1alpha1.ReasonParametersChanged,
+		return nil, &execution.Failure{Reason: executionv1alpha1.ReasonParametersChanged,
 			Message: fmt.Sprintf("%s %s was recreated since the Job was accepted; the execution is not looked for through another object", ParametersKind, name)}
 	}
 	return e.backendFor(ctx, params)
@@ -354,11 +276,11 @@ func (e *Executor) backendOf(ctx context.Context, name, uid string) (*backend, e
 func (e *Executor) backendFor(ctx context.Context, params *executionv1alpha1.OpenSandboxExecutionParameters) (*backend, error) {
 	u, err := url.Parse(params.Spec.Endpoint)
 	if err != nil || u.Host == "" || (u.Scheme != "https" && u.Scheme != "http") || u.User != nil || u.RawQuery != "" || u.Fragment != "" {
-		return nil, &refusal{Reason: executionv1alpha1.ReasonInvalidParametersReference,
+		return nil, &execution.Failure{Reason: executionv1alpha1.ReasonInvalidParametersReference,
 			Message: fmt.Sprintf("%s %s: the endpoint is not an http(s) URL without credentials, query or fragment", ParametersKind, params.Name)}
 	}
 	if u.Scheme == "http" && !params.Spec.AllowInsecureHTTP {
-		return nil, &refusal{Reason: ReasonInsecureEndpoint,
+		return nil, &execution.Failure{Reason: ReasonInsecureEndpoint,
 			Message: fmt.Sprintf("%s %s: the endpoint uses http:// and allowInsecureHTTP is not set", ParametersKind, params.Name)}
 	}
 	ref := params.Spec.APIKeySecretRef
@@ -366,20 +288,20 @@ func (e *Executor) backendFor(ctx context.Context, params *executionv1alpha1.Ope
 		// The key goes to the endpoint the parameters name: whoever may
 		// write parameters must not be able to send any namespace's
 		// Secret there with the manager's rights.
-		return nil, &refusal{Reason: executionv1alpha1.ReasonInvalidParametersReference,
+		return nil, &execution.Failure{Reason: executionv1alpha1.ReasonInvalidParametersReference,
 			Message: fmt.Sprintf("%s %s: apiKeySecretRef must name a Secret in the controller namespace %s, not %s", ParametersKind, params.Name, e.SecretNamespace, ref.Namespace)}
 	}
 	sec := &corev1.Secret{}
 	err = e.Management.Get(ctx, types.NamespacedName{Namespace: ref.Namespace, Name: ref.Name}, sec)
 	switch {
 	case apierrors.IsNotFound(err):
-		return nil, &refusal{Reason: ReasonAPIKeySecretNotFound, Message: fmt.Sprintf("the API key Secret %s/%s does not exist", ref.Namespace, ref.Name)}
+		return nil, &execution.Failure{Reason: ReasonAPIKeySecretNotFound, Message: fmt.Sprintf("the API key Secret %s/%s does not exist", ref.Namespace, ref.Name)}
 	case err != nil:
 		return nil, err
 	}
 	key := strings.TrimSpace(string(sec.Data[ref.Key]))
 	if key == "" {
-		return nil, &refusal{Reason: ReasonAPIKeySecretNotFound, Message: fmt.Sprintf("the API key Secret %s/%s has no key %q", ref.Namespace, ref.Name, ref.Key)}
+		return nil, &execution.Failure{Reason: ReasonAPIKeySecretNotFound, Message: fmt.Sprintf("the API key Secret %s/%s has no key %q", ref.Namespace, ref.Name, ref.Key)}
 	}
 	return &backend{params: params, lc: &lifecycle{http: e.httpClient(), base: u, apiKey: key, insecure: params.Spec.AllowInsecureHTTP,
 		execdHosts: params.Spec.ExecdHosts}}, nil
@@ -407,8 +329,8 @@ func (e *Executor) Probe(ctx context.Context, params client.Object) (bool, strin
 	if err == nil {
 		return true, executionv1alpha1.ReasonBackendReachable, "the OpenSandbox lifecycle API answers and accepts the API key"
 	}
-	var r *refusal
-	if errors.As(err, &r) {
+	var r *execution.Failure
+	if errors.As(err, &r) && !r.Transient {
 		return false, r.Reason, r.Message
 	}
 	f := classify(err)
@@ -428,32 +350,36 @@ func (e *Executor) parametersOf(ctx context.Context, rec journal.Record, in exec
 	job := &executionv1alpha1.Job{}
 	if err := e.Management.Get(ctx, types.NamespacedName{Namespace: rec.Object.Namespace, Name: rec.Object.Name}, job); err != nil {
 		if apierrors.IsNotFound(err) {
-			return "", "", &refusal{Reason: ReasonInvalidIntent, Message: "the intent names no parameters and the Job is gone"}
+			return "", "", &execution.Failure{Reason: journal.ReasonUndecodableIntent, Message: "the intent names no parameters and the Job is gone"}
 		}
 		return "", "", err
 	}
 	rc := job.Status.ResolvedJobClass
 	if string(job.UID) != rec.Object.UID || rc == nil || rc.ParametersRef.Name == "" {
-		return "", "", &refusal{Reason: ReasonInvalidIntent, Message: "the intent names no parameters and the Job's status has none"}
+		return "", "", &execution.Failure{Reason: journal.ReasonUndecodableIntent, Message: "the intent names no parameters and the Job's status has none"}
 	}
 	return rc.ParametersRef.Name, string(rc.ParametersRef.UID), nil
 }
 
 // execBackend is the backend of an Observe, Cancel or Delete intent.
-func (e *Executor) execBackend(ctx context.Context, rec journal.Record) (*backend, execution.ExecutionIntent, error) {
-	var in execution.ExecutionIntent
-	if err := rec.DecodePayload(&in); err != nil || (in.Adapter != "" && in.Adapter != execution.AdapterOpenSandbox) {
-		return nil, in, &refusal{Reason: ReasonInvalidIntent, Message: "the payload can not be decoded or names another adapter"}
-	}
-	if !labelValue.MatchString(rec.Object.UID) {
-		return nil, in, &refusal{Reason: ReasonInvalidIntent, Message: "the intent's Job UID is not a metadata value"}
-	}
+func (e *Executor) execBackend(ctx context.Context, rec journal.Record, in execution.ExecutionIntent) (*backend, error) {
 	name, uid, err := e.parametersOf(ctx, rec, in)
 	if err != nil {
-		return nil, in, err
+		return nil, err
 	}
-	b, err := e.backendOf(ctx, name, uid)
-	return b, in, err
+	return e.backendOf(ctx, name, uid)
+}
+
+// validExecution refuses an Observe, Cancel or Delete payload this
+// adapter can not act on.
+func validExecution(rec journal.Record, in execution.ExecutionIntent) error {
+	if in.Adapter != "" && in.Adapter != execution.AdapterOpenSandbox {
+		return &execution.Failure{Reason: journal.ReasonUndecodableIntent, Message: "the payload names another adapter"}
+	}
+	if !labelValue.MatchString(rec.Object.UID) {
+		return &execution.Failure{Reason: journal.ReasonUndecodableIntent, Message: "the intent's Job UID is not a metadata value"}
+	}
+	return nil
 }
 
 // labelValue is the Kubernetes label value rule the lifecycle API applies
@@ -517,18 +443,25 @@ var notFound = execution.Observation{State: execution.StateNotFound, Message: "n
 
 // locate resolves the backend of an Observe, Cancel or Delete intent and
 // the Job's sandbox on it (nil: there is none).
-func (e *Executor) locate(ctx context.Context, rec journal.Record) (*backend, execution.ExecutionIntent, *sandbox, error) {
-	b, in, err := e.execBackend(ctx, rec)
+func (e *Executor) locate(ctx context.Context, rec journal.Record, in execution.ExecutionIntent) (*backend, *sandbox, error) {
+	b, err := e.execBackend(ctx, rec, in)
 	if err != nil {
-		return nil, in, nil, err
+		return nil, nil, err
 	}
 	sb, err := b.find(ctx, rec.Object.UID, in.References)
-	return b, in, sb, err
+	return b, sb, err
+}
+
+// unknownState: err is a ResultUnknown failure (the state can not be
+// proven).
+func unknownState(err error) bool {
+	var f *execution.Failure
+	return errors.As(err, &f) && f.Unknown
 }
 
 // observeOp executes Observe.
-func (e *Executor) observeOp(ctx context.Context, rec journal.Record) (execution.Observation, error) {
-	b, in, sb, err := e.locate(ctx, rec)
+func (e *Executor) observeOp(ctx context.Context, rec journal.Record, in execution.ExecutionIntent) (execution.Observation, error) {
+	b, sb, err := e.locate(ctx, rec, in)
 	if err != nil || sb == nil {
 		return notFound, err
 	}
@@ -536,15 +469,15 @@ func (e *Executor) observeOp(ctx context.Context, rec journal.Record) (execution
 }
 
 // cancel executes Cancel (see the package doc).
-func (e *Executor) cancel(ctx context.Context, rec journal.Record) (execution.Observation, error) {
-	b, in, sb, err := e.locate(ctx, rec)
+func (e *Executor) cancel(ctx context.Context, rec journal.Record, in execution.ExecutionIntent) (execution.Observation, error) {
+	b, sb, err := e.locate(ctx, rec, in)
 	if err != nil || sb == nil {
 		return notFound, err
 	}
 	uid := rec.Object.UID
 	obs, err := e.observe(ctx, b, uid, sb, refOf(in.References, RefCommand))
-	var u *unknown
-	if err != nil && !errors.As(err, &u) {
+	unknown := unknownState(err)
+	if err != nil && !unknown {
 		return execution.Observation{}, err
 	}
 	if err == nil && obs.State.Stopped() {
@@ -556,7 +489,7 @@ func (e *Executor) cancel(ctx context.Context, rec journal.Record) (execution.Ob
 		}
 	}
 	id := commandIDOf(sb, refOf(in.References, RefCommand))
-	if id != "" && sb.Status.State == "Running" && u == nil {
+	if id != "" && sb.Status.State == "Running" && !unknown {
 		x, err := b.lc.execdOf(ctx, sb.ID)
 		if err != nil {
 			return execution.Observation{}, err
@@ -579,15 +512,15 @@ func (e *Executor) cancel(ctx context.Context, rec journal.Record) (execution.Ob
 		return execution.Observation{State: execution.StateNotFound, Message: "the sandbox was deleted to stop the execution"}, nil
 	}
 	obs, err = e.observe(ctx, b, uid, fresh, id)
-	if errors.As(err, &u) || (err == nil && !obs.State.Stopped()) {
+	if unknownState(err) || (err == nil && !obs.State.Stopped()) {
 		return execution.Observation{State: execution.StateStopping, References: sandboxRefs(fresh, id), Message: "stop requested"}, nil
 	}
 	return obs, err
 }
 
 // delete executes Delete.
-func (e *Executor) delete(ctx context.Context, rec journal.Record) (execution.Observation, error) {
-	b, _, sb, err := e.locate(ctx, rec)
+func (e *Executor) delete(ctx context.Context, rec journal.Record, in execution.ExecutionIntent) (execution.Observation, error) {
+	b, sb, err := e.locate(ctx, rec, in)
 	if err != nil || sb == nil {
 		return notFound, err
 	}

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-logr/logr"
+
 	dbcontract "git.ddupan.top/panxiao81/ayatori/contracts/database"
 	"git.ddupan.top/panxiao81/ayatori/journal"
 )
@@ -28,25 +30,41 @@ type Executor struct {
 	Timeout time.Duration
 	// Passwords reads Tenant passwords from OpenBao (Tenant operations).
 	Passwords PasswordSource
+	// Log receives the executor skeleton's line per attempt.
+	Log logr.Logger
 }
 
-// Handlers returns the journal handlers of this executor.
+// Backend is the PostgreSQL executor's description for the executor
+// skeleton (journal.Execute).
+func (e *Executor) backend() *journal.Backend {
+	return &journal.Backend{Name: BackendName, Deadline: e.Timeout, Log: e.Log,
+		Classify: func(err error) *journal.Failure { return Classify(err).JournalFailure() }}
+}
+
+// BackendName is the name this executor registers its handlers under.
+const BackendName = "postgresql"
+
+// Handlers returns the journal handlers of the Instance operations.
 func (e *Executor) Handlers() map[string]journal.Handler {
+	b := e.backend()
 	return map[string]journal.Handler{
-		dbcontract.OpObserveInstance:   e.instanceOp(func(rv string) any { return dbcontract.ObserveOutcome{SecretResourceVersion: rv} }, e.observeInstance),
-		dbcontract.OpBootstrapRegistry: e.instanceOp(func(rv string) any { return dbcontract.BootstrapOutcome{SecretResourceVersion: rv} }, e.bootstrapRegistry),
+		dbcontract.OpObserveInstance: journal.Execute(b, journal.Step[dbcontract.InstanceIntent]{
+			Run: e.instanceOp(func(rv string) any { return dbcontract.ObserveOutcome{SecretResourceVersion: rv} }, e.observeInstance)}),
+		dbcontract.OpBootstrapRegistry: journal.Execute(b, journal.Step[dbcontract.InstanceIntent]{
+			Run: e.instanceOp(func(rv string) any { return dbcontract.BootstrapOutcome{SecretResourceVersion: rv} }, e.bootstrapRegistry)}),
 	}
 }
 
-// errCredentialsChanged makes the journal redeliver the intent: the
-// observation used credentials that are no longer the effective ones.
-type errCredentialsChanged struct{}
+// errCredentialsChanged: the observation used credentials that are no
+// longer the effective ones; the redelivery observes with the new ones.
+var errCredentialsChanged = &journal.Failure{Transient: true, Reason: "CredentialsChanged", Message: "the admin credentials changed during the operation"}
 
-func (errCredentialsChanged) Error() string  { return "admin credentials changed during the operation" }
-func (errCredentialsChanged) Reason() string { return "CredentialsChanged" }
-
-func failed(c *dbcontract.Failure, payload any) journal.Outcome {
-	return journal.Outcome{Result: journal.Result{Class: journal.Failed, Reason: string(c.Reason), Message: c.Message}, Payload: payload}
+// failed is the failure c of an operation with the payload it observed
+// (nil: none).
+func failed(c *dbcontract.Failure, payload any) error {
+	f := c.JournalFailure()
+	f.Payload = payload
+	return f
 }
 
 // readCredentials reads the effective admin credentials of an intent.
@@ -72,33 +90,14 @@ func (e *Executor) readCredentials(ctx context.Context, ref dbcontract.AdminCred
 	return Credentials{Username: string(data[ref.UsernameKey]), Password: string(data[ref.PasswordKey])}, rv, nil
 }
 
-func (e *Executor) withTimeout(ctx context.Context) (context.Context, context.CancelFunc) {
-	t := e.Timeout
-	if t <= 0 {
-		t = 30 * time.Second
-	}
-	return context.WithTimeout(ctx, t)
-}
-
-// instanceOp is the prelude of the Instance operations: decode the
-// dbcontract.InstanceIntent (undecodable: InvalidSpec), bound the operation by the
-// executor timeout, read the admin credentials (transient errors are
-// retried by redelivery; others fail with emptyPayload(resourceVersion) so
-// the projector sees which Secret version failed), then run op.
-func (e *Executor) instanceOp(emptyPayload func(rv string) any, op func(ctx context.Context, in dbcontract.InstanceIntent, t Target, rv string) (journal.Outcome, error)) journal.Handler {
-	return func(ctx context.Context, rec journal.Record) (journal.Outcome, error) {
-		var in dbcontract.InstanceIntent
-		if err := rec.DecodePayload(&in); err != nil {
-			return failed(&dbcontract.Failure{Reason: dbcontract.ReasonInvalidSpec, Message: "undecodable " + rec.Operation + " payload"}, nil), nil
-		}
-		ctx, cancel := e.withTimeout(ctx)
-		defer cancel()
+// instanceOp is the prelude of the Instance operations: read the admin
+// credentials (a failure carries emptyPayload(resourceVersion), so the
+// projector sees which Secret version failed), then run op.
+func (e *Executor) instanceOp(emptyPayload func(rv string) any, op func(ctx context.Context, in dbcontract.InstanceIntent, t Target, rv string) (journal.Outcome, error)) func(context.Context, journal.Record, dbcontract.InstanceIntent) (journal.Outcome, error) {
+	return func(ctx context.Context, rec journal.Record, in dbcontract.InstanceIntent) (journal.Outcome, error) {
 		creds, rv, c := e.readCredentials(ctx, in.AdminCredRef)
 		if c != nil {
-			if c.Transient {
-				return journal.Outcome{}, c
-			}
-			return failed(c, emptyPayload(rv)), nil
+			return journal.Outcome{}, failed(c, emptyPayload(rv))
 		}
 		return op(ctx, in, Target{InstanceUID: rec.Object.UID, Endpoint: in.Endpoint, CredRef: in.AdminCredRef, Creds: creds}, rv)
 	}
@@ -110,29 +109,26 @@ func (e *Executor) instanceOp(emptyPayload func(rv string) any, op func(ctx cont
 // Secret and discard the result if the effective credentials changed.
 func (e *Executor) observeInstance(ctx context.Context, in dbcontract.InstanceIntent, t Target, rv string) (journal.Outcome, error) {
 	out := dbcontract.ObserveOutcome{SecretResourceVersion: rv}
-	res, err := e.observe(ctx, t, &out)
-	if err != nil {
-		return failed(Classify(err), out), nil
-	}
-	if res != nil {
-		return *res, nil
+	if err := e.observe(ctx, t, &out); err != nil {
+		return journal.Outcome{}, failed(Classify(err), out)
 	}
 	// The observation is only valid for the credentials it used.
 	again, _, c := e.readCredentials(ctx, in.AdminCredRef)
 	if c == nil && again != t.Creds {
-		return journal.Outcome{}, errCredentialsChanged{}
+		return journal.Outcome{}, errCredentialsChanged
 	}
 	return journal.Outcome{Result: journal.Result{Class: journal.Succeeded}, Payload: out}, nil
 }
 
-func (e *Executor) observe(ctx context.Context, t Target, out *dbcontract.ObserveOutcome) (*journal.Outcome, error) {
+// observe fills out; an error is the observation's failure (Classify).
+func (e *Executor) observe(ctx context.Context, t Target, out *dbcontract.ObserveOutcome) error {
 	pool, err := e.Pools.Get(t)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	conn, err := pool.Acquire(ctx)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer conn.Release()
 	// verify-full: consumers may connect by hostaddr only, so the
@@ -144,17 +140,17 @@ func (e *Executor) observe(ctx context.Context, t Target, out *dbcontract.Observ
 			if cl.Reason == dbcontract.ReasonAuthenticationFailed && strings.HasPrefix(cl.Message, "TLS:") {
 				cl = &dbcontract.Failure{Reason: dbcontract.ReasonAuthenticationFailed, Message: "TLS: the server certificate does not cover hostaddr " + t.Endpoint.HostAddr + " as an IP SAN"}
 			}
-			return nil, cl
+			return cl
 		}
 		_ = c.Close(ctx)
 	}
 	if err := conn.QueryRow(ctx, sqlServerVersion).Scan(&out.ServerVersion); err != nil {
-		return nil, err
+		return err
 	}
 	var super, createRole, createDB, dbCreate bool
 	var dbName string
 	if err := conn.QueryRow(ctx, sqlAdminAttributes).Scan(&super, &createRole, &createDB, &dbName, &dbCreate); err != nil {
-		return nil, err
+		return err
 	}
 	st, v, err := observeRegistry(ctx, conn)
 	if err != nil {
@@ -168,10 +164,9 @@ func (e *Executor) observe(ctx context.Context, t Target, out *dbcontract.Observ
 				out.MissingPrivileges = append(out.MissingPrivileges, "CREATEDB")
 			}
 			out.MissingPrivileges = append(out.MissingPrivileges, strings.TrimPrefix(c.Message, "the admin role lacks: "))
-			o := failed(&dbcontract.Failure{Reason: dbcontract.ReasonInsufficientPrivileges, Message: "the admin role lacks: " + strings.Join(out.MissingPrivileges, "; ")}, *out)
-			return &o, nil
+			return &dbcontract.Failure{Reason: dbcontract.ReasonInsufficientPrivileges, Message: "the admin role lacks: " + strings.Join(out.MissingPrivileges, "; ")}
 		}
-		return nil, err
+		return err
 	}
 	out.Registry, out.RegistryVersion = st, v
 	if !super {
@@ -189,7 +184,7 @@ func (e *Executor) observe(ctx context.Context, t Target, out *dbcontract.Observ
 		default:
 			var usage, create bool
 			if err := conn.QueryRow(ctx, sqlRegistrySchemaPrivileges, dbcontract.RegistrySchema).Scan(&usage, &create); err != nil {
-				return nil, err
+				return err
 			}
 			if !usage || (st == dbcontract.RegistryNeedsMigration && !create) {
 				out.MissingPrivileges = append(out.MissingPrivileges, "USAGE and CREATE on schema "+dbcontract.RegistrySchema)
@@ -197,7 +192,7 @@ func (e *Executor) observe(ctx context.Context, t Target, out *dbcontract.Observ
 			if st == dbcontract.RegistryUsable {
 				var dml bool
 				if err := conn.QueryRow(ctx, sqlRegistryTablePrivileges, dbcontract.RegistrySchema+".tenant_ownership").Scan(&dml); err != nil {
-					return nil, err
+					return err
 				}
 				if !dml {
 					out.MissingPrivileges = append(out.MissingPrivileges, "SELECT, INSERT, UPDATE, DELETE on "+dbcontract.RegistrySchema+".tenant_ownership")
@@ -206,11 +201,10 @@ func (e *Executor) observe(ctx context.Context, t Target, out *dbcontract.Observ
 		}
 	}
 	if len(out.MissingPrivileges) > 0 {
-		o := failed(&dbcontract.Failure{Reason: dbcontract.ReasonInsufficientPrivileges,
-			Message: "the admin role lacks: " + strings.Join(out.MissingPrivileges, "; ")}, *out)
-		return &o, nil
+		return &dbcontract.Failure{Reason: dbcontract.ReasonInsufficientPrivileges,
+			Message: "the admin role lacks: " + strings.Join(out.MissingPrivileges, "; ")}
 	}
-	return nil, nil
+	return nil
 }
 
 // bootstrapRegistry applies the registry migrations. An error after a
@@ -218,11 +212,11 @@ func (e *Executor) observe(ctx context.Context, t Target, out *dbcontract.Observ
 func (e *Executor) bootstrapRegistry(ctx context.Context, in dbcontract.InstanceIntent, t Target, rv string) (journal.Outcome, error) {
 	pool, err := e.Pools.Get(t)
 	if err != nil {
-		return failed(Classify(err), nil), nil
+		return journal.Outcome{}, err
 	}
 	conn, err := pool.Acquire(ctx)
 	if err != nil {
-		return failed(Classify(err), nil), nil
+		return journal.Outcome{}, err
 	}
 	defer conn.Release()
 	v, applied, err := bootstrapRegistry(ctx, conn.Conn())
@@ -230,9 +224,9 @@ func (e *Executor) bootstrapRegistry(ctx context.Context, in dbcontract.Instance
 	if err != nil {
 		cl := Classify(err)
 		if errors.Is(err, errMigrationStarted) && cl.Reason != dbcontract.ReasonInsufficientPrivileges {
-			return journal.Outcome{Result: journal.Result{Class: journal.ResultUnknown, Reason: string(cl.Reason), Message: "the registry migration was interrupted: " + cl.Message}, Payload: payload}, nil
+			return journal.Outcome{}, &journal.Failure{Unknown: true, Reason: string(cl.Reason), Message: "the registry migration was interrupted: " + cl.Message, Payload: payload, Cause: err}
 		}
-		return failed(cl, payload), nil
+		return journal.Outcome{}, failed(cl, payload)
 	}
 	return journal.Outcome{Result: journal.Result{Class: journal.Succeeded}, Payload: payload}, nil
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -25,20 +24,34 @@ type PasswordSource interface {
 
 // TenantHandlers returns the Tenant operations (added to Handlers by the manager).
 func (e *Executor) TenantHandlers() map[string]journal.Handler {
-	return map[string]journal.Handler{
-		dbcontract.OpCheckExtensions:  e.tenantOp(e.checkExtensions),
-		dbcontract.OpClaimOwnership:   e.tenantOp(e.claim),
-		dbcontract.OpCreateRole:       e.tenantOp(e.createRole),
-		dbcontract.OpCreateDatabase:   e.tenantOp(e.createDatabase),
-		dbcontract.OpEnsureExtensions: e.tenantOp(e.ensureExtensions),
-		dbcontract.OpVerifyLogin:      e.tenantOp(e.verifyLogin),
-		dbcontract.OpObserveTenant:    e.tenantOp(e.observeTenant),
-		dbcontract.OpRetainOwnership:  e.tenantOp(e.retain),
-		dbcontract.OpDisableLogin:     e.tenantOp(e.disableLogin),
-		dbcontract.OpDropDatabase:     e.tenantOp(e.dropDatabase),
-		dbcontract.OpDropRole:         e.tenantOp(e.dropRole),
-		dbcontract.OpReleaseOwnership: e.tenantOp(e.release),
+	b := e.backend()
+	ops := map[string]func(ctx context.Context, c tenantCall) (dbcontract.TenantOutcome, error){
+		dbcontract.OpCheckExtensions:  e.checkExtensions,
+		dbcontract.OpClaimOwnership:   e.claim,
+		dbcontract.OpCreateRole:       e.createRole,
+		dbcontract.OpCreateDatabase:   e.createDatabase,
+		dbcontract.OpEnsureExtensions: e.ensureExtensions,
+		dbcontract.OpVerifyLogin:      e.verifyLogin,
+		dbcontract.OpObserveTenant:    e.observeTenant,
+		dbcontract.OpRetainOwnership:  e.retain,
+		dbcontract.OpDisableLogin:     e.disableLogin,
+		dbcontract.OpDropDatabase:     e.dropDatabase,
+		dbcontract.OpDropRole:         e.dropRole,
+		dbcontract.OpReleaseOwnership: e.release,
 	}
+	hs := make(map[string]journal.Handler, len(ops))
+	for name, op := range ops {
+		hs[name] = journal.Execute(b, journal.Step[dbcontract.TenantIntent]{Run: e.tenantOp(op), Validate: validTenant})
+	}
+	return hs
+}
+
+// validTenant refuses a Tenant payload without the names it acts on.
+func validTenant(_ journal.Record, in dbcontract.TenantIntent) error {
+	if in.Database == "" || in.Role == "" {
+		return errors.New("no database or role name")
+	}
+	return nil
 }
 
 type tenantCall struct {
@@ -48,47 +61,32 @@ type tenantCall struct {
 	t    Target
 }
 
-// tenantOp decodes the intent, connects with the Instance's admin pool,
-// runs op and turns its result into an outcome. Classified failures are
-// Failed outcomes; the projector decides about retries.
-func (e *Executor) tenantOp(op func(ctx context.Context, c tenantCall) (dbcontract.TenantOutcome, error)) journal.Handler {
-	return func(ctx context.Context, rec journal.Record) (journal.Outcome, error) {
-		var in dbcontract.TenantIntent
-		if err := rec.DecodePayload(&in); err != nil || in.Database == "" || in.Role == "" {
-			return failed(&dbcontract.Failure{Reason: dbcontract.ReasonInvalidSpec, Message: "undecodable " + rec.Operation + " payload"}, nil), nil
-		}
-		ctx, cancel := e.withTimeout(ctx)
-		defer cancel()
+// tenantOp connects with the Instance's admin pool and runs op; its
+// error is classified by the skeleton (a transient one is redelivered).
+func (e *Executor) tenantOp(op func(ctx context.Context, c tenantCall) (dbcontract.TenantOutcome, error)) func(context.Context, journal.Record, dbcontract.TenantIntent) (journal.Outcome, error) {
+	return func(ctx context.Context, rec journal.Record, in dbcontract.TenantIntent) (journal.Outcome, error) {
 		creds, _, c := e.readCredentials(ctx, in.AdminCredRef)
 		if c != nil {
-			if c.Transient {
-				return journal.Outcome{}, c
+			if !c.Transient {
+				c = &dbcontract.Failure{Reason: dbcontract.ReasonDependencyUnavailable, Message: c.Message}
 			}
-			return failed(&dbcontract.Failure{Reason: dbcontract.ReasonDependencyUnavailable, Message: c.Message}, nil), nil
+			return journal.Outcome{}, c
 		}
 		t := Target{InstanceUID: in.InstanceUID, Endpoint: in.Endpoint, CredRef: in.AdminCredRef, Creds: creds}
 		pool, err := e.Pools.Get(t)
 		if err != nil {
-			if cl := Classify(err); cl.Transient && slices.Contains(dbcontract.PersistentOperations, rec.Operation) {
-				return journal.Outcome{}, cl
-			}
-			return failed(Classify(err), nil), nil
+			return journal.Outcome{}, err
 		}
 		out, err := op(ctx, tenantCall{rec: rec, in: in, pool: pool, t: t})
 		if err != nil {
 			cl := Classify(err)
-			if cl.Transient && slices.Contains(dbcontract.PersistentOperations, rec.Operation) {
-				// Runs after the Tenant is gone: nobody would decide a
-				// retry of a Failed outcome (issue 12, fault 6).
-				return journal.Outcome{}, cl
-			}
 			if cl.Reason == dbcontract.ReasonAuthenticationFailed || cl.Reason == dbcontract.ReasonInsufficientPrivileges {
 				// Instance-level problems surface on the Tenant as a provisioning failure.
-				cl = &dbcontract.Failure{Reason: dbcontract.ReasonProvisioningFailed, Message: cl.Message}
+				cl = &dbcontract.Failure{Reason: dbcontract.ReasonProvisioningFailed, Message: cl.Message, Transient: cl.Transient, Cause: err}
 			}
-			return failed(cl, out), nil
+			return journal.Outcome{}, failed(cl, out)
 		}
-		return journal.Outcome{Result: journal.Result{Class: journal.Succeeded}, Payload: out}, nil
+		return journal.Outcome{Payload: out}, nil
 	}
 }
 

@@ -4,7 +4,7 @@
 #   ${AYATORI_TOOLS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/ayatori/tools}/<name>-<version>/<binary>
 # A tool is rebuilt only when its binary is missing. Each build prints its
 # duration. Usage: build.sh [name...]   (default: all)
-# Names: controller-gen etcd kube-apiserver vault external-secrets nats-server
+# Names: controller-gen golangci-lint etcd kube-apiserver vault external-secrets nats-server
 #        kube-controller-manager kube-scheduler kwok (the workload tests' cluster)
 set -euo pipefail
 
@@ -57,6 +57,11 @@ build() {
 recipe_controller_gen() {
 	GOBIN="$(dirname "$2")" go install "sigs.k8s.io/controller-tools/cmd/controller-gen@$1"
 	mv "$(dirname "$2")/controller-gen" "$2"
+}
+
+recipe_golangci_lint() {
+	GOBIN="$(dirname "$2")" go install "github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$1"
+	mv "$(dirname "$2")/golangci-lint" "$2"
 }
 
 recipe_etcd() {
@@ -160,11 +165,12 @@ MOD
 }
 
 names=("$@")
-[[ ${#names[@]} -gt 0 ]] || names=(controller-gen etcd kube-apiserver kube-controller-manager kube-scheduler kwok vault external-secrets nats-server)
+[[ ${#names[@]} -gt 0 ]] || names=(controller-gen golangci-lint etcd kube-apiserver kube-controller-manager kube-scheduler kwok vault external-secrets nats-server)
 total=$SECONDS
 for n in "${names[@]}"; do
 	case "$n" in
 	controller-gen) build controller-gen "$CONTROLLER_TOOLS_VERSION" controller-gen recipe_controller_gen ;;
+	golangci-lint) build golangci-lint "$GOLANGCI_LINT_VERSION" golangci-lint recipe_golangci_lint ;;
 	etcd) build etcd "$ETCD_VERSION" etcd recipe_etcd ;;
 	kube-apiserver) build kube-apiserver "$KUBE_APISERVER_VERSION" kube-apiserver recipe_kube_apiserver ;;
 	kube-controller-manager) build kube-controller-manager "$KUBE_APISERVER_VERSION" kube-controller-manager recipe_kube_controller_manager ;;

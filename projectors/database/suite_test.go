@@ -178,7 +178,10 @@ func startEnv() (_ *env, err error) {
 	e.done = make(chan error, 2)
 	go func() { e.done <- mgr.Start(mctx) }()
 	go func() {
-		e.done <- e.store.Consume(mctx, journal.ConsumerConfig{Durable: "test-executor", AckWait: 20 * time.Second}, dispatch)
+		e.done <- e.store.Consume(mctx, journal.ConsumerConfig{Durable: "test-executor", AckWait: 20 * time.Second,
+			// A transient failure is redelivered (docs/decisions/0007): a
+			// short budget makes an outage reach status in seconds.
+			BackOff: []time.Duration{200 * time.Millisecond, time.Second}}, dispatch)
 	}()
 	return e, nil
 }
