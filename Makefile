@@ -8,6 +8,7 @@ include integration/tools/versions.env
 TOOLS_CACHE ?= $(or $(AYATORI_TOOLS_CACHE),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/ayatori/tools)
 export AYATORI_TOOLS_CACHE := $(TOOLS_CACHE)
 CONTROLLER_GEN := $(TOOLS_CACHE)/controller-gen-$(CONTROLLER_TOOLS_VERSION)/controller-gen
+GOLANGCI_LINT := $(TOOLS_CACHE)/golangci-lint-$(GOLANGCI_LINT_VERSION)/golangci-lint
 GO_TEST_FLAGS ?=
 
 .PHONY: help
@@ -26,6 +27,9 @@ tools: ## Build every pinned tool and test server that is missing from the cache
 
 $(CONTROLLER_GEN):
 	@integration/tools/build.sh controller-gen
+
+$(GOLANGCI_LINT):
+	@integration/tools/build.sh golangci-lint
 
 ##@ Container images
 
@@ -57,9 +61,10 @@ verify: generate manifests lint ## Regenerate everything and fail on any diff.
 ##@ Quality
 
 .PHONY: lint
-lint: ## gofmt check and go vet.
+lint: $(GOLANGCI_LINT) ## gofmt check, go vet and golangci-lint (.golangci.yml: staticcheck, unused, importas, errorlint, ineffassign).
 	@out="$$(gofmt -l $$(git ls-files '*.go'))"; if [[ -n "$$out" ]]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	go vet ./...
+	$(GOLANGCI_LINT) run ./...
 
 .PHONY: build
 build: ## Build the binaries into bin/.

@@ -1,7 +1,6 @@
 package integration
 
 import (
-	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -240,9 +239,6 @@ func runAllCleanups() {
 		fn()
 	}
 }
-
-// errNotRoot is returned by helpers that need to switch OS users.
-var errNotRoot = errors.New("not running as root")
 
 // Tail returns the last n lines of a log file, for failure messages.
 func Tail(path string, n int) string { return fileTail(path, n) }

@@ -401,6 +401,7 @@ func (s *Store) process(ctx context.Context, cfg ConsumerConfig, m jetstream.Msg
 		if delivered >= cfg.MaxDeliver && !d.isPersistent(rec.Operation) {
 			return s.finish(ctx, cfg, rec, exhausted(herr, delivered))
 		}
+		s.cfg.Metrics.countTransient(rec.Operation, herr)
 		return retry
 	}
 	if ctx.Err() != nil && out.Result.Class != Succeeded {

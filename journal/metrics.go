@@ -30,6 +30,10 @@ type Metrics struct {
 	// reader (read, watch, checkpoint, executor). Any increase means
 	// someone other than the manager wrote to the journal (an alert).
 	UntrustedRecords *prometheus.CounterVec
+	// TransientFailures counts attempts that failed transiently and were
+	// handed back for redelivery (docs/decisions/0007), by operation and
+	// reason: the retries that leave no record in the journal.
+	TransientFailures *prometheus.CounterVec
 }
 
 // NewMetrics creates the metrics and registers them with reg (if not nil).
@@ -57,9 +61,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		UntrustedRecords: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ayatori_journal_untrusted_records_total", Help: "Journal records and checkpoints without a valid proof of origin, dropped by a reader or refused by an executor.",
 		}, []string{"reader"}),
+		TransientFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ayatori_journal_transient_failures_total", Help: "Executor attempts that failed transiently and were redelivered, by operation and reason.",
+		}, []string{"operation", "reason"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.AppendSeconds, m.DeliverySeconds, m.Outcomes, m.PullRestarts, m.QueueSeconds, m.ExecutionSeconds, m.UntrustedRecords)
+		reg.MustRegister(m.AppendSeconds, m.DeliverySeconds, m.Outcomes, m.PullRestarts, m.QueueSeconds, m.ExecutionSeconds, m.UntrustedRecords, m.TransientFailures)
 	}
 	return m
 }
@@ -102,4 +109,15 @@ func (m *Metrics) observeExecution(op string, queued, ran time.Duration, first b
 		m.QueueSeconds.WithLabelValues(op).Observe(queued.Seconds())
 	}
 	m.ExecutionSeconds.WithLabelValues(op).Observe(ran.Seconds())
+}
+
+func (m *Metrics) countTransient(op string, err error) {
+	if m == nil {
+		return
+	}
+	reason := ReasonRetriesExhausted
+	if f := AsFailure(err); f != nil && f.Reason != "" {
+		reason = f.Reason
+	}
+	m.TransientFailures.WithLabelValues(op, reason).Inc()
 }

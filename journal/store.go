@@ -245,9 +245,8 @@ func (s *Store) uidFilter(uid string) string {
 type AppendOption func(*appendOptions)
 
 type appendOptions struct {
-	expected    *uint64
-	maxRetries  int
-	allowReplay bool
+	expected   *uint64
+	maxRetries int
 }
 
 // ExpectLastSequence makes Append fail with ErrConflict unless the UID's

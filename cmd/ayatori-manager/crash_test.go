@@ -19,7 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	v1alpha1 "git.ddupan.top/panxiao81/ayatori/api/database/v1alpha1"
+	databasev1alpha1 "git.ddupan.top/panxiao81/ayatori/api/database/v1alpha1"
 	dbcontract "git.ddupan.top/panxiao81/ayatori/contracts/database"
 	"git.ddupan.top/panxiao81/ayatori/integration"
 	"git.ddupan.top/panxiao81/ayatori/journal"
@@ -51,9 +51,9 @@ func TestManagerKilledBetweenIntentAndOutcome(t *testing.T) {
 		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ayatori-system"}},
 		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "admin", Namespace: "ayatori-system"},
 			StringData: map[string]string{"username": "ayatori_admin", "password": crashCanary}},
-		&v1alpha1.PostgreSQLInstance{ObjectMeta: metav1.ObjectMeta{Name: "crash"}, Spec: v1alpha1.PostgreSQLInstanceSpec{
-			Endpoint:           v1alpha1.PostgreSQLEndpoint{Host: "localhost", HostAddr: "127.0.0.1", Port: int32(pg.Port)},
-			AdminCredentialRef: v1alpha1.AdminCredentialReference{Name: "admin"}}},
+		&databasev1alpha1.PostgreSQLInstance{ObjectMeta: metav1.ObjectMeta{Name: "crash"}, Spec: databasev1alpha1.PostgreSQLInstanceSpec{
+			Endpoint:           databasev1alpha1.PostgreSQLEndpoint{Host: "localhost", HostAddr: "127.0.0.1", Port: int32(pg.Port)},
+			AdminCredentialRef: databasev1alpha1.AdminCredentialReference{Name: "admin"}}},
 	} {
 		if err := cp.Client.Create(ctx, o); err != nil {
 			t.Fatal(err)
@@ -94,7 +94,7 @@ func TestManagerKilledBetweenIntentAndOutcome(t *testing.T) {
 		_ = first.Process.Kill()
 		t.Fatalf("failpoint never fired\n%s", logs.String())
 	}
-	inst := &v1alpha1.PostgreSQLInstance{}
+	inst := &databasev1alpha1.PostgreSQLInstance{}
 	if err := cp.Client.Get(ctx, types.NamespacedName{Name: "crash"}, inst); err != nil {
 		t.Fatal(err)
 	}
@@ -118,11 +118,11 @@ func TestManagerKilledBetweenIntentAndOutcome(t *testing.T) {
 		_ = second.Wait()
 	}()
 	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 90*time.Second, true, func(ctx context.Context) (bool, error) {
-		cur := &v1alpha1.PostgreSQLInstance{}
+		cur := &databasev1alpha1.PostgreSQLInstance{}
 		if err := cp.Client.Get(ctx, types.NamespacedName{Name: "crash"}, cur); err != nil {
 			return false, nil
 		}
-		return cur.Status.Phase == v1alpha1.InstancePhaseReady, nil
+		return cur.Status.Phase == databasev1alpha1.InstancePhaseReady, nil
 	})
 	if err != nil {
 		t.Fatalf("Instance did not converge after the restart\n%s", logs.String())

@@ -15,7 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
-	v1alpha1 "git.ddupan.top/panxiao81/ayatori/api/database/v1alpha1"
+	databasev1alpha1 "git.ddupan.top/panxiao81/ayatori/api/database/v1alpha1"
 	dbcontract "git.ddupan.top/panxiao81/ayatori/contracts/database"
 	esexec "git.ddupan.top/panxiao81/ayatori/executors/externalsecrets"
 	baoexec "git.ddupan.top/panxiao81/ayatori/executors/openbao"
@@ -88,7 +88,7 @@ func newDatabaseDomain() *domain {
 		executors:   []string{postgresqlExecutor, openBaoExecutor, externalSecretsExecutor},
 		bind:        o.bind,
 		validate:    o.validate,
-		addToScheme: v1alpha1.AddToScheme,
+		addToScheme: databasev1alpha1.AddToScheme,
 		setup:       o.setup,
 	}
 }
@@ -311,21 +311,21 @@ func checkDatabaseIntent(ctx context.Context, r client.Reader, rec journal.Recor
 	var live dbcontract.LiveObjects
 	switch rec.Object.Kind {
 	case "PostgreSQLInstance":
-		inst := &v1alpha1.PostgreSQLInstance{}
+		inst := &databasev1alpha1.PostgreSQLInstance{}
 		if err := r.Get(ctx, types.NamespacedName{Name: rec.Object.Name}, inst); err == nil {
 			live.Instance = inst
 		} else if !apierrors.IsNotFound(err) {
 			return "", err
 		}
 	case "PostgreSQLTenant":
-		t := &v1alpha1.PostgreSQLTenant{}
+		t := &databasev1alpha1.PostgreSQLTenant{}
 		if err := r.Get(ctx, types.NamespacedName{Namespace: rec.Object.Namespace, Name: rec.Object.Name}, t); err == nil {
 			live.Tenant = t
 		} else if !apierrors.IsNotFound(err) {
 			return "", err
 		}
 		if uid := dbcontract.IntentInstanceUID(rec); uid != "" {
-			var list v1alpha1.PostgreSQLInstanceList
+			var list databasev1alpha1.PostgreSQLInstanceList
 			if err := r.List(ctx, &list); err != nil {
 				return "", err
 			}

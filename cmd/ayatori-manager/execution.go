@@ -19,7 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
-	v1alpha1 "git.ddupan.top/panxiao81/ayatori/api/execution/v1alpha1"
+	executionv1alpha1 "git.ddupan.top/panxiao81/ayatori/api/execution/v1alpha1"
 	"git.ddupan.top/panxiao81/ayatori/contracts/execution"
 	kexec "git.ddupan.top/panxiao81/ayatori/executors/kubernetes"
 	osexec "git.ddupan.top/panxiao81/ayatori/executors/opensandbox"
@@ -72,7 +72,7 @@ func newExecutionDomain() *domain {
 		executors:   []string{kubernetesExecutor, opensandboxExecutor},
 		bind:        o.bind,
 		validate:    o.validate,
-		addToScheme: v1alpha1.AddToScheme,
+		addToScheme: executionv1alpha1.AddToScheme,
 		setup:       o.setup,
 	}
 }
@@ -129,7 +129,7 @@ func (o *executionOptions) setup(_ context.Context, mgr manager.Manager, store *
 	rec := mgr.GetEventRecorder("ayatori-manager")
 	if on.projector(jobClassProjector) {
 		r := &exprojector.JobClassReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: rec,
-			Controllers: map[string][]string{v1alpha1.ControllerKubernetes: {"KubernetesExecutionParameters"}, v1alpha1.ControllerOpenSandbox: {osexec.ParametersKind}}}
+			Controllers: map[string][]string{executionv1alpha1.ControllerKubernetes: {"KubernetesExecutionParameters"}, executionv1alpha1.ControllerOpenSandbox: {osexec.ParametersKind}}}
 		hc, err := o.osHTTPClient()
 		if err != nil {
 			return nil, err
@@ -157,7 +157,7 @@ func (o *executionOptions) setup(_ context.Context, mgr manager.Manager, store *
 		policy.ObserveMax, policy.ResolveRecheck = o.observeMax, o.resolveRecheck
 		policy.RetryBase, policy.RetryMax = sh.retryBase, sh.retryMax
 		r := &exprojector.JobReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Journal: store, Recorder: rec,
-			Policy: policy, Controllers: []string{v1alpha1.ControllerKubernetes, v1alpha1.ControllerOpenSandbox}, Workers: o.jobWorkers}
+			Policy: policy, Controllers: []string{executionv1alpha1.ControllerKubernetes, executionv1alpha1.ControllerOpenSandbox}, Workers: o.jobWorkers}
 		if err := r.SetupWithManager(mgr, router.For(exprojector.KindJob)); err != nil {
 			return nil, fmt.Errorf("set up the Job projector: %w", err)
 		}
@@ -194,7 +194,7 @@ func (o *executionOptions) setup(_ context.Context, mgr manager.Manager, store *
 
 // checkJobIntent runs execution.CheckIntent with the Job the intent names.
 func checkJobIntent(ctx context.Context, r client.Reader, rec journal.Record) (string, error) {
-	job := &v1alpha1.Job{}
+	job := &executionv1alpha1.Job{}
 	if err := r.Get(ctx, types.NamespacedName{Namespace: rec.Object.Namespace, Name: rec.Object.Name}, job); apierrors.IsNotFound(err) {
 		job = nil
 	} else if err != nil {

@@ -7,14 +7,14 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
-	v1alpha1 "git.ddupan.top/panxiao81/ayatori/api/database/v1alpha1"
+	databasev1alpha1 "git.ddupan.top/panxiao81/ayatori/api/database/v1alpha1"
 )
 
 // NamespaceAllowed reports whether Tenants of namespace ns (with the
 // namespace's labels) may use inst (spec.allowedNamespaces; unset: every
 // namespace). When not, the message says why; an invalid selector allows
 // nothing.
-func NamespaceAllowed(inst *v1alpha1.PostgreSQLInstance, ns string, nsLabels map[string]string) (bool, string) {
+func NamespaceAllowed(inst *databasev1alpha1.PostgreSQLInstance, ns string, nsLabels map[string]string) (bool, string) {
 	a := inst.Spec.AllowedNamespaces
 	if a == nil {
 		return true, ""

@@ -9,7 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation"
 
-	v1alpha1 "git.ddupan.top/panxiao81/ayatori/api/database/v1alpha1"
+	databasev1alpha1 "git.ddupan.top/panxiao81/ayatori/api/database/v1alpha1"
 )
 
 // Names Ayatori derives for a Tenant's objects in Kubernetes. The
@@ -112,7 +112,7 @@ type TenantNames struct {
 
 // DeriveTenantNames returns t's effective names; basePath is the manager's
 // --openbao-tenant-base-path.
-func DeriveTenantNames(t *v1alpha1.PostgreSQLTenant, basePath string) TenantNames {
+func DeriveTenantNames(t *databasev1alpha1.PostgreSQLTenant, basePath string) TenantNames {
 	n := TenantNames{Database: t.Spec.Database, Role: t.Spec.LoginRole, Secret: t.Spec.Credential.SecretName}
 	if n.Database == "" {
 		n.Database = t.Name
@@ -134,7 +134,7 @@ func DeriveTenantNames(t *v1alpha1.PostgreSQLTenant, basePath string) TenantName
 // and with which admin Secret, defaults applied (port 5432, database
 // postgres, sslMode verify-full, keys username and password); the
 // ResourceVersion of the reference is left empty.
-func InstanceTarget(spec v1alpha1.PostgreSQLInstanceSpec) (Endpoint, AdminCredentialRef) {
+func InstanceTarget(spec databasev1alpha1.PostgreSQLInstanceSpec) (Endpoint, AdminCredentialRef) {
 	ep := Endpoint{Host: spec.Endpoint.Host, HostAddr: spec.Endpoint.HostAddr, Port: spec.Endpoint.Port,
 		Database: spec.Endpoint.Database, SSLMode: string(spec.Endpoint.SSLMode)}
 	if ep.Port == 0 {
@@ -144,7 +144,7 @@ func InstanceTarget(spec v1alpha1.PostgreSQLInstanceSpec) (Endpoint, AdminCreden
 		ep.Database = "postgres"
 	}
 	if ep.SSLMode == "" {
-		ep.SSLMode = string(v1alpha1.SSLModeVerifyFull)
+		ep.SSLMode = string(databasev1alpha1.SSLModeVerifyFull)
 	}
 	ref := AdminCredentialRef{SecretName: spec.AdminCredentialRef.Name, UsernameKey: spec.AdminCredentialRef.UsernameKey,
 		PasswordKey: spec.AdminCredentialRef.PasswordKey}

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"slices"
 
-	v1alpha1 "git.ddupan.top/panxiao81/ayatori/api/database/v1alpha1"
+	databasev1alpha1 "git.ddupan.top/panxiao81/ayatori/api/database/v1alpha1"
 	"git.ddupan.top/panxiao81/ayatori/journal"
 )
 
@@ -23,10 +23,10 @@ type LiveObjects struct {
 	// Instance is, for an Instance operation, the PostgreSQLInstance of the
 	// record's name; for a Tenant operation, the one with the intent's
 	// InstanceUID (nil: none).
-	Instance *v1alpha1.PostgreSQLInstance
+	Instance *databasev1alpha1.PostgreSQLInstance
 	// Tenant is, for a Tenant operation, the PostgreSQLTenant of the
 	// record's namespace and name (nil: none).
-	Tenant *v1alpha1.PostgreSQLTenant
+	Tenant *databasev1alpha1.PostgreSQLTenant
 	// NamespaceLabels are the labels of the Tenant's namespace (read when
 	// the Instance's spec.allowedNamespaces has a selector).
 	NamespaceLabels map[string]string
@@ -60,7 +60,7 @@ func CheckIntent(rec journal.Record, live LiveObjects, cfg NameConfig) string {
 	return fmt.Sprintf("no %s operation on kind %q", Domain, rec.Object.Kind)
 }
 
-func checkInstanceIntent(rec journal.Record, inst *v1alpha1.PostgreSQLInstance) string {
+func checkInstanceIntent(rec journal.Record, inst *databasev1alpha1.PostgreSQLInstance) string {
 	if inst == nil || string(inst.UID) != rec.Object.UID {
 		return fmt.Sprintf("the PostgreSQLInstance %s with uid %s does not exist", rec.Object.Name, rec.Object.UID)
 	}
@@ -73,7 +73,7 @@ func checkInstanceIntent(rec journal.Record, inst *v1alpha1.PostgreSQLInstance) 
 
 // targetMismatch compares an intent's endpoint and admin Secret reference
 // with the Instance's spec.
-func targetMismatch(inst *v1alpha1.PostgreSQLInstance, ep Endpoint, ref AdminCredentialRef) string {
+func targetMismatch(inst *databasev1alpha1.PostgreSQLInstance, ep Endpoint, ref AdminCredentialRef) string {
 	wantEP, wantRef := InstanceTarget(inst.Spec)
 	if ep != wantEP {
 		return fmt.Sprintf("the intent's endpoint %s:%d (hostaddr %q, database %s, sslMode %s) is not PostgreSQLInstance %s's", ep.Host, ep.Port,
@@ -94,7 +94,7 @@ func checkTenantIntent(rec journal.Record, live LiveObjects, cfg NameConfig) str
 		return fmt.Sprintf("the PostgreSQLTenant %s/%s with uid %s does not exist", rec.Object.Namespace, rec.Object.Name, rec.Object.UID)
 	case slices.Contains(destructiveOperations, rec.Operation) && t.DeletionTimestamp == nil:
 		return fmt.Sprintf("%s of a PostgreSQLTenant that is not being deleted", rec.Operation)
-	case slices.Contains(destructiveOperations, rec.Operation) && t.Spec.DeletionPolicy != v1alpha1.DeletionPolicyDelete:
+	case slices.Contains(destructiveOperations, rec.Operation) && t.Spec.DeletionPolicy != databasev1alpha1.DeletionPolicyDelete:
 		return fmt.Sprintf("%s of a PostgreSQLTenant whose deletionPolicy is %s", rec.Operation, t.Spec.DeletionPolicy)
 	case !gone && slices.Contains(retainOperations, rec.Operation) && t.DeletionTimestamp == nil:
 		return fmt.Sprintf("%s of a PostgreSQLTenant that is not being deleted", rec.Operation)
@@ -124,7 +124,7 @@ func checkTenantIntent(rec journal.Record, live LiveObjects, cfg NameConfig) str
 		if err := rec.DecodePayload(&in); err != nil {
 			return "the payload does not decode"
 		}
-		if in.StoreName != cfg.StoreName || in.OwnerAPIVersion != v1alpha1.GroupVersion.String() || in.OwnerKind != "PostgreSQLTenant" {
+		if in.StoreName != cfg.StoreName || in.OwnerAPIVersion != databasev1alpha1.GroupVersion.String() || in.OwnerKind != "PostgreSQLTenant" {
 			return fmt.Sprintf("the ExternalSecret would project from store %q for %s %s, not the manager's", in.StoreName, in.OwnerAPIVersion, in.OwnerKind)
 		}
 		if !gone && (in.ExternalSecret != names.ExternalSecret || in.TargetSecretName != names.Secret || in.RemoteKey != names.KVPath) {
@@ -161,7 +161,7 @@ func checkTenantIntent(rec journal.Record, live LiveObjects, cfg NameConfig) str
 // gone (deletion runs on the Instance it was provisioned on, whatever
 // spec.instanceRef says now, and whatever its allow-list says), it is the
 // one spec.instanceRef names and admits the Tenant's namespace.
-func tenantInstance(live LiveObjects, t *v1alpha1.PostgreSQLTenant, gone bool, instanceUID string) string {
+func tenantInstance(live LiveObjects, t *databasev1alpha1.PostgreSQLTenant, gone bool, instanceUID string) string {
 	inst := live.Instance
 	if inst == nil || string(inst.UID) != instanceUID {
 		return fmt.Sprintf("no PostgreSQLInstance has uid %s", instanceUID)

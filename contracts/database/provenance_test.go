@@ -6,26 +6,26 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	v1alpha1 "git.ddupan.top/panxiao81/ayatori/api/database/v1alpha1"
+	databasev1alpha1 "git.ddupan.top/panxiao81/ayatori/api/database/v1alpha1"
 	dbcontract "git.ddupan.top/panxiao81/ayatori/contracts/database"
 	"git.ddupan.top/panxiao81/ayatori/journal"
 )
 
 var cfg = dbcontract.NameConfig{KVMount: "kv", BasePath: "postgresql-tenants", StoreName: "ayatori-openbao"}
 
-func liveInstance() *v1alpha1.PostgreSQLInstance {
-	return &v1alpha1.PostgreSQLInstance{ObjectMeta: metav1.ObjectMeta{Name: "shared", UID: "inst-1"},
-		Spec: v1alpha1.PostgreSQLInstanceSpec{Endpoint: v1alpha1.PostgreSQLEndpoint{Host: "db.home.arpa", HostAddr: "10.0.0.5"},
-			AdminCredentialRef: v1alpha1.AdminCredentialReference{Name: "admin"}}}
+func liveInstance() *databasev1alpha1.PostgreSQLInstance {
+	return &databasev1alpha1.PostgreSQLInstance{ObjectMeta: metav1.ObjectMeta{Name: "shared", UID: "inst-1"},
+		Spec: databasev1alpha1.PostgreSQLInstanceSpec{Endpoint: databasev1alpha1.PostgreSQLEndpoint{Host: "db.home.arpa", HostAddr: "10.0.0.5"},
+			AdminCredentialRef: databasev1alpha1.AdminCredentialReference{Name: "admin"}}}
 }
 
-func liveTenant() *v1alpha1.PostgreSQLTenant {
-	return &v1alpha1.PostgreSQLTenant{ObjectMeta: metav1.ObjectMeta{Namespace: "netbox", Name: "netbox", UID: "ten-1"},
-		Spec: v1alpha1.PostgreSQLTenantSpec{InstanceRef: "shared", Extensions: []string{"pg_trgm"}, DeletionPolicy: v1alpha1.DeletionPolicyRetain}}
+func liveTenant() *databasev1alpha1.PostgreSQLTenant {
+	return &databasev1alpha1.PostgreSQLTenant{ObjectMeta: metav1.ObjectMeta{Namespace: "netbox", Name: "netbox", UID: "ten-1"},
+		Spec: databasev1alpha1.PostgreSQLTenantSpec{InstanceRef: "shared", Extensions: []string{"pg_trgm"}, DeletionPolicy: databasev1alpha1.DeletionPolicyRetain}}
 }
 
 // intentFor builds the intent the projector would append for op.
-func intentFor(t *testing.T, op string, ten *v1alpha1.PostgreSQLTenant, inst *v1alpha1.PostgreSQLInstance, edit func(any)) journal.Record {
+func intentFor(t *testing.T, op string, ten *databasev1alpha1.PostgreSQLTenant, inst *databasev1alpha1.PostgreSQLInstance, edit func(any)) journal.Record {
 	t.Helper()
 	n := dbcontract.DeriveTenantNames(ten, cfg.BasePath)
 	ep, ref := dbcontract.InstanceTarget(inst.Spec)
@@ -40,7 +40,7 @@ func intentFor(t *testing.T, op string, ten *v1alpha1.PostgreSQLTenant, inst *v1
 		payload = p
 	case strings.Contains(op, "ExternalSecret") || op == dbcontract.OpObserveProjection:
 		p := dbcontract.ProjectionIntent{ExternalSecret: n.ExternalSecret, TargetSecretName: n.Secret, StoreName: cfg.StoreName, RemoteKey: n.KVPath,
-			OwnerAPIVersion: v1alpha1.GroupVersion.String(), OwnerKind: "PostgreSQLTenant"}
+			OwnerAPIVersion: databasev1alpha1.GroupVersion.String(), OwnerKind: "PostgreSQLTenant"}
 		if edit != nil {
 			edit(&p)
 		}
@@ -53,7 +53,7 @@ func intentFor(t *testing.T, op string, ten *v1alpha1.PostgreSQLTenant, inst *v1
 		}
 		payload = p
 	}
-	rec, err := journal.NewIntent(journal.ObjectRef{Group: v1alpha1.GroupVersion.Group, Kind: "PostgreSQLTenant", Namespace: ten.Namespace, Name: ten.Name,
+	rec, err := journal.NewIntent(journal.ObjectRef{Group: databasev1alpha1.GroupVersion.Group, Kind: "PostgreSQLTenant", Namespace: ten.Namespace, Name: ten.Name,
 		UID: string(ten.UID), Generation: 1}, op, "", 1, payload)
 	if err != nil {
 		t.Fatal(err)
@@ -65,7 +65,7 @@ func intentFor(t *testing.T, op string, ten *v1alpha1.PostgreSQLTenant, inst *v1
 // endpoint, admin Secret, names, Instance or object state the live objects
 // contradict is refused, with a message saying what differs.
 func TestCheckIntent(t *testing.T) {
-	deleting := func(policy v1alpha1.DeletionPolicy) *v1alpha1.PostgreSQLTenant {
+	deleting := func(policy databasev1alpha1.DeletionPolicy) *databasev1alpha1.PostgreSQLTenant {
 		ten := liveTenant()
 		now := metav1.Now()
 		ten.DeletionTimestamp, ten.Spec.DeletionPolicy = &now, policy
@@ -76,8 +76,8 @@ func TestCheckIntent(t *testing.T) {
 	cases := []struct {
 		name    string
 		op      string
-		ten     *v1alpha1.PostgreSQLTenant // the live Tenant (nil: gone)
-		inst    *v1alpha1.PostgreSQLInstance
+		ten     *databasev1alpha1.PostgreSQLTenant // the live Tenant (nil: gone)
+		inst    *databasev1alpha1.PostgreSQLInstance
 		edit    func(any)
 		refused string
 	}{
@@ -99,7 +99,7 @@ func TestCheckIntent(t *testing.T) {
 			p.(*dbcontract.TenantIntent).InstanceUID = "inst-2"
 		}, "spec.instanceRef"},
 		{"an unknown Instance", dbcontract.OpCreateRole, liveTenant(), nil, nil, "no PostgreSQLInstance"},
-		{"credential of another path", dbcontract.OpDestroyCredential, deleting(v1alpha1.DeletionPolicyDelete), liveInstance(), func(p any) {
+		{"credential of another path", dbcontract.OpDestroyCredential, deleting(databasev1alpha1.DeletionPolicyDelete), liveInstance(), func(p any) {
 			p.(*dbcontract.CredentialIntent).Path = "postgresql-tenants/other/app"
 		}, "credential record"},
 		{"credential with another host", dbcontract.OpWriteCredential, liveTenant(), liveInstance(), func(p any) { p.(*dbcontract.CredentialIntent).Host = "evil" }, "endpoint"},
@@ -110,10 +110,10 @@ func TestCheckIntent(t *testing.T) {
 			p.(*dbcontract.ProjectionIntent).RemoteKey = "postgresql-tenants/victim/victim"
 		}, "not the one the Tenant's spec names"},
 		{"drop a database of a Tenant not being deleted", dbcontract.OpDropDatabase, liveTenant(), liveInstance(), nil, "not being deleted"},
-		{"drop a database of a Retain Tenant being deleted", dbcontract.OpDropDatabase, deleting(v1alpha1.DeletionPolicyRetain), liveInstance(), nil, "deletionPolicy is Retain"},
-		{"destroy the credential of a Retain Tenant", dbcontract.OpDestroyCredential, deleting(v1alpha1.DeletionPolicyRetain), liveInstance(), nil, "deletionPolicy is Retain"},
+		{"drop a database of a Retain Tenant being deleted", dbcontract.OpDropDatabase, deleting(databasev1alpha1.DeletionPolicyRetain), liveInstance(), nil, "deletionPolicy is Retain"},
+		{"destroy the credential of a Retain Tenant", dbcontract.OpDestroyCredential, deleting(databasev1alpha1.DeletionPolicyRetain), liveInstance(), nil, "deletionPolicy is Retain"},
 		{"delete the ExternalSecret of a live Tenant", dbcontract.OpDeleteExternalSecret, liveTenant(), liveInstance(), nil, "not being deleted"},
-		{"drop the database of a Delete Tenant being deleted", dbcontract.OpDropDatabase, deleting(v1alpha1.DeletionPolicyDelete), liveInstance(), nil, ""},
+		{"drop the database of a Delete Tenant being deleted", dbcontract.OpDropDatabase, deleting(databasev1alpha1.DeletionPolicyDelete), liveInstance(), nil, ""},
 		{"retain of a live Tenant", dbcontract.OpRetainOwnership, liveTenant(), liveInstance(), nil, "not being deleted"},
 		{"retain after the Tenant is gone", dbcontract.OpRetainOwnership, nil, liveInstance(), nil, ""},
 		{"retain after the Tenant is gone, forged endpoint", dbcontract.OpRetainOwnership, nil, liveInstance(), func(p any) {
@@ -149,7 +149,7 @@ func TestCheckInstanceIntent(t *testing.T) {
 	ep, ref := dbcontract.InstanceTarget(inst.Spec)
 	ref.ResourceVersion = "42"
 	mk := func(ep dbcontract.Endpoint) journal.Record {
-		rec, err := journal.NewIntent(journal.ObjectRef{Group: v1alpha1.GroupVersion.Group, Kind: "PostgreSQLInstance", Name: "shared", UID: "inst-1", Generation: 1},
+		rec, err := journal.NewIntent(journal.ObjectRef{Group: databasev1alpha1.GroupVersion.Group, Kind: "PostgreSQLInstance", Name: "shared", UID: "inst-1", Generation: 1},
 			dbcontract.OpObserveInstance, "", 1, dbcontract.InstanceIntent{Endpoint: ep, AdminCredRef: ref})
 		if err != nil {
 			t.Fatal(err)
@@ -179,7 +179,7 @@ func TestNamespaceAllowed(t *testing.T) {
 	if ok, _ := dbcontract.NamespaceAllowed(inst, "anything", nil); !ok {
 		t.Fatal("unset allow-list refused a namespace")
 	}
-	inst.Spec.AllowedNamespaces = &v1alpha1.AllowedNamespaces{Names: []string{"netbox"},
+	inst.Spec.AllowedNamespaces = &databasev1alpha1.AllowedNamespaces{Names: []string{"netbox"},
 		Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"team": "db"}}}
 	for _, c := range []struct {
 		ns     string
@@ -190,7 +190,7 @@ func TestNamespaceAllowed(t *testing.T) {
 			t.Errorf("%s %v: %v %q", c.ns, c.labels, ok, why)
 		}
 	}
-	inst.Spec.AllowedNamespaces = &v1alpha1.AllowedNamespaces{}
+	inst.Spec.AllowedNamespaces = &databasev1alpha1.AllowedNamespaces{}
 	if ok, _ := dbcontract.NamespaceAllowed(inst, "netbox", nil); ok {
 		t.Fatal("an empty allow-list admitted a namespace")
 	}
@@ -199,7 +199,7 @@ func TestNamespaceAllowed(t *testing.T) {
 		t.Fatalf("provisioning outside the allow-list: %q", why)
 	}
 	now := metav1.Now()
-	ten.DeletionTimestamp, ten.Spec.DeletionPolicy = &now, v1alpha1.DeletionPolicyDelete
+	ten.DeletionTimestamp, ten.Spec.DeletionPolicy = &now, databasev1alpha1.DeletionPolicyDelete
 	if why := dbcontract.CheckIntent(intentFor(t, dbcontract.OpDropDatabase, ten, inst, nil), dbcontract.LiveObjects{Tenant: ten, Instance: inst}, cfg); why != "" {
 		t.Fatalf("deletion outside the allow-list: %q", why)
 	}

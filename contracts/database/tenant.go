@@ -3,7 +3,7 @@ package database
 import (
 	"strconv"
 
-	v1alpha1 "git.ddupan.top/panxiao81/ayatori/api/database/v1alpha1"
+	databasev1alpha1 "git.ddupan.top/panxiao81/ayatori/api/database/v1alpha1"
 )
 
 // Payloads of the Tenant operations and notes. Fields whose names mention
@@ -131,5 +131,5 @@ type ProjectionOutcome struct {
 
 // DeletionNote is the payload of a DeletionStarted note.
 type DeletionNote struct {
-	Policy v1alpha1.DeletionPolicy `json:"policy"`
+	Policy databasev1alpha1.DeletionPolicy `json:"policy"`
 }

@@ -1,6 +1,10 @@
 package execution
 
-import "git.ddupan.top/panxiao81/ayatori/journal"
+import (
+	"errors"
+
+	"git.ddupan.top/panxiao81/ayatori/journal"
+)
 
 // Failure is the one failure type of the execution domain's executors: a
 // stable reason (an API reason of the execution group, or one of the
@@ -73,18 +77,13 @@ func (s *stateKnown) Unwrap() error { return s.err }
 // StateOf returns the state an error of a step is known to have left the
 // execution in ("" when unknown).
 func StateOf(err error) State {
-	for err != nil {
-		if s, ok := err.(*stateKnown); ok {
-			return s.state
-		}
-		if f, ok := err.(*Failure); ok && f.State != "" {
-			return f.State
-		}
-		u, ok := err.(interface{ Unwrap() error })
-		if !ok {
-			return ""
-		}
-		err = u.Unwrap()
+	var s *stateKnown
+	if errors.As(err, &s) {
+		return s.state
+	}
+	var f *Failure
+	if errors.As(err, &f) {
+		return f.State
 	}
 	return ""
 }

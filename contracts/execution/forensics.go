@@ -8,7 +8,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
-	v1alpha1 "git.ddupan.top/panxiao81/ayatori/api/execution/v1alpha1"
+	executionv1alpha1 "git.ddupan.top/panxiao81/ayatori/api/execution/v1alpha1"
 	"git.ddupan.top/panxiao81/ayatori/journal"
 )
 
@@ -248,7 +248,7 @@ func CompareLive(live *unstructured.Unstructured, uid string, recs []journal.Rec
 	c.Deleting = live.GetDeletionTimestamp() != nil
 	conds, _, _ := unstructured.NestedSlice(live.Object, "status", "conditions")
 	for _, ci := range conds {
-		if m, ok := ci.(map[string]any); ok && m["type"] == v1alpha1.JobConditionSucceeded {
+		if m, ok := ci.(map[string]any); ok && m["type"] == executionv1alpha1.JobConditionSucceeded {
 			c.Succeeded, _ = m["status"].(string)
 			c.SucceededReason, _ = m["reason"].(string)
 		}

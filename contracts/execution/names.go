@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"strings"
 
-	v1alpha1 "git.ddupan.top/panxiao81/ayatori/api/execution/v1alpha1"
+	executionv1alpha1 "git.ddupan.top/panxiao81/ayatori/api/execution/v1alpha1"
 )
 
 // Labels and annotations the adapters put on backend objects.
@@ -48,7 +48,7 @@ func NativeJobName(uid string) (string, error) {
 // (which a short secret could be guessed from); the task is immutable, and
 // the executor builds what runs from the live Job, so the values need no
 // fingerprint.
-func TaskDigest(task v1alpha1.TaskSpec) (string, error) {
+func TaskDigest(task executionv1alpha1.TaskSpec) (string, error) {
 	t := *task.DeepCopy()
 	for i := range t.Env {
 		if t.Env[i].Value != nil {
@@ -73,7 +73,7 @@ const (
 
 // TaskMatches reports whether digest is task's fingerprint: a TaskDigest,
 // or one of the earlier form (the whole task, for intents decided before).
-func TaskMatches(task v1alpha1.TaskSpec, digest string) bool {
+func TaskMatches(task executionv1alpha1.TaskSpec, digest string) bool {
 	if strings.HasPrefix(digest, taskDigestV1) {
 		b, err := json.Marshal(task)
 		sum := sha256.Sum256(b)

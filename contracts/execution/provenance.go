@@ -3,7 +3,7 @@ package execution
 import (
 	"fmt"
 
-	v1alpha1 "git.ddupan.top/panxiao81/ayatori/api/execution/v1alpha1"
+	executionv1alpha1 "git.ddupan.top/panxiao81/ayatori/api/execution/v1alpha1"
 	"git.ddupan.top/panxiao81/ayatori/journal"
 )
 
@@ -16,7 +16,7 @@ import (
 // backend's own failure report), a Delete only of a Job being deleted.
 // Ensure re-reads the Job, its class and its parameters in the adapter
 // itself (task digest, parameters UID).
-func CheckIntent(rec journal.Record, job *v1alpha1.Job) string {
+func CheckIntent(rec journal.Record, job *executionv1alpha1.Job) string {
 	if rec.Object.Kind != "Job" {
 		return fmt.Sprintf("no %s operation on kind %q", Domain, rec.Object.Kind)
 	}
@@ -31,7 +31,7 @@ func CheckIntent(rec journal.Record, job *v1alpha1.Job) string {
 		}
 		switch in.Reason {
 		case StopCancelled:
-			if job.Spec.DesiredState != v1alpha1.JobDesiredStateCancelled {
+			if job.Spec.DesiredState != executionv1alpha1.JobDesiredStateCancelled {
 				return "a Cancel of a Job whose desiredState is not Cancelled"
 			}
 		case StopDeadlineExceeded:

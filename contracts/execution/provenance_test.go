@@ -9,7 +9,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	v1alpha1 "git.ddupan.top/panxiao81/ayatori/api/execution/v1alpha1"
+	executionv1alpha1 "git.ddupan.top/panxiao81/ayatori/api/execution/v1alpha1"
 	"git.ddupan.top/panxiao81/ayatori/contracts/execution"
 	"git.ddupan.top/panxiao81/ayatori/journal"
 )
@@ -20,33 +20,33 @@ import (
 func TestCheckIntent(t *testing.T) {
 	deadline := int64(60)
 	now := metav1.Now()
-	job := func(edit func(*v1alpha1.Job)) *v1alpha1.Job {
-		j := &v1alpha1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: "ci", Name: "build", UID: "job-1"}}
+	job := func(edit func(*executionv1alpha1.Job)) *executionv1alpha1.Job {
+		j := &executionv1alpha1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: "ci", Name: "build", UID: "job-1"}}
 		if edit != nil {
 			edit(j)
 		}
 		return j
 	}
 	rec := func(op string, reason execution.StopReason) journal.Record {
-		r, err := journal.NewIntent(journal.ObjectRef{Group: v1alpha1.GroupVersion.Group, Kind: "Job", Namespace: "ci", Name: "build", UID: "job-1", Generation: 1},
+		r, err := journal.NewIntent(journal.ObjectRef{Group: executionv1alpha1.GroupVersion.Group, Kind: "Job", Namespace: "ci", Name: "build", UID: "job-1", Generation: 1},
 			op, string(reason), 1, execution.ExecutionIntent{Adapter: execution.AdapterKubernetes, Reason: reason})
 		if err != nil {
 			t.Fatal(err)
 		}
 		return r
 	}
-	cancelled := func(j *v1alpha1.Job) { j.Spec.DesiredState = v1alpha1.JobDesiredStateCancelled }
-	deleting := func(j *v1alpha1.Job) { j.DeletionTimestamp = &now }
+	cancelled := func(j *executionv1alpha1.Job) { j.Spec.DesiredState = executionv1alpha1.JobDesiredStateCancelled }
+	deleting := func(j *executionv1alpha1.Job) { j.DeletionTimestamp = &now }
 	cases := []struct {
 		name    string
 		rec     journal.Record
-		job     *v1alpha1.Job
+		job     *executionv1alpha1.Job
 		refused string
 	}{
 		{"observe", rec(execution.OpObserve, ""), job(nil), ""},
 		{"cancel of a cancelled Job", rec(execution.OpCancel, execution.StopCancelled), job(cancelled), ""},
 		{"cancel of a running Job", rec(execution.OpCancel, execution.StopCancelled), job(nil), "desiredState"},
-		{"deadline cancel", rec(execution.OpCancel, execution.StopDeadlineExceeded), job(func(j *v1alpha1.Job) { j.Spec.ActiveDeadlineSeconds = &deadline }), ""},
+		{"deadline cancel", rec(execution.OpCancel, execution.StopDeadlineExceeded), job(func(j *executionv1alpha1.Job) { j.Spec.ActiveDeadlineSeconds = &deadline }), ""},
 		{"deadline cancel without a deadline", rec(execution.OpCancel, execution.StopDeadlineExceeded), job(nil), "activeDeadlineSeconds"},
 		{"deleted cancel", rec(execution.OpCancel, execution.StopDeleted), job(deleting), ""},
 		{"deleted cancel of a live Job", rec(execution.OpCancel, execution.StopDeleted), job(nil), "not being deleted"},
@@ -55,7 +55,7 @@ func TestCheckIntent(t *testing.T) {
 		{"delete of a Job being deleted", rec(execution.OpDelete, ""), job(deleting), ""},
 		{"delete of a live Job", rec(execution.OpDelete, ""), job(nil), "not being deleted"},
 		{"a gone Job", rec(execution.OpObserve, ""), nil, "does not exist"},
-		{"a recreated Job", rec(execution.OpDelete, ""), job(func(j *v1alpha1.Job) { j.UID = "job-2"; j.DeletionTimestamp = &now }), "does not exist"},
+		{"a recreated Job", rec(execution.OpDelete, ""), job(func(j *executionv1alpha1.Job) { j.UID = "job-2"; j.DeletionTimestamp = &now }), "does not exist"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -73,8 +73,8 @@ func TestCheckIntent(t *testing.T) {
 // still match.
 func TestTaskDigestHasNoLiteralValue(t *testing.T) {
 	a, b := "CANARY-short-secret", "other"
-	task := func(v *string, image string) v1alpha1.TaskSpec {
-		return v1alpha1.TaskSpec{Image: image, Args: []string{"run"}, Env: []v1alpha1.EnvVar{{Name: "TOKEN", Value: v}}}
+	task := func(v *string, image string) executionv1alpha1.TaskSpec {
+		return executionv1alpha1.TaskSpec{Image: image, Args: []string{"run"}, Env: []executionv1alpha1.EnvVar{{Name: "TOKEN", Value: v}}}
 	}
 	da, _ := execution.TaskDigest(task(&a, "img"))
 	db, _ := execution.TaskDigest(task(&b, "img"))

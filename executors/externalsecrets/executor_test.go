@@ -21,7 +21,7 @@ import (
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	v1alpha1 "git.ddupan.top/panxiao81/ayatori/api/database/v1alpha1"
+	databasev1alpha1 "git.ddupan.top/panxiao81/ayatori/api/database/v1alpha1"
 	dbcontract "git.ddupan.top/panxiao81/ayatori/contracts/database"
 	"git.ddupan.top/panxiao81/ayatori/executors/externalsecrets"
 	"git.ddupan.top/panxiao81/ayatori/integration"
@@ -67,10 +67,10 @@ func (e *env) newNamespace(t *testing.T) string {
 func newTenant(ns, name string) *tenant {
 	kvPath := integration.TenantBasePath + "/" + ns + "/" + name
 	return &tenant{
-		obj: journal.ObjectRef{Group: v1alpha1.GroupVersion.Group, Kind: "PostgreSQLTenant", Namespace: ns, Name: name,
+		obj: journal.ObjectRef{Group: databasev1alpha1.GroupVersion.Group, Kind: "PostgreSQLTenant", Namespace: ns, Name: name,
 			UID: string(uuid.NewUUID()), Generation: 1},
 		in: dbcontract.ProjectionIntent{ExternalSecret: dbcontract.ExternalSecretName("shared", name), TargetSecretName: name + "-credentials",
-			StoreName: integration.StoreName, RemoteKey: kvPath, OwnerAPIVersion: v1alpha1.GroupVersion.String(), OwnerKind: "PostgreSQLTenant"},
+			StoreName: integration.StoreName, RemoteKey: kvPath, OwnerAPIVersion: databasev1alpha1.GroupVersion.String(), OwnerKind: "PostgreSQLTenant"},
 	}
 }
 
@@ -184,7 +184,7 @@ func skipped(t *testing.T, what string, out journal.Outcome, msg string) {
 }
 
 // failed fails t unless out is Failed with reason and a message containing msg.
-func failed(t *testing.T, what string, out journal.Outcome, reason dbcontract.Reason, msg string) {
+func failed[R ~string](t *testing.T, what string, out journal.Outcome, reason R, msg string) {
 	t.Helper()
 	if out.Result.Class != journal.Failed || out.Result.Reason != string(reason) || !strings.Contains(out.Result.Message, msg) || out.Payload != nil {
 		t.Fatalf("%s: %s/%s %q (payload %v), want Failed/%s saying %q", what, out.Result.Class, out.Result.Reason, out.Result.Message, out.Payload, reason, msg)
@@ -390,7 +390,7 @@ func (e *env) createSecret(t *testing.T, ns, name string, owners []metav1.OwnerR
 // tenantOwner is the owner reference of another Tenant.
 func tenantOwner(name, uid string) []metav1.OwnerReference {
 	t := true
-	return []metav1.OwnerReference{{APIVersion: v1alpha1.GroupVersion.String(), Kind: "PostgreSQLTenant", Name: name, UID: types.UID(uid), Controller: &t}}
+	return []metav1.OwnerReference{{APIVersion: databasev1alpha1.GroupVersion.String(), Kind: "PostgreSQLTenant", Name: name, UID: types.UID(uid), Controller: &t}}
 }
 
 // secretUnchanged fails t unless the Secret is still there with the same
@@ -983,10 +983,10 @@ func TestFailureReasons(t *testing.T) {
 		tn := newTenant(ns, "garbage")
 		rec := tn.intent(t, dbcontract.OpEnsureExternalSecret)
 		rec.Payload = json.RawMessage(`{"externalSecret": 7}`)
-		failed(t, "EnsureExternalSecret", deliver(t, ex, rec), dbcontract.ReasonInvalidSpec, "undecodable EnsureExternalSecret payload")
+		failed(t, "EnsureExternalSecret", deliver(t, ex, rec), journal.ReasonUndecodableIntent, "the EnsureExternalSecret payload can not be decoded")
 		tn.in = dbcontract.ProjectionIntent{}
 		for _, op := range dbcontract.ExternalSecretsOperations {
-			failed(t, op, tn.run(t, ex, op), dbcontract.ReasonInvalidSpec, "undecodable "+op+" payload")
+			failed(t, op, tn.run(t, ex, op), journal.ReasonUndecodableIntent, "the "+op+" payload can not be decoded")
 		}
 	})
 

@@ -37,7 +37,8 @@ func TestClassify(t *testing.T) {
 		{"other 4xx", apierrors.NewGenericServerResponse(http.StatusTeapot, "CANARY", gr, "CANARY", "CANARY", 0, false), false, ReasonAPIRejected},
 		{"Conflict", apierrors.NewConflict(gr, "CANARY", canary), true, executionv1alpha1.ReasonBackendUnavailable},
 		{"AlreadyExists", apierrors.NewAlreadyExists(gr, "CANARY"), true, executionv1alpha1.ReasonBackendUnavailable},
-		{"Gone", apierrors.NewGone("CANARY"), true, executionv1alpha1.ReasonBackendUnavailable},
+		{"Gone", apierrors.NewGone("CANARY"), //nolint:staticcheck // SA1019: a server may still answer StatusReasonGone
+			true, executionv1alpha1.ReasonBackendUnavailable},
 		{"Expired", apierrors.NewResourceExpired("CANARY"), true, executionv1alpha1.ReasonBackendUnavailable},
 		{"ServerTimeout", apierrors.NewServerTimeout(gr, "create", 1), true, executionv1alpha1.ReasonBackendUnavailable},
 		{"Timeout", apierrors.NewTimeoutError("CANARY", 1), true, executionv1alpha1.ReasonBackendUnavailable},

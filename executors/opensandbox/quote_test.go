@@ -1,6 +1,7 @@
 package opensandbox
 
 import (
+	"errors"
 	"os/exec"
 	"reflect"
 	"strings"
@@ -52,7 +53,8 @@ func TestMarkerScript(t *testing.T) {
 	script := m.Script(uid, []string{"bash", "-c", `echo ran >> "$1"; exit 3`, "x", dir + "/count"}, "tok-1")
 	cmd := exec.Command("bash", "-c", script)
 	err := cmd.Run()
-	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 3 {
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 3 {
 		t.Fatalf("first run: %v, want exit 3", err)
 	}
 	if err := exec.Command("bash", "-c", script).Run(); err != nil {

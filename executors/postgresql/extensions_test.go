@@ -1,6 +1,7 @@
 package postgresql
 
 import (
+	"errors"
 	"strings"
 	"testing"
 
@@ -37,8 +38,8 @@ func TestJudgeExtensions(t *testing.T) {
 			}
 			continue
 		}
-		c, ok := err.(*dbcontract.Failure)
-		if !ok || c.Reason != dbcontract.ReasonInvalidSpec {
+		var c *dbcontract.Failure
+		if !errors.As(err, &c) || c.Reason != dbcontract.ReasonInvalidSpec {
 			t.Errorf("%v: want InvalidSpec, got %v", tc.requested, err)
 			continue
 		}

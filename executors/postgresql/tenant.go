@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 
@@ -169,13 +168,6 @@ func databaseByName(ctx context.Context, q pgxQuerier, name string) (*catalogDat
 		return nil, nil
 	}
 	return &d, err
-}
-
-func oidString(p *uint32) string {
-	if p == nil {
-		return "none"
-	}
-	return strconv.FormatUint(uint64(*p), 10)
 }
 
 // claim records ownership: a same-owner retry succeeds; a database or role

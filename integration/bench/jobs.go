@@ -20,7 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	v1alpha1 "git.ddupan.top/panxiao81/ayatori/api/execution/v1alpha1"
+	executionv1alpha1 "git.ddupan.top/panxiao81/ayatori/api/execution/v1alpha1"
 	"git.ddupan.top/panxiao81/ayatori/contracts/execution"
 	"git.ddupan.top/panxiao81/ayatori/integration"
 	"git.ddupan.top/panxiao81/ayatori/journal"
@@ -54,16 +54,16 @@ type phase struct {
 
 // ayatoriJob is the i-th Ayatori Job of ayatori.test/succeed, with
 // ttlSecondsAfterFinished ttl (nil: none).
-func ayatoriJob(i int, ttl *int32) *v1alpha1.Job {
-	return &v1alpha1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: jobsNamespace, Name: fmt.Sprintf("j%05d", i)},
-		Spec: v1alpha1.JobSpec{Task: v1alpha1.TaskSpec{Image: integration.ImageSucceed, Command: []string{"/bin/task"}},
+func ayatoriJob(i int, ttl *int32) *executionv1alpha1.Job {
+	return &executionv1alpha1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: jobsNamespace, Name: fmt.Sprintf("j%05d", i)},
+		Spec: executionv1alpha1.JobSpec{Task: executionv1alpha1.TaskSpec{Image: integration.ImageSucceed, Command: []string{"/bin/task"}},
 			TTLSecondsAfterFinished: ttl}}
 }
 
 // succeeded says whether the Job's Succeeded condition is True; False is
 // an error (ayatori.test/succeed must succeed).
-func succeeded(j *v1alpha1.Job) (bool, error) {
-	cond := meta.FindStatusCondition(j.Status.Conditions, v1alpha1.JobConditionSucceeded)
+func succeeded(j *executionv1alpha1.Job) (bool, error) {
+	cond := meta.FindStatusCondition(j.Status.Conditions, executionv1alpha1.JobConditionSucceeded)
 	if cond != nil && cond.Status == metav1.ConditionFalse {
 		return false, fmt.Errorf("Job %s ended Succeeded=False/%s: %s", j.Name, cond.Reason, cond.Message)
 	}
@@ -90,12 +90,12 @@ func runJobs(n, kcmQPS int, timeout time.Duration) error {
 	pid := s.ManagerPID()
 	rssBefore := procStatus(pid, "VmRSS")
 
-	ayatori, err := measure(ctx, "Ayatori Jobs", wc, &v1alpha1.JobList{}, nil, n, func(i int) client.Object { return ayatoriJob(i, nil) },
+	ayatori, err := measure(ctx, "Ayatori Jobs", wc, &executionv1alpha1.JobList{}, nil, n, func(i int) client.Object { return ayatoriJob(i, nil) },
 		func(ev watch.EventType, o client.Object) (bool, error) {
 			if ev == watch.Deleted {
 				return false, nil
 			}
-			return succeeded(o.(*v1alpha1.Job))
+			return succeeded(o.(*executionv1alpha1.Job))
 		})
 	if err != nil {
 		return fmt.Errorf("Ayatori Jobs: %w\n%s", err, integration.Tail(s.ManagerLog, 20))
@@ -178,11 +178,11 @@ func startJobsStack(ctx context.Context, nodes, kcmQPS int) (*integration.Execut
 		kcm = fmt.Sprintf("kube-controller-manager --kube-api-qps=%d --kube-api-burst=%d", kcmQPS, 2*kcmQPS)
 	}
 	s, wc, err := startClassStack(ctx, opts, "std",
-		&v1alpha1.KubernetesExecutionParameters{ObjectMeta: metav1.ObjectMeta{Name: "std"},
-			Spec: v1alpha1.KubernetesExecutionParametersSpec{ServiceAccountName: jobsSA}},
-		&v1alpha1.JobClass{ObjectMeta: metav1.ObjectMeta{Name: "std", Annotations: map[string]string{v1alpha1.AnnotationIsDefaultJobClass: "true"}},
-			Spec: v1alpha1.JobClassSpec{ControllerName: v1alpha1.ControllerKubernetes,
-				ParametersRef: v1alpha1.ParametersReference{Group: v1alpha1.GroupVersion.Group, Kind: "KubernetesExecutionParameters", Name: "std"}}},
+		&executionv1alpha1.KubernetesExecutionParameters{ObjectMeta: metav1.ObjectMeta{Name: "std"},
+			Spec: executionv1alpha1.KubernetesExecutionParametersSpec{ServiceAccountName: jobsSA}},
+		&executionv1alpha1.JobClass{ObjectMeta: metav1.ObjectMeta{Name: "std", Annotations: map[string]string{executionv1alpha1.AnnotationIsDefaultJobClass: "true"}},
+			Spec: executionv1alpha1.JobClassSpec{ControllerName: executionv1alpha1.ControllerKubernetes,
+				ParametersRef: executionv1alpha1.ParametersReference{Group: executionv1alpha1.GroupVersion.Group, Kind: "KubernetesExecutionParameters", Name: "std"}}},
 		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: jobsNamespace, Name: jobsSA}},
 	)
 	return s, wc, kcm, err
@@ -212,8 +212,8 @@ func startClassStack(ctx context.Context, opts integration.ExecutionStackOptions
 		}
 	}
 	for {
-		jc := &v1alpha1.JobClass{}
-		if err := c.Get(ctx, types.NamespacedName{Name: class}, jc); err == nil && meta.IsStatusConditionTrue(jc.Status.Conditions, v1alpha1.JobClassConditionReady) {
+		jc := &executionv1alpha1.JobClass{}
+		if err := c.Get(ctx, types.NamespacedName{Name: class}, jc); err == nil && meta.IsStatusConditionTrue(jc.Status.Conditions, executionv1alpha1.JobClassConditionReady) {
 			return s, wc, nil
 		}
 		if ctx.Err() != nil {
@@ -355,7 +355,7 @@ func follow(ctx context.Context, wc client.WithWatch, list client.ObjectList, op
 // oneNativeEach checks that every Ayatori Job has exactly one native
 // batch/v1 Job (by the UID label) and returns the Jobs' UIDs.
 func oneNativeEach(ctx context.Context, c client.Client, n int) (map[string]bool, error) {
-	var jobs v1alpha1.JobList
+	var jobs executionv1alpha1.JobList
 	if err := c.List(ctx, &jobs, client.InNamespace(jobsNamespace)); err != nil {
 		return nil, err
 	}

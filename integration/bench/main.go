@@ -54,7 +54,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	v1alpha1 "git.ddupan.top/panxiao81/ayatori/api/database/v1alpha1"
+	databasev1alpha1 "git.ddupan.top/panxiao81/ayatori/api/database/v1alpha1"
 	"git.ddupan.top/panxiao81/ayatori/integration"
 	"git.ddupan.top/panxiao81/ayatori/journal"
 )
@@ -147,14 +147,14 @@ func run(n int, timeout time.Duration, handover syscall.Signal, cluster bool, re
 		StringData: map[string]string{"username": s.AdminUser, "password": s.AdminPassword}}); err != nil {
 		return err
 	}
-	if err := c.Create(ctx, &v1alpha1.PostgreSQLInstance{ObjectMeta: metav1.ObjectMeta{Name: "shared"}, Spec: v1alpha1.PostgreSQLInstanceSpec{
-		Endpoint:           v1alpha1.PostgreSQLEndpoint{Host: "localhost", HostAddr: "127.0.0.1", Port: int32(s.PG.Port)},
-		AdminCredentialRef: v1alpha1.AdminCredentialReference{Name: "admin"}}}); err != nil {
+	if err := c.Create(ctx, &databasev1alpha1.PostgreSQLInstance{ObjectMeta: metav1.ObjectMeta{Name: "shared"}, Spec: databasev1alpha1.PostgreSQLInstanceSpec{
+		Endpoint:           databasev1alpha1.PostgreSQLEndpoint{Host: "localhost", HostAddr: "127.0.0.1", Port: int32(s.PG.Port)},
+		AdminCredentialRef: databasev1alpha1.AdminCredentialReference{Name: "admin"}}}); err != nil {
 		return err
 	}
 	for {
-		i := &v1alpha1.PostgreSQLInstance{}
-		if err := c.Get(ctx, types.NamespacedName{Name: "shared"}, i); err == nil && i.Status.Phase == v1alpha1.InstancePhaseReady {
+		i := &databasev1alpha1.PostgreSQLInstance{}
+		if err := c.Get(ctx, types.NamespacedName{Name: "shared"}, i); err == nil && i.Status.Phase == databasev1alpha1.InstancePhaseReady {
 			break
 		}
 		if ctx.Err() != nil {
@@ -202,8 +202,8 @@ func run(n int, timeout time.Duration, handover syscall.Signal, cluster bool, re
 	for i := 0; i < n; i++ {
 		name := fmt.Sprintf("t%05d", i)
 		created[name] = time.Now()
-		if err := c.Create(ctx, &v1alpha1.PostgreSQLTenant{ObjectMeta: metav1.ObjectMeta{Namespace: "bench", Name: name},
-			Spec: v1alpha1.PostgreSQLTenantSpec{InstanceRef: "shared"}}); err != nil {
+		if err := c.Create(ctx, &databasev1alpha1.PostgreSQLTenant{ObjectMeta: metav1.ObjectMeta{Namespace: "bench", Name: name},
+			Spec: databasev1alpha1.PostgreSQLTenantSpec{InstanceRef: "shared"}}); err != nil {
 			return err
 		}
 	}
@@ -443,10 +443,10 @@ func leaseHolder(ctx context.Context, c client.Client) string {
 
 // phaseRank orders the provisioning checkpoints: progress of a run is the
 // mean rank over all Tenants divided by the rank of Ready.
-var phaseRank = map[v1alpha1.TenantPhase]int{
-	v1alpha1.TenantPhasePending: 0, v1alpha1.TenantPhasePlanned: 1, v1alpha1.TenantPhaseCredentialCreated: 2,
-	v1alpha1.TenantPhaseRoleCreated: 3, v1alpha1.TenantPhaseDatabaseCreated: 4, v1alpha1.TenantPhaseExternalSecretCreated: 5,
-	v1alpha1.TenantPhaseCredentialProjected: 6, v1alpha1.TenantPhaseReady: 7,
+var phaseRank = map[databasev1alpha1.TenantPhase]int{
+	databasev1alpha1.TenantPhasePending: 0, databasev1alpha1.TenantPhasePlanned: 1, databasev1alpha1.TenantPhaseCredentialCreated: 2,
+	databasev1alpha1.TenantPhaseRoleCreated: 3, databasev1alpha1.TenantPhaseDatabaseCreated: 4, databasev1alpha1.TenantPhaseExternalSecretCreated: 5,
+	databasev1alpha1.TenantPhaseCredentialProjected: 6, databasev1alpha1.TenantPhaseReady: 7,
 }
 
 // sample records the peak RSS (largest single manager process) and the peak
@@ -544,7 +544,7 @@ func idleRow(ctx context.Context, s *integration.Stack, n int, resync, d time.Du
 	start := time.Now()
 	flapped := map[string]bool{}
 	for time.Since(start) < d {
-		var list v1alpha1.PostgreSQLTenantList
+		var list databasev1alpha1.PostgreSQLTenantList
 		if err := s.CP.Client.List(ctx, &list, client.InNamespace("bench")); err != nil {
 			return err
 		}
@@ -651,8 +651,8 @@ func runRepeat(ctx context.Context, s *integration.Stack, m int, outDir string) 
 		name := fmt.Sprintf("single%03d", i)
 		start := time.Now()
 		created[name] = start
-		if err := c.Create(ctx, &v1alpha1.PostgreSQLTenant{ObjectMeta: metav1.ObjectMeta{Namespace: "bench", Name: name},
-			Spec: v1alpha1.PostgreSQLTenantSpec{InstanceRef: "shared"}}); err != nil {
+		if err := c.Create(ctx, &databasev1alpha1.PostgreSQLTenant{ObjectMeta: metav1.ObjectMeta{Namespace: "bench", Name: name},
+			Spec: databasev1alpha1.PostgreSQLTenantSpec{InstanceRef: "shared"}}); err != nil {
 			return err
 		}
 		for readyAt[name].IsZero() {
@@ -683,7 +683,7 @@ func runRepeat(ctx context.Context, s *integration.Stack, m int, outDir string) 
 // tenantState is what the bench's watch saw of one Tenant.
 type tenantState struct {
 	name    string
-	phase   v1alpha1.TenantPhase
+	phase   databasev1alpha1.TenantPhase
 	readyAt time.Time // first seen Ready
 }
 
@@ -714,13 +714,13 @@ func watchTenants(ctx context.Context, s *integration.Stack, ns string) (*tenant
 	go func() {
 		rv := ""
 		for ctx.Err() == nil {
-			wi, err := wc.Watch(ctx, &v1alpha1.PostgreSQLTenantList{}, client.InNamespace(ns), &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: rv}})
+			wi, err := wc.Watch(ctx, &databasev1alpha1.PostgreSQLTenantList{}, client.InNamespace(ns), &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: rv}})
 			if err != nil {
 				time.Sleep(100 * time.Millisecond)
 				continue
 			}
 			for ev := range wi.ResultChan() {
-				t, ok := ev.Object.(*v1alpha1.PostgreSQLTenant)
+				t, ok := ev.Object.(*databasev1alpha1.PostgreSQLTenant)
 				if !ok {
 					continue
 				}

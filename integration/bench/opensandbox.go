@@ -15,7 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	v1alpha1 "git.ddupan.top/panxiao81/ayatori/api/execution/v1alpha1"
+	executionv1alpha1 "git.ddupan.top/panxiao81/ayatori/api/execution/v1alpha1"
 	osexec "git.ddupan.top/panxiao81/ayatori/executors/opensandbox"
 	"git.ddupan.top/panxiao81/ayatori/integration"
 	ostest "git.ddupan.top/panxiao81/ayatori/integration/opensandbox"
@@ -39,9 +39,9 @@ const (
 var osRoutes = []string{"list", "create", "get", "endpoint", "files", "command", "status", "patch", "delete", "interrupt", "logs", "ping", "probe", "other"}
 
 // osJob is the i-th Job of -opensandbox-jobs: 0.2 s of bash in a sandbox.
-func osJob(i int) *v1alpha1.Job {
-	return &v1alpha1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: jobsNamespace, Name: fmt.Sprintf("os%05d", i)},
-		Spec: v1alpha1.JobSpec{JobClassName: osClass, Task: v1alpha1.TaskSpec{Image: "registry.example/tools:1",
+func osJob(i int) *executionv1alpha1.Job {
+	return &executionv1alpha1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: jobsNamespace, Name: fmt.Sprintf("os%05d", i)},
+		Spec: executionv1alpha1.JobSpec{JobClassName: osClass, Task: executionv1alpha1.TaskSpec{Image: "registry.example/tools:1",
 			Command: []string{"bash", "-c", "sleep 0.2; exit 0"}}}}
 }
 
@@ -67,12 +67,12 @@ func runOpenSandbox(n int, timeout time.Duration) error {
 	s, wc, err := startClassStack(ctx, integration.ExecutionStackOptions{ManagerArgs: []string{"--opensandbox-marker-dir=" + srv.FilesRoot()}}, osClass,
 		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: integration.ControllerNamespace}},
 		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: integration.ControllerNamespace, Name: "opensandbox-api"}, Data: map[string][]byte{"api-key": []byte(osKey)}},
-		&v1alpha1.OpenSandboxExecutionParameters{ObjectMeta: metav1.ObjectMeta{Name: osClass},
-			Spec: v1alpha1.OpenSandboxExecutionParametersSpec{Endpoint: srv.URL(), AllowInsecureHTTP: true,
-				APIKeySecretRef: v1alpha1.NamespacedKeyReference{Namespace: integration.ControllerNamespace, Name: "opensandbox-api", Key: "api-key"}}},
-		&v1alpha1.JobClass{ObjectMeta: metav1.ObjectMeta{Name: osClass},
-			Spec: v1alpha1.JobClassSpec{ControllerName: v1alpha1.ControllerOpenSandbox,
-				ParametersRef: v1alpha1.ParametersReference{Group: v1alpha1.GroupVersion.Group, Kind: osexec.ParametersKind, Name: osClass}}},
+		&executionv1alpha1.OpenSandboxExecutionParameters{ObjectMeta: metav1.ObjectMeta{Name: osClass},
+			Spec: executionv1alpha1.OpenSandboxExecutionParametersSpec{Endpoint: srv.URL(), AllowInsecureHTTP: true,
+				APIKeySecretRef: executionv1alpha1.NamespacedKeyReference{Namespace: integration.ControllerNamespace, Name: "opensandbox-api", Key: "api-key"}}},
+		&executionv1alpha1.JobClass{ObjectMeta: metav1.ObjectMeta{Name: osClass},
+			Spec: executionv1alpha1.JobClassSpec{ControllerName: executionv1alpha1.ControllerOpenSandbox,
+				ParametersRef: executionv1alpha1.ParametersReference{Group: executionv1alpha1.GroupVersion.Group, Kind: osexec.ParametersKind, Name: osClass}}},
 	)
 	if err != nil {
 		return err
@@ -84,19 +84,19 @@ func runOpenSandbox(n int, timeout time.Duration) error {
 	reqsBefore := len(srv.Requests())
 
 	// Run: create N, wait for all Succeeded=True.
-	run, err := measure(ctx, "OpenSandbox Jobs", wc, &v1alpha1.JobList{}, nil, n, func(i int) client.Object { return osJob(i) },
+	run, err := measure(ctx, "OpenSandbox Jobs", wc, &executionv1alpha1.JobList{}, nil, n, func(i int) client.Object { return osJob(i) },
 		func(ev watch.EventType, o client.Object) (bool, error) {
 			if ev == watch.Deleted {
 				return false, nil
 			}
-			return succeeded(o.(*v1alpha1.Job))
+			return succeeded(o.(*executionv1alpha1.Job))
 		})
 	if err != nil {
 		return fmt.Errorf("OpenSandbox Jobs: %w\n%s", err, integration.Tail(s.ManagerLog, 20))
 	}
 	runEnd := run.start.Add(run.allDone)
 	hwm, rss := procStatus(pid, "VmHWM"), procStatus(pid, "VmRSS")
-	var jobs v1alpha1.JobList
+	var jobs executionv1alpha1.JobList
 	if err := c.List(ctx, &jobs, client.InNamespace(jobsNamespace)); err != nil {
 		return err
 	}
@@ -206,18 +206,18 @@ func deleteAll(ctx context.Context, wc client.WithWatch, n int) (phase, error) {
 	opts := []client.ListOption{client.InNamespace(jobsNamespace)}
 	var mu sync.Mutex
 	doneAt := map[string]time.Time{}
-	w, err := wc.Watch(ctx, &v1alpha1.JobList{}, opts...)
+	w, err := wc.Watch(ctx, &executionv1alpha1.JobList{}, opts...)
 	if err != nil {
 		return phase{}, err
 	}
 	finished := make(chan error, 1)
 	go func() {
-		finished <- follow(ctx, wc, &v1alpha1.JobList{}, opts, w, n, func(ev watch.EventType, _ client.Object) (bool, error) {
+		finished <- follow(ctx, wc, &executionv1alpha1.JobList{}, opts, w, n, func(ev watch.EventType, _ client.Object) (bool, error) {
 			return ev == watch.Deleted, nil
 		}, &mu, doneAt)
 	}()
 	start := time.Now()
-	if err := wc.DeleteAllOf(ctx, &v1alpha1.Job{}, client.InNamespace(jobsNamespace)); err != nil {
+	if err := wc.DeleteAllOf(ctx, &executionv1alpha1.Job{}, client.InNamespace(jobsNamespace)); err != nil {
 		return phase{}, err
 	}
 	if err := <-finished; err != nil {

@@ -15,7 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	v1alpha1 "git.ddupan.top/panxiao81/ayatori/api/execution/v1alpha1"
+	executionv1alpha1 "git.ddupan.top/panxiao81/ayatori/api/execution/v1alpha1"
 	"git.ddupan.top/panxiao81/ayatori/contracts/execution"
 	"git.ddupan.top/panxiao81/ayatori/integration"
 )
@@ -85,10 +85,10 @@ func runTTL(n, ttl, kcmQPS int, restart bool, timeout time.Duration) error {
 		close(restartDone)
 	}
 	t := int32(ttl)
-	p, err := measure(ctx, fmt.Sprintf("Ayatori Jobs with ttlSecondsAfterFinished %d", ttl), wc, &v1alpha1.JobList{}, nil, n,
+	p, err := measure(ctx, fmt.Sprintf("Ayatori Jobs with ttlSecondsAfterFinished %d", ttl), wc, &executionv1alpha1.JobList{}, nil, n,
 		func(i int) client.Object { return ayatoriJob(i, &t) },
 		func(ev watch.EventType, o client.Object) (bool, error) {
-			j := o.(*v1alpha1.Job)
+			j := o.(*executionv1alpha1.Job)
 			now := time.Now()
 			mu.Lock()
 			defer mu.Unlock()
@@ -170,7 +170,7 @@ func runTTL(n, ttl, kcmQPS int, restart bool, timeout time.Duration) error {
 	if len(natives) != n {
 		nativeBad = append(nativeBad, fmt.Sprintf("native Jobs carry %d Job UIDs, want %d", len(natives), n))
 	}
-	var leftJobs v1alpha1.JobList
+	var leftJobs executionv1alpha1.JobList
 	var leftNatives batchv1.JobList
 	var leftPods corev1.PodList
 	for _, l := range []struct {

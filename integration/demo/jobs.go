@@ -26,7 +26,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	exv1 "git.ddupan.top/panxiao81/ayatori/api/execution/v1alpha1"
+	executionv1alpha1 "git.ddupan.top/panxiao81/ayatori/api/execution/v1alpha1"
 	"git.ddupan.top/panxiao81/ayatori/integration"
 	ostest "git.ddupan.top/panxiao81/ayatori/integration/opensandbox"
 )
@@ -50,7 +50,7 @@ type demoJob struct {
 	// exitCode is the expected status.result.exitCode (nil: not checked).
 	exitCode *int32
 	// done is the Job as it ended.
-	done *exv1.Job
+	done *executionv1alpha1.Job
 }
 
 func (d *demoJob) key() types.NamespacedName {
@@ -66,10 +66,10 @@ func int32p(v int32) *int32 { return &v }
 func runJobs(ctx context.Context, s *integration.Stack, srv *ostest.Server, samples string, keep bool) ([]*demoJob, error) {
 	c := s.CP.Client
 	jobs := []*demoJob{
-		{name: "hello", image: integration.ImageSucceed, class: "default", want: "True/" + exv1.ReasonCompleted, exitCode: int32p(0)},
-		{name: "fail", image: integration.ImageExit, class: "default", want: "False/" + exv1.ReasonProcessFailed, exitCode: int32p(3)},
-		{name: "sleep", image: integration.ImageHang, class: "default", cancel: true, want: "False/" + exv1.ReasonCancelled},
-		{name: osJobName, class: osClassName, want: "True/" + exv1.ReasonCompleted, exitCode: int32p(0)},
+		{name: "hello", image: integration.ImageSucceed, class: "default", want: "True/" + executionv1alpha1.ReasonCompleted, exitCode: int32p(0)},
+		{name: "fail", image: integration.ImageExit, class: "default", want: "False/" + executionv1alpha1.ReasonProcessFailed, exitCode: int32p(3)},
+		{name: "sleep", image: integration.ImageHang, class: "default", cancel: true, want: "False/" + executionv1alpha1.ReasonCancelled},
+		{name: osJobName, class: osClassName, want: "True/" + executionv1alpha1.ReasonCompleted, exitCode: int32p(0)},
 	}
 	byName := map[string]*demoJob{}
 	for _, j := range jobs {
@@ -116,10 +116,10 @@ func runJobs(ctx context.Context, s *integration.Stack, srv *ostest.Server, samp
 		}
 	}
 	// The failing Job has no sample file; it is the hello Job with an exit code.
-	fail := &exv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: jobsNamespace, Name: "fail"},
-		Spec: exv1.JobSpec{
-			Task: exv1.TaskSpec{Image: integration.ImageExit, Command: []string{"sh", "-c", "exit 3"},
-				Env: []exv1.EnvVar{{Name: integration.EnvExitCode, Value: ptr("3")}}},
+	fail := &executionv1alpha1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: jobsNamespace, Name: "fail"},
+		Spec: executionv1alpha1.JobSpec{
+			Task: executionv1alpha1.TaskSpec{Image: integration.ImageExit, Command: []string{"sh", "-c", "exit 3"},
+				Env: []executionv1alpha1.EnvVar{{Name: integration.EnvExitCode, Value: ptr("3")}}},
 			TTLSecondsAfterFinished: int32p(3600),
 		}}
 	if !keep {
@@ -142,19 +142,19 @@ func runJobs(ctx context.Context, s *integration.Stack, srv *ostest.Server, samp
 		if !d.cancel {
 			continue
 		}
-		if _, err := waitJob(ctx, c, d.key(), "Succeeded=Unknown/Running", 2*time.Minute, func(j *exv1.Job) bool {
-			return succeededOf(j) == "Unknown/"+exv1.ReasonRunning
+		if _, err := waitJob(ctx, c, d.key(), "Succeeded=Unknown/Running", 2*time.Minute, func(j *executionv1alpha1.Job) bool {
+			return succeededOf(j) == "Unknown/"+executionv1alpha1.ReasonRunning
 		}); err != nil {
 			return nil, fmt.Errorf("%w\nmanager log tail:\n%s", err, integration.Tail(s.ManagerLog, 30))
 		}
 		say("kubectl patch ajob -n %s %s --type merge -p '{\"spec\":{\"desiredState\":\"Cancelled\"}}'", jobsNamespace, d.name)
 		patch := client.RawPatch(types.MergePatchType, []byte(`{"spec":{"desiredState":"Cancelled"}}`))
-		if err := c.Patch(ctx, &exv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: jobsNamespace, Name: d.name}}, patch); err != nil {
+		if err := c.Patch(ctx, &executionv1alpha1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: jobsNamespace, Name: d.name}}, patch); err != nil {
 			return nil, err
 		}
 	}
 	for _, d := range jobs {
-		j, err := waitJob(ctx, c, d.key(), "a terminal Succeeded condition", 3*time.Minute, func(j *exv1.Job) bool {
+		j, err := waitJob(ctx, c, d.key(), "a terminal Succeeded condition", 3*time.Minute, func(j *executionv1alpha1.Job) bool {
 			return j.Status.CompletionTime != nil
 		})
 		if err != nil {
@@ -182,9 +182,9 @@ func runJobs(ctx context.Context, s *integration.Stack, srv *ostest.Server, samp
 	for _, d := range jobs {
 		j := d.done
 		line := fmt.Sprintf("%-13s class=%-7s Accepted=%s Scheduled=%s Succeeded=%s exitCode=%s", d.name, classOf(j),
-			condOf(j, exv1.JobConditionAccepted), condOf(j, exv1.JobConditionScheduled), succeededOf(j), exitOf(j))
-		ok := succeededOf(j) == d.want && classOf(j) == d.class && strings.HasPrefix(condOf(j, exv1.JobConditionAccepted), "True") &&
-			strings.HasPrefix(condOf(j, exv1.JobConditionScheduled), "True")
+			condOf(j, executionv1alpha1.JobConditionAccepted), condOf(j, executionv1alpha1.JobConditionScheduled), succeededOf(j), exitOf(j))
+		ok := succeededOf(j) == d.want && classOf(j) == d.class && strings.HasPrefix(condOf(j, executionv1alpha1.JobConditionAccepted), "True") &&
+			strings.HasPrefix(condOf(j, executionv1alpha1.JobConditionScheduled), "True")
 		if d.exitCode != nil && exitOf(j) != fmt.Sprint(*d.exitCode) {
 			ok = false
 		}
@@ -228,7 +228,7 @@ func waitTTL(ctx context.Context, s *integration.Stack, jobs []*demoJob) error {
 	for _, d := range jobs {
 		deadline := d.done.Status.CompletionTime.Add(time.Duration(demoTTL+30) * time.Second)
 		for {
-			j := &exv1.Job{}
+			j := &executionv1alpha1.Job{}
 			err := c.Get(ctx, d.key(), j)
 			if client.IgnoreNotFound(err) != nil {
 				return err
@@ -283,10 +283,10 @@ func jobTimeline(ctx context.Context, s *integration.Stack, name string, want ..
 }
 
 // waitJob polls a Job until done holds.
-func waitJob(ctx context.Context, c client.Client, nn types.NamespacedName, what string, timeout time.Duration, done func(*exv1.Job) bool) (*exv1.Job, error) {
+func waitJob(ctx context.Context, c client.Client, nn types.NamespacedName, what string, timeout time.Duration, done func(*executionv1alpha1.Job) bool) (*executionv1alpha1.Job, error) {
 	deadline := time.Now().Add(timeout)
 	for {
-		j := &exv1.Job{}
+		j := &executionv1alpha1.Job{}
 		if err := c.Get(ctx, nn, j); err != nil {
 			return nil, err
 		}
@@ -295,7 +295,7 @@ func waitJob(ctx context.Context, c client.Client, nn types.NamespacedName, what
 		}
 		if time.Now().After(deadline) {
 			return nil, fmt.Errorf("Job %s: no %s after %s (Accepted=%s Scheduled=%s Succeeded=%s)", nn, what, timeout,
-				condOf(j, exv1.JobConditionAccepted), condOf(j, exv1.JobConditionScheduled), succeededOf(j))
+				condOf(j, executionv1alpha1.JobConditionAccepted), condOf(j, executionv1alpha1.JobConditionScheduled), succeededOf(j))
 		}
 		select {
 		case <-ctx.Done():
@@ -305,7 +305,7 @@ func waitJob(ctx context.Context, c client.Client, nn types.NamespacedName, what
 	}
 }
 
-func condOf(j *exv1.Job, typ string) string {
+func condOf(j *executionv1alpha1.Job, typ string) string {
 	c := meta.FindStatusCondition(j.Status.Conditions, typ)
 	if c == nil {
 		return "<none>"
@@ -313,16 +313,18 @@ func condOf(j *exv1.Job, typ string) string {
 	return string(c.Status) + "/" + c.Reason
 }
 
-func succeededOf(j *exv1.Job) string { return condOf(j, exv1.JobConditionSucceeded) }
+func succeededOf(j *executionv1alpha1.Job) string {
+	return condOf(j, executionv1alpha1.JobConditionSucceeded)
+}
 
-func classOf(j *exv1.Job) string {
+func classOf(j *executionv1alpha1.Job) string {
 	if j.Status.ResolvedJobClass == nil {
 		return "<none>"
 	}
 	return j.Status.ResolvedJobClass.Name
 }
 
-func exitOf(j *exv1.Job) string {
+func exitOf(j *executionv1alpha1.Job) string {
 	if j.Status.Result == nil || j.Status.Result.ExitCode == nil {
 		return "<none>"
 	}
@@ -338,7 +340,7 @@ func watchJobs(ctx context.Context, s *integration.Stack) (<-chan struct{}, erro
 	if err != nil {
 		return nil, err
 	}
-	w, err := wc.Watch(ctx, &exv1.JobList{})
+	w, err := wc.Watch(ctx, &executionv1alpha1.JobList{})
 	if err != nil {
 		return nil, err
 	}
@@ -355,13 +357,13 @@ func watchJobs(ctx context.Context, s *integration.Stack) (<-chan struct{}, erro
 				if !ok {
 					return
 				}
-				j, isJob := ev.Object.(*exv1.Job)
+				j, isJob := ev.Object.(*executionv1alpha1.Job)
 				if !isJob || len(j.Status.Conditions) == 0 {
 					continue
 				}
-				state := fmt.Sprintf("Accepted=%s Scheduled=%s Succeeded=%s", condOf(j, exv1.JobConditionAccepted),
-					condOf(j, exv1.JobConditionScheduled), succeededOf(j))
-				if j.Spec.DesiredState == exv1.JobDesiredStateCancelled {
+				state := fmt.Sprintf("Accepted=%s Scheduled=%s Succeeded=%s", condOf(j, executionv1alpha1.JobConditionAccepted),
+					condOf(j, executionv1alpha1.JobConditionScheduled), succeededOf(j))
+				if j.Spec.DesiredState == executionv1alpha1.JobDesiredStateCancelled {
 					state += "  desiredState=Cancelled"
 				}
 				if j.Status.Result != nil && j.Status.Result.ExitCode != nil {

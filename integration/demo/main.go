@@ -48,7 +48,7 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	v1alpha1 "git.ddupan.top/panxiao81/ayatori/api/database/v1alpha1"
+	databasev1alpha1 "git.ddupan.top/panxiao81/ayatori/api/database/v1alpha1"
 	"git.ddupan.top/panxiao81/ayatori/integration"
 )
 
@@ -164,7 +164,7 @@ func run(keep bool) error {
 
 	section("logging in to each tenant database with the Secret ESO projected (sslmode verify-full, via host and via hostaddr)")
 	for _, nn := range tenants {
-		t := &v1alpha1.PostgreSQLTenant{}
+		t := &databasev1alpha1.PostgreSQLTenant{}
 		if err := c.Get(ctx, nn, t); err != nil {
 			return err
 		}
@@ -279,10 +279,10 @@ func run(keep bool) error {
 	}
 
 	section("deleting PostgreSQLTenant wiki/wiki (deletionPolicy: Delete)")
-	if err := c.Delete(ctx, &v1alpha1.PostgreSQLTenant{ObjectMeta: metav1.ObjectMeta{Namespace: "wiki", Name: "wiki"}}); err != nil {
+	if err := c.Delete(ctx, &databasev1alpha1.PostgreSQLTenant{ObjectMeta: metav1.ObjectMeta{Namespace: "wiki", Name: "wiki"}}); err != nil {
 		return err
 	}
-	if err := waitGone(ctx, c, &v1alpha1.PostgreSQLTenant{ObjectMeta: metav1.ObjectMeta{Namespace: "wiki", Name: "wiki"}}, 2*time.Minute); err != nil {
+	if err := waitGone(ctx, c, &databasev1alpha1.PostgreSQLTenant{ObjectMeta: metav1.ObjectMeta{Namespace: "wiki", Name: "wiki"}}, 2*time.Minute); err != nil {
 		return fmt.Errorf("%w\nmanager log tail:\n%s", err, integration.Tail(s.ManagerLog, 30))
 	}
 	say("PostgreSQLTenant wiki/wiki is gone")
@@ -342,10 +342,10 @@ func waitGone(ctx context.Context, c client.Client, o client.Object, timeout tim
 	}
 }
 
-func waitTenant(ctx context.Context, c client.Client, nn types.NamespacedName, timeout time.Duration) (*v1alpha1.PostgreSQLTenant, error) {
+func waitTenant(ctx context.Context, c client.Client, nn types.NamespacedName, timeout time.Duration) (*databasev1alpha1.PostgreSQLTenant, error) {
 	deadline := time.Now().Add(timeout)
 	for {
-		t := &v1alpha1.PostgreSQLTenant{}
+		t := &databasev1alpha1.PostgreSQLTenant{}
 		if err := c.Get(ctx, nn, t); err != nil {
 			return nil, err
 		}
@@ -380,7 +380,7 @@ func load(path string) ([]*unstructured.Unstructured, error) {
 	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(b), 4096)
 	for {
 		u := &unstructured.Unstructured{}
-		if err := dec.Decode(&u.Object); err == io.EOF {
+		if err := dec.Decode(&u.Object); errors.Is(err, io.EOF) {
 			return out, nil
 		} else if err != nil {
 			return nil, fmt.Errorf("%s: %w", path, err)
@@ -391,10 +391,10 @@ func load(path string) ([]*unstructured.Unstructured, error) {
 	}
 }
 
-func waitInstance(ctx context.Context, c client.Client, name string, timeout time.Duration) (*v1alpha1.PostgreSQLInstance, error) {
+func waitInstance(ctx context.Context, c client.Client, name string, timeout time.Duration) (*databasev1alpha1.PostgreSQLInstance, error) {
 	deadline := time.Now().Add(timeout)
 	for {
-		inst := &v1alpha1.PostgreSQLInstance{}
+		inst := &databasev1alpha1.PostgreSQLInstance{}
 		if err := c.Get(ctx, types.NamespacedName{Name: name}, inst); err != nil {
 			return nil, err
 		}
@@ -404,7 +404,7 @@ func waitInstance(ctx context.Context, c client.Client, name string, timeout tim
 				state += fmt.Sprintf("  Ready=%s (%s) %s", cond.Status, cond.Reason, cond.Message)
 			}
 		}
-		if inst.Status.Phase == v1alpha1.InstancePhaseReady && inst.Status.ObservedGeneration == inst.Generation {
+		if inst.Status.Phase == databasev1alpha1.InstancePhaseReady && inst.Status.ObservedGeneration == inst.Generation {
 			return inst, nil
 		}
 		if time.Now().After(deadline) {
@@ -427,11 +427,11 @@ func watchProgress(ctx context.Context, s *integration.Stack) (<-chan struct{}, 
 	if err != nil {
 		return nil, err
 	}
-	iw, err := wc.Watch(ctx, &v1alpha1.PostgreSQLInstanceList{})
+	iw, err := wc.Watch(ctx, &databasev1alpha1.PostgreSQLInstanceList{})
 	if err != nil {
 		return nil, err
 	}
-	tw, err := wc.Watch(ctx, &v1alpha1.PostgreSQLTenantList{})
+	tw, err := wc.Watch(ctx, &databasev1alpha1.PostgreSQLTenantList{})
 	if err != nil {
 		iw.Stop()
 		return nil, err
@@ -462,14 +462,14 @@ func watchProgress(ctx context.Context, s *integration.Stack) (<-chan struct{}, 
 				if !ok {
 					return
 				}
-				if i, isInst := ev.Object.(*v1alpha1.PostgreSQLInstance); isInst {
+				if i, isInst := ev.Object.(*databasev1alpha1.PostgreSQLInstance); isInst {
 					show("PostgreSQLInstance", i.Name, string(i.Status.Phase), i.Status.Conditions)
 				}
 			case ev, ok := <-tw.ResultChan():
 				if !ok {
 					return
 				}
-				if t, isTenant := ev.Object.(*v1alpha1.PostgreSQLTenant); isTenant {
+				if t, isTenant := ev.Object.(*databasev1alpha1.PostgreSQLTenant); isTenant {
 					show("PostgreSQLTenant", t.Namespace+"/"+t.Name, string(t.Status.Phase), t.Status.Conditions)
 				}
 			}
@@ -481,7 +481,7 @@ func watchProgress(ctx context.Context, s *integration.Stack) (<-chan struct{}, 
 // printEvents prints the events.k8s.io Events about one Tenant, oldest
 // first, as `kubectl events --for` would.
 func printEvents(ctx context.Context, c client.Client, nn types.NamespacedName) error {
-	t := &v1alpha1.PostgreSQLTenant{}
+	t := &databasev1alpha1.PostgreSQLTenant{}
 	if err := c.Get(ctx, nn, t); err != nil {
 		return err
 	}

@@ -20,7 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	exv1 "git.ddupan.top/panxiao81/ayatori/api/execution/v1alpha1"
+	executionv1alpha1 "git.ddupan.top/panxiao81/ayatori/api/execution/v1alpha1"
 	osexec "git.ddupan.top/panxiao81/ayatori/executors/opensandbox"
 	"git.ddupan.top/panxiao81/ayatori/integration"
 	ostest "git.ddupan.top/panxiao81/ayatori/integration/opensandbox"
@@ -61,12 +61,12 @@ func applyOpenSandbox(ctx context.Context, s *integration.Stack, srv *ostest.Ser
 	for _, o := range []client.Object{
 		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: integration.ControllerNamespace, Name: osSecretName},
 			Data: map[string][]byte{"api-key": []byte(osAPIKey)}},
-		&exv1.OpenSandboxExecutionParameters{ObjectMeta: metav1.ObjectMeta{Name: osClassName},
-			Spec: exv1.OpenSandboxExecutionParametersSpec{Endpoint: srv.URL(), AllowInsecureHTTP: true,
-				APIKeySecretRef: exv1.NamespacedKeyReference{Namespace: integration.ControllerNamespace, Name: osSecretName, Key: "api-key"}}},
-		&exv1.JobClass{ObjectMeta: metav1.ObjectMeta{Name: osClassName},
-			Spec: exv1.JobClassSpec{ControllerName: exv1.ControllerOpenSandbox,
-				ParametersRef: exv1.ParametersReference{Group: exv1.GroupVersion.Group, Kind: osexec.ParametersKind, Name: osClassName}}},
+		&executionv1alpha1.OpenSandboxExecutionParameters{ObjectMeta: metav1.ObjectMeta{Name: osClassName},
+			Spec: executionv1alpha1.OpenSandboxExecutionParametersSpec{Endpoint: srv.URL(), AllowInsecureHTTP: true,
+				APIKeySecretRef: executionv1alpha1.NamespacedKeyReference{Namespace: integration.ControllerNamespace, Name: osSecretName, Key: "api-key"}}},
+		&executionv1alpha1.JobClass{ObjectMeta: metav1.ObjectMeta{Name: osClassName},
+			Spec: executionv1alpha1.JobClassSpec{ControllerName: executionv1alpha1.ControllerOpenSandbox,
+				ParametersRef: executionv1alpha1.ParametersReference{Group: executionv1alpha1.GroupVersion.Group, Kind: osexec.ParametersKind, Name: osClassName}}},
 	} {
 		if err := c.Create(ctx, o); err != nil {
 			return err
@@ -74,19 +74,19 @@ func applyOpenSandbox(ctx context.Context, s *integration.Stack, srv *ostest.Ser
 		switch o := o.(type) {
 		case *corev1.Secret:
 			say("Secret %s/%s (the server's API key, not printed)", o.Namespace, o.Name)
-		case *exv1.OpenSandboxExecutionParameters:
+		case *executionv1alpha1.OpenSandboxExecutionParameters:
 			say("OpenSandboxExecutionParameters %s: endpoint %s, allowInsecureHTTP (loopback), apiKeySecretRef %s/%s", o.Name, o.Spec.Endpoint, integration.ControllerNamespace, osSecretName)
-		case *exv1.JobClass:
+		case *executionv1alpha1.JobClass:
 			say("JobClass %s: controllerName %s", o.Name, o.Spec.ControllerName)
 		}
 	}
 	deadline := time.Now().Add(time.Minute)
 	for {
-		jc := &exv1.JobClass{}
+		jc := &executionv1alpha1.JobClass{}
 		if err := c.Get(ctx, types.NamespacedName{Name: osClassName}, jc); err != nil {
 			return err
 		}
-		if r := meta.FindStatusCondition(jc.Status.Conditions, exv1.JobClassConditionReady); r != nil && r.Status == metav1.ConditionTrue {
+		if r := meta.FindStatusCondition(jc.Status.Conditions, executionv1alpha1.JobClassConditionReady); r != nil && r.Status == metav1.ConditionTrue {
 			say("JobClass %s Ready=True (%s): the probe reached the server with the key", osClassName, r.Reason)
 			break
 		}
@@ -99,9 +99,9 @@ func applyOpenSandbox(ctx context.Context, s *integration.Stack, srv *ostest.Ser
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
-	j := &exv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: jobsNamespace, Name: osJobName},
-		Spec: exv1.JobSpec{JobClassName: osClassName, TTLSecondsAfterFinished: &ttl,
-			Task: exv1.TaskSpec{Image: "registry.example/tools:1", Command: []string{"bash", "-c", "echo hello from a sandbox"}}}}
+	j := &executionv1alpha1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: jobsNamespace, Name: osJobName},
+		Spec: executionv1alpha1.JobSpec{JobClassName: osClassName, TTLSecondsAfterFinished: &ttl,
+			Task: executionv1alpha1.TaskSpec{Image: "registry.example/tools:1", Command: []string{"bash", "-c", "echo hello from a sandbox"}}}}
 	if err := c.Create(ctx, j); err != nil {
 		return err
 	}

@@ -16,7 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
-	v1alpha1 "git.ddupan.top/panxiao81/ayatori/api/database/v1alpha1"
+	databasev1alpha1 "git.ddupan.top/panxiao81/ayatori/api/database/v1alpha1"
 	dbcontract "git.ddupan.top/panxiao81/ayatori/contracts/database"
 	"git.ddupan.top/panxiao81/ayatori/journal"
 	"git.ddupan.top/panxiao81/ayatori/projectors/journaled"
@@ -85,8 +85,8 @@ func (r *InstanceReconciler) SetupWithManager(mgr ctrl.Manager, outcomes <-chan 
 		r.Policy.DeletionRecheck = DefaultInstancePolicy.DeletionRecheck
 	}
 	ctx := context.Background()
-	if err := mgr.GetFieldIndexer().IndexField(ctx, &v1alpha1.PostgreSQLInstance{}, indexInstanceSecret, func(o client.Object) []string {
-		return []string{o.(*v1alpha1.PostgreSQLInstance).Spec.AdminCredentialRef.Name}
+	if err := mgr.GetFieldIndexer().IndexField(ctx, &databasev1alpha1.PostgreSQLInstance{}, indexInstanceSecret, func(o client.Object) []string {
+		return []string{o.(*databasev1alpha1.PostgreSQLInstance).Spec.AdminCredentialRef.Name}
 	}); err != nil {
 		return err
 	}
@@ -98,15 +98,15 @@ func (r *InstanceReconciler) SetupWithManager(mgr ctrl.Manager, outcomes <-chan 
 		// Every change, status included: a status written by anyone else is
 		// re-derived at once; the event of this process's own last write is
 		// dropped (journaled.OwnWrites: it would only start a no-op pass).
-		For(&v1alpha1.PostgreSQLInstance{}, builder.WithPredicates(r.own.Predicate())).
+		For(&databasev1alpha1.PostgreSQLInstance{}, builder.WithPredicates(r.own.Predicate())).
 		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.instancesForSecret)).
 		// A Tenant matters to its Instance only by its existence and its
 		// spec.instanceRef (a deleting Instance waits for its Tenants to be
 		// gone): a Tenant's status writes do not wake the Instance.
-		Watches(&v1alpha1.PostgreSQLTenant{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
-			return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: o.(*v1alpha1.PostgreSQLTenant).Spec.InstanceRef}}}
+		Watches(&databasev1alpha1.PostgreSQLTenant{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+			return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: o.(*databasev1alpha1.PostgreSQLTenant).Spec.InstanceRef}}}
 		}), builder.WithPredicates(predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
-			o, n := e.ObjectOld.(*v1alpha1.PostgreSQLTenant), e.ObjectNew.(*v1alpha1.PostgreSQLTenant)
+			o, n := e.ObjectOld.(*databasev1alpha1.PostgreSQLTenant), e.ObjectNew.(*databasev1alpha1.PostgreSQLTenant)
 			return o.Spec.InstanceRef != n.Spec.InstanceRef || o.DeletionTimestamp.IsZero() != n.DeletionTimestamp.IsZero()
 		}}))
 	if outcomes != nil {
@@ -116,8 +116,8 @@ func (r *InstanceReconciler) SetupWithManager(mgr ctrl.Manager, outcomes <-chan 
 }
 
 func indexTenantsByInstance(ctx context.Context, mgr ctrl.Manager) error {
-	err := mgr.GetFieldIndexer().IndexField(ctx, &v1alpha1.PostgreSQLTenant{}, indexTenantInstance, func(o client.Object) []string {
-		return []string{o.(*v1alpha1.PostgreSQLTenant).Spec.InstanceRef}
+	err := mgr.GetFieldIndexer().IndexField(ctx, &databasev1alpha1.PostgreSQLTenant{}, indexTenantInstance, func(o client.Object) []string {
+		return []string{o.(*databasev1alpha1.PostgreSQLTenant).Spec.InstanceRef}
 	})
 	if err != nil && !isIndexConflict(err) {
 		return err
@@ -129,7 +129,7 @@ func (r *InstanceReconciler) instancesForSecret(ctx context.Context, o client.Ob
 	if o.GetNamespace() != r.Namespace {
 		return nil
 	}
-	var list v1alpha1.PostgreSQLInstanceList
+	var list databasev1alpha1.PostgreSQLInstanceList
 	if err := r.Client.List(ctx, &list, client.MatchingFields{indexInstanceSecret: o.GetName()}); err != nil {
 		return nil
 	}
@@ -150,27 +150,29 @@ func (r *InstanceReconciler) Reconcile(ctx context.Context, req reconcile.Reques
 // instanceKind is the Instance's part of the skeleton.
 type instanceKind struct{ r *InstanceReconciler }
 
-func (instanceKind) New() *v1alpha1.PostgreSQLInstance { return &v1alpha1.PostgreSQLInstance{} }
-func (instanceKind) Finalizer() string                 { return InstanceFinalizer }
-func (instanceKind) StatusPhase(i *v1alpha1.PostgreSQLInstance) string {
+func (instanceKind) New() *databasev1alpha1.PostgreSQLInstance {
+	return &databasev1alpha1.PostgreSQLInstance{}
+}
+func (instanceKind) Finalizer() string { return InstanceFinalizer }
+func (instanceKind) StatusPhase(i *databasev1alpha1.PostgreSQLInstance) string {
 	return string(i.Status.Phase)
 }
 
 // JournalUnavailable keeps the phase and reports the journal outage.
-func (instanceKind) JournalUnavailable(i *v1alpha1.PostgreSQLInstance) InstanceDecision {
+func (instanceKind) JournalUnavailable(i *databasev1alpha1.PostgreSQLInstance) InstanceDecision {
 	return InstanceDecision{Phase: orPending(i.Status.Phase),
-		Ready: notReady(v1alpha1.ReasonDependencyUnavailable, "the operation journal is unavailable")}
+		Ready: notReady(databasev1alpha1.ReasonDependencyUnavailable, "the operation journal is unavailable")}
 }
 
 // Plan reads the admin Secret (controller namespace only) and, while
 // deleting, the Tenants referencing the Instance; DecideInstance decides.
-func (k instanceKind) Plan(ctx context.Context, inst *v1alpha1.PostgreSQLInstance, h journaled.History) (journaled.Plan[InstanceDecision], error) {
+func (k instanceKind) Plan(ctx context.Context, inst *databasev1alpha1.PostgreSQLInstance, h journaled.History) (journaled.Plan[InstanceDecision], error) {
 	r := k.r
 	spec := instanceSpecWithDefaults(inst.Spec)
 	facts := InstanceFacts{Generation: inst.Generation, SpecErrors: ValidateInstanceSpec(spec), Status: inst.Status,
 		Now: r.Clock.Now(), SecretName: spec.AdminCredentialRef.Name, Journal: h.State, Deleting: !inst.DeletionTimestamp.IsZero()}
 	if facts.Deleting {
-		var tenants v1alpha1.PostgreSQLTenantList
+		var tenants databasev1alpha1.PostgreSQLTenantList
 		if err := r.Client.List(ctx, &tenants, client.MatchingFields{indexTenantInstance: inst.Name}); err != nil {
 			facts.ReferencesUnknown = true
 		}
@@ -205,9 +207,9 @@ func (k instanceKind) Plan(ctx context.Context, inst *v1alpha1.PostgreSQLInstanc
 	return p, nil
 }
 
-func orPending(p v1alpha1.InstancePhase) v1alpha1.InstancePhase {
+func orPending(p databasev1alpha1.InstancePhase) databasev1alpha1.InstancePhase {
 	if p == "" {
-		return v1alpha1.InstancePhasePending
+		return databasev1alpha1.InstancePhasePending
 	}
 	return p
 }
@@ -215,10 +217,10 @@ func orPending(p v1alpha1.InstancePhase) v1alpha1.InstancePhase {
 // Project writes the decision into status (only when it changed) and emits
 // Events on Ready transitions, and WaitingForTenants when deletion starts
 // waiting.
-func (k instanceKind) Project(ctx context.Context, inst *v1alpha1.PostgreSQLInstance, d InstanceDecision) error {
+func (k instanceKind) Project(ctx context.Context, inst *databasev1alpha1.PostgreSQLInstance, d InstanceDecision) error {
 	r := k.r
 	before := inst.DeepCopy()
-	if d.WaitingForTenants && before.Status.Phase != v1alpha1.InstancePhaseDeleting && r.Recorder != nil {
+	if d.WaitingForTenants && before.Status.Phase != databasev1alpha1.InstancePhaseDeleting && r.Recorder != nil {
 		r.Recorder.Eventf(inst, nil, corev1.EventTypeNormal, EventDeletionWait, "Delete", "%s", d.Ready.Message)
 	}
 	inst.Status.Phase = d.Phase
@@ -243,12 +245,12 @@ func objectRef(o client.Object) journal.ObjectRef {
 	kind := gvk.Kind
 	if kind == "" {
 		switch o.(type) {
-		case *v1alpha1.PostgreSQLInstance:
+		case *databasev1alpha1.PostgreSQLInstance:
 			kind = KindInstance
-		case *v1alpha1.PostgreSQLTenant:
+		case *databasev1alpha1.PostgreSQLTenant:
 			kind = KindTenant
 		}
 	}
-	return journal.ObjectRef{Group: v1alpha1.GroupVersion.Group, Kind: kind, Namespace: o.GetNamespace(), Name: o.GetName(),
+	return journal.ObjectRef{Group: databasev1alpha1.GroupVersion.Group, Kind: kind, Namespace: o.GetNamespace(), Name: o.GetName(),
 		UID: string(o.GetUID()), Generation: o.GetGeneration()}
 }

@@ -8,7 +8,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	v1alpha1 "git.ddupan.top/panxiao81/ayatori/api/database/v1alpha1"
+	databasev1alpha1 "git.ddupan.top/panxiao81/ayatori/api/database/v1alpha1"
 	dbcontract "git.ddupan.top/panxiao81/ayatori/contracts/database"
 	"git.ddupan.top/panxiao81/ayatori/journal"
 	"git.ddupan.top/panxiao81/ayatori/projectors/journaled"
@@ -52,7 +52,7 @@ type InstanceFacts struct {
 	// Journal is the fold of the Instance UID's records.
 	Journal *journal.State
 	// Status is the current status (phase may be missing or forged).
-	Status v1alpha1.PostgreSQLInstanceStatus
+	Status databasev1alpha1.PostgreSQLInstanceStatus
 	Now    time.Time
 	// Deleting: the Instance has a deletionTimestamp.
 	Deleting bool
@@ -74,7 +74,7 @@ type ReadyCondition = journaled.Condition
 
 // InstanceDecision is what the projector does next.
 type InstanceDecision struct {
-	Phase             v1alpha1.InstancePhase
+	Phase             databasev1alpha1.InstancePhase
 	Ready             ReadyCondition
 	PostgreSQLVersion string
 	// Conclusive: the decision concludes the current generation (success or
@@ -95,7 +95,7 @@ type InstanceDecision struct {
 }
 
 func reconciling(msg string) ReadyCondition {
-	return ReadyCondition{Status: metav1.ConditionUnknown, Reason: v1alpha1.ReasonReconciling, Message: msg}
+	return ReadyCondition{Status: metav1.ConditionUnknown, Reason: databasev1alpha1.ReasonReconciling, Message: msg}
 }
 
 func notReady(reason, msg string) ReadyCondition {
@@ -105,10 +105,10 @@ func notReady(reason, msg string) ReadyCondition {
 // conditionReason maps an outcome reason to a Ready reason of the Instance.
 func instanceReason(r *journal.Result) string {
 	switch r.Reason {
-	case v1alpha1.ReasonAuthenticationFailed, v1alpha1.ReasonInsufficientPrivileges, v1alpha1.ReasonInvalidSpec, v1alpha1.ReasonDependencyUnavailable:
+	case databasev1alpha1.ReasonAuthenticationFailed, databasev1alpha1.ReasonInsufficientPrivileges, databasev1alpha1.ReasonInvalidSpec, databasev1alpha1.ReasonDependencyUnavailable:
 		return r.Reason
 	default:
-		return v1alpha1.ReasonDependencyUnavailable
+		return databasev1alpha1.ReasonDependencyUnavailable
 	}
 }
 
@@ -127,31 +127,31 @@ func DecideInstance(f InstanceFacts, p InstancePolicy) InstanceDecision {
 		return decideInstanceDelete(f, p)
 	}
 	if len(f.SpecErrors) > 0 {
-		return InstanceDecision{Phase: v1alpha1.InstancePhasePending, Conclusive: true,
-			Ready: notReady(v1alpha1.ReasonInvalidSpec, "invalid spec: "+strings.Join(f.SpecErrors, "; "))}
+		return InstanceDecision{Phase: databasev1alpha1.InstancePhasePending, Conclusive: true,
+			Ready: notReady(databasev1alpha1.ReasonInvalidSpec, "invalid spec: "+strings.Join(f.SpecErrors, "; "))}
 	}
 	if !f.Secret.Found {
-		phase := v1alpha1.InstancePhasePending
-		if f.Status.Phase != "" && f.Status.Phase != v1alpha1.InstancePhaseReady {
+		phase := databasev1alpha1.InstancePhasePending
+		if f.Status.Phase != "" && f.Status.Phase != databasev1alpha1.InstancePhaseReady {
 			phase = f.Status.Phase
 		}
 		return InstanceDecision{Phase: phase, Conclusive: true, RequeueAfter: p.PendingRecheck,
-			Ready: notReady(v1alpha1.ReasonDependencyUnavailable, fmt.Sprintf("admin credential Secret %q not found in the controller namespace", f.SecretName))}
+			Ready: notReady(databasev1alpha1.ReasonDependencyUnavailable, fmt.Sprintf("admin credential Secret %q not found in the controller namespace", f.SecretName))}
 	}
-	observe := func(phase v1alpha1.InstancePhase, ready ReadyCondition) InstanceDecision {
+	observe := func(phase databasev1alpha1.InstancePhase, ready ReadyCondition) InstanceDecision {
 		return InstanceDecision{Phase: phase, Ready: ready, RequeueAfter: p.PendingRecheck,
 			Intent: &PlannedIntent{Operation: dbcontract.OpObserveInstance, Attempt: journaled.NextAttempt(st, dbcontract.OpObserveInstance, gen)}}
 	}
 	obs := journaled.IntentsOf(st, dbcontract.OpObserveInstance, gen)
 	if len(obs) == 0 {
-		return observe(v1alpha1.InstancePhaseValidating, reconciling("validating the connection and the admin role"))
+		return observe(databasev1alpha1.InstancePhaseValidating, reconciling("validating the connection and the admin role"))
 	}
 	last := obs[len(obs)-1]
 	out, done := st.OutcomeOf(last.ID)
 	if !done {
-		d := InstanceDecision{Phase: v1alpha1.InstancePhaseValidating, Ready: reconciling("validating the connection and the admin role"), RequeueAfter: p.PendingRecheck}
+		d := InstanceDecision{Phase: databasev1alpha1.InstancePhaseValidating, Ready: reconciling("validating the connection and the admin role"), RequeueAfter: p.PendingRecheck}
 		if keepReady(f) {
-			d.Phase, d.Ready, d.PostgreSQLVersion = v1alpha1.InstancePhaseReady, readyCondition(f.Status.PostgreSQLVersion), f.Status.PostgreSQLVersion
+			d.Phase, d.Ready, d.PostgreSQLVersion = databasev1alpha1.InstancePhaseReady, readyCondition(f.Status.PostgreSQLVersion), f.Status.PostgreSQLVersion
 		}
 		return d
 	}
@@ -160,17 +160,17 @@ func DecideInstance(f InstanceFacts, p InstancePolicy) InstanceDecision {
 	if op.SecretResourceVersion != "" && op.SecretResourceVersion != f.Secret.ResourceVersion {
 		// The admin Secret changed since the observation: it says nothing
 		// about the credentials in force now.
-		return observe(v1alpha1.InstancePhaseValidating, reconciling("the admin credential Secret changed; validating again"))
+		return observe(databasev1alpha1.InstancePhaseValidating, reconciling("the admin credential Secret changed; validating again"))
 	}
 	if out.Result.Class != journal.Succeeded {
-		return retryAfterFailure(f, p, st, out, v1alpha1.InstancePhaseValidating, observe)
+		return retryAfterFailure(f, p, st, out, databasev1alpha1.InstancePhaseValidating, observe)
 	}
 	switch op.Registry {
 	case dbcontract.RegistryUsable:
 		return readyOrResync(f, p, out.Time, op.ServerVersion, observe)
 	case dbcontract.RegistryAbsent, dbcontract.RegistryNeedsMigration:
 	default:
-		return observe(v1alpha1.InstancePhaseValidating, reconciling("the last observation did not report the registry; validating again"))
+		return observe(databasev1alpha1.InstancePhaseValidating, reconciling("the last observation did not report the registry; validating again"))
 	}
 	// The registry must be created or migrated: a BootstrapRegistry decided
 	// after this observation.
@@ -183,16 +183,16 @@ func DecideInstance(f InstanceFacts, p InstancePolicy) InstanceDecision {
 		}
 	}
 	if boot == nil {
-		return InstanceDecision{Phase: v1alpha1.InstancePhaseInitializingRegistry, Ready: reconciling("initializing the ownership registry"),
+		return InstanceDecision{Phase: databasev1alpha1.InstancePhaseInitializingRegistry, Ready: reconciling("initializing the ownership registry"),
 			RequeueAfter: p.PendingRecheck,
 			Intent:       &PlannedIntent{Operation: dbcontract.OpBootstrapRegistry, Attempt: journaled.NextAttempt(st, dbcontract.OpBootstrapRegistry, gen)}}
 	}
 	bout, done := st.OutcomeOf(boot.ID)
 	if !done {
-		return InstanceDecision{Phase: v1alpha1.InstancePhaseInitializingRegistry, Ready: reconciling("initializing the ownership registry"), RequeueAfter: p.PendingRecheck}
+		return InstanceDecision{Phase: databasev1alpha1.InstancePhaseInitializingRegistry, Ready: reconciling("initializing the ownership registry"), RequeueAfter: p.PendingRecheck}
 	}
 	if bout.Result.Class != journal.Succeeded {
-		return retryAfterFailure(f, p, st, bout, v1alpha1.InstancePhaseInitializingRegistry, observe)
+		return retryAfterFailure(f, p, st, bout, databasev1alpha1.InstancePhaseInitializingRegistry, observe)
 	}
 	return readyOrResync(f, p, bout.Time, op.ServerVersion, observe)
 }
@@ -200,13 +200,13 @@ func DecideInstance(f InstanceFacts, p InstancePolicy) InstanceDecision {
 // keepReady: a periodic re-observation of a Ready Instance does not flap
 // its Ready condition while it is pending.
 func keepReady(f InstanceFacts) bool {
-	return f.Status.Phase == v1alpha1.InstancePhaseReady && f.Status.ObservedGeneration == f.Generation &&
+	return f.Status.Phase == databasev1alpha1.InstancePhaseReady && f.Status.ObservedGeneration == f.Generation &&
 		readyStatus(f.Status.Conditions) == metav1.ConditionTrue
 }
 
 func readyStatus(conds []metav1.Condition) metav1.ConditionStatus {
 	for _, c := range conds {
-		if c.Type == v1alpha1.ConditionReady {
+		if c.Type == databasev1alpha1.ConditionReady {
 			return c.Status
 		}
 	}
@@ -218,39 +218,39 @@ func readyCondition(version string) ReadyCondition {
 	if version != "" {
 		msg = "connected to PostgreSQL " + version + "; admin privileges and ownership registry verified"
 	}
-	return ReadyCondition{Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonReady, Message: msg}
+	return ReadyCondition{Status: metav1.ConditionTrue, Reason: databasev1alpha1.ReasonReady, Message: msg}
 }
 
-func readyOrResync(f InstanceFacts, p InstancePolicy, verifiedAt time.Time, version string, observe func(v1alpha1.InstancePhase, ReadyCondition) InstanceDecision) InstanceDecision {
+func readyOrResync(f InstanceFacts, p InstancePolicy, verifiedAt time.Time, version string, observe func(databasev1alpha1.InstancePhase, ReadyCondition) InstanceDecision) InstanceDecision {
 	if f.Status.Phase == "" {
 		// Status was lost: rebuild it from a fresh observation, never from
 		// the journal alone.
-		d := observe(v1alpha1.InstancePhaseValidating, reconciling("status was lost; validating again from external facts"))
+		d := observe(databasev1alpha1.InstancePhaseValidating, reconciling("status was lost; validating again from external facts"))
 		d.StatusLost = true
 		return d
 	}
 	due := verifiedAt.Add(p.ResyncInterval)
 	if !f.Now.Before(due) {
-		d := observe(v1alpha1.InstancePhaseReady, readyCondition(version))
+		d := observe(databasev1alpha1.InstancePhaseReady, readyCondition(version))
 		d.PostgreSQLVersion, d.Conclusive = version, true
 		return d
 	}
-	return InstanceDecision{Phase: v1alpha1.InstancePhaseReady, Ready: readyCondition(version), PostgreSQLVersion: version,
+	return InstanceDecision{Phase: databasev1alpha1.InstancePhaseReady, Ready: readyCondition(version), PostgreSQLVersion: version,
 		Conclusive: true, RequeueAfter: due.Sub(f.Now)}
 }
 
 // retryAfterFailure reports a failed (or unknown) outcome and, after an
 // exponential back-off over the consecutive failures, observes again. A
 // ResultUnknown is never retried blindly: the retry is an observation.
-func retryAfterFailure(f InstanceFacts, p InstancePolicy, st *journal.State, out journal.Record, phase v1alpha1.InstancePhase,
-	observe func(v1alpha1.InstancePhase, ReadyCondition) InstanceDecision) InstanceDecision {
+func retryAfterFailure(f InstanceFacts, p InstancePolicy, st *journal.State, out journal.Record, phase databasev1alpha1.InstancePhase,
+	observe func(databasev1alpha1.InstancePhase, ReadyCondition) InstanceDecision) InstanceDecision {
 	reason := instanceReason(out.Result)
 	msg := out.Result.Message
 	if msg == "" {
 		msg = out.Operation + " failed: " + out.Result.Reason
 	}
 	ready := notReady(reason, msg)
-	if reason == v1alpha1.ReasonInvalidSpec {
+	if reason == databasev1alpha1.ReasonInvalidSpec {
 		return InstanceDecision{Phase: phase, Ready: ready, Conclusive: true}
 	}
 	failures := consecutiveFailures(st, f.Generation)
@@ -294,11 +294,11 @@ func consecutiveFailures(st *journal.State, gen int64) int {
 func decideInstanceDelete(f InstanceFacts, p InstancePolicy) InstanceDecision {
 	switch {
 	case f.ReferencesUnknown:
-		return InstanceDecision{Phase: v1alpha1.InstancePhaseDeleting, RequeueAfter: p.RetryBase,
+		return InstanceDecision{Phase: databasev1alpha1.InstancePhaseDeleting, RequeueAfter: p.RetryBase,
 			Ready: reconciling("deleting: could not check for Tenants referencing this Instance; keeping the finalizer")}
 	case len(f.ReferencedBy) > 0:
-		return InstanceDecision{Phase: v1alpha1.InstancePhaseDeleting, RequeueAfter: p.DeletionRecheck, WaitingForTenants: true,
+		return InstanceDecision{Phase: databasev1alpha1.InstancePhaseDeleting, RequeueAfter: p.DeletionRecheck, WaitingForTenants: true,
 			Ready: reconciling(fmt.Sprintf("deleting: waiting for %d PostgreSQLTenant(s) referencing this Instance (e.g. %s)", len(f.ReferencedBy), f.ReferencedBy[0]))}
 	}
-	return InstanceDecision{Phase: v1alpha1.InstancePhaseDeleting, RemoveFinalizer: true, Ready: reconciling("deleting: no Tenant references this Instance")}
+	return InstanceDecision{Phase: databasev1alpha1.InstancePhaseDeleting, RemoveFinalizer: true, Ready: reconciling("deleting: no Tenant references this Instance")}
 }

@@ -7,7 +7,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clocktesting "k8s.io/utils/clock/testing"
 
-	v1alpha1 "git.ddupan.top/panxiao81/ayatori/api/database/v1alpha1"
+	databasev1alpha1 "git.ddupan.top/panxiao81/ayatori/api/database/v1alpha1"
 	dbcontract "git.ddupan.top/panxiao81/ayatori/contracts/database"
 	"git.ddupan.top/panxiao81/ayatori/journal"
 	"git.ddupan.top/panxiao81/ayatori/projectors/journaled"
@@ -54,13 +54,13 @@ func usable(rv string) dbcontract.ObserveOutcome {
 }
 
 func TestDecideInstance(t *testing.T) {
-	readyStatus := v1alpha1.PostgreSQLInstanceStatus{Phase: v1alpha1.InstancePhaseReady, ObservedGeneration: 1,
+	readyStatus := databasev1alpha1.PostgreSQLInstanceStatus{Phase: databasev1alpha1.InstancePhaseReady, ObservedGeneration: 1,
 		Conditions: []metav1.Condition{{Type: "Ready", Status: metav1.ConditionTrue}}}
-	validating := v1alpha1.PostgreSQLInstanceStatus{Phase: v1alpha1.InstancePhaseValidating}
+	validating := databasev1alpha1.PostgreSQLInstanceStatus{Phase: databasev1alpha1.InstancePhaseValidating}
 	cases := []struct {
 		name       string
 		facts      InstanceFacts
-		phase      v1alpha1.InstancePhase
+		phase      databasev1alpha1.InstancePhase
 		ready      metav1.ConditionStatus
 		reason     string
 		intent     string
@@ -164,7 +164,7 @@ func TestDecideInstanceDelete(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			c.facts.Journal, c.facts.Generation, c.facts.Now = ready, 1, t0
 			d := DecideInstance(c.facts, p)
-			if d.Phase != v1alpha1.InstancePhaseDeleting || d.Intent != nil || d.RemoveFinalizer != c.release ||
+			if d.Phase != databasev1alpha1.InstancePhaseDeleting || d.Intent != nil || d.RemoveFinalizer != c.release ||
 				d.WaitingForTenants != c.waiting || d.RequeueAfter != c.requeue {
 				t.Fatalf("decision %+v", d)
 			}
@@ -192,7 +192,7 @@ func TestDecideInstanceIgnoresExecutorClock(t *testing.T) {
 	journaled.SortBySequence(recs)
 	facts := func(recs []journal.Record) InstanceFacts {
 		return InstanceFacts{Generation: 1, Secret: SecretFact{Found: true, ResourceVersion: "1"}, Journal: journal.Fold(recs), Now: t0,
-			Status: v1alpha1.PostgreSQLInstanceStatus{Phase: v1alpha1.InstancePhaseReady, ObservedGeneration: 1, PostgreSQLVersion: "15.18",
+			Status: databasev1alpha1.PostgreSQLInstanceStatus{Phase: databasev1alpha1.InstancePhaseReady, ObservedGeneration: 1, PostgreSQLVersion: "15.18",
 				Conditions: []metav1.Condition{{Type: "Ready", Status: metav1.ConditionTrue}}}}
 	}
 	if d := DecideInstance(facts(recs), testPolicy); d.Intent == nil {
@@ -201,7 +201,7 @@ func TestDecideInstanceIgnoresExecutorClock(t *testing.T) {
 	clk := clocktesting.NewFakePassiveClock(t0)
 	obs := journaled.NewObservations(clk)
 	d := DecideInstance(facts(obs.Stamp("uid-1", recs)), testPolicy)
-	if d.Intent != nil || d.Phase != v1alpha1.InstancePhaseReady || d.RequeueAfter != testPolicy.ResyncInterval {
+	if d.Intent != nil || d.Phase != databasev1alpha1.InstancePhaseReady || d.RequeueAfter != testPolicy.ResyncInterval {
 		t.Fatalf("with observed times: %+v", d)
 	}
 	// Later passes keep the first observation: due after the interval.

@@ -19,7 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
-	v1alpha1 "git.ddupan.top/panxiao81/ayatori/api/database/v1alpha1"
+	databasev1alpha1 "git.ddupan.top/panxiao81/ayatori/api/database/v1alpha1"
 	dbcontract "git.ddupan.top/panxiao81/ayatori/contracts/database"
 	pgexec "git.ddupan.top/panxiao81/ayatori/executors/postgresql"
 	"git.ddupan.top/panxiao81/ayatori/integration"
@@ -51,7 +51,7 @@ func TestInstanceReady(t *testing.T) {
 	e.adminSecret(t, "ready-admin", "ayatori_admin", adminCanary)
 	inst := e.instance(t, "ready", "ready-admin", nil)
 	got := e.waitReady(t, "ready", metav1.ConditionTrue, "Ready", 60*time.Second)
-	if got.Status.Phase != v1alpha1.InstancePhaseReady || !strings.HasPrefix(got.Status.PostgreSQLVersion, "15.") {
+	if got.Status.Phase != databasev1alpha1.InstancePhaseReady || !strings.HasPrefix(got.Status.PostgreSQLVersion, "15.") {
 		t.Fatalf("status %s version %q", dumpStatus(got), got.Status.PostgreSQLVersion)
 	}
 	if got.Status.ObservedGeneration != got.Generation {
@@ -104,7 +104,7 @@ func TestInstanceTLSAndAuthFailures(t *testing.T) {
 	// pg2's own CA is not the executor's trusted bundle (that is the shared
 	// server's CA): re-issue pg2's certificate from the trusted CA where a
 	// case needs a trusted chain.
-	on2 := func(i *v1alpha1.PostgreSQLInstance) { i.Spec.Endpoint.Port = int32(pg2.Port) }
+	on2 := func(i *databasev1alpha1.PostgreSQLInstance) { i.Spec.Endpoint.Port = int32(pg2.Port) }
 	t.Run("untrusted CA", func(t *testing.T) {
 		e.instance(t, "tls-wrong-ca", "tls-admin", on2)
 		got := e.waitReady(t, "tls-wrong-ca", metav1.ConditionFalse, "AuthenticationFailed", 30*time.Second)
@@ -117,14 +117,17 @@ func TestInstanceTLSAndAuthFailures(t *testing.T) {
 	}
 	time.Sleep(500 * time.Millisecond) // SIGHUP reload
 	t.Run("wrong host name", func(t *testing.T) {
-		e.instance(t, "tls-wrong-host", "tls-admin", func(i *v1alpha1.PostgreSQLInstance) { on2(i); i.Spec.Endpoint.Host = "wrong.example" })
+		e.instance(t, "tls-wrong-host", "tls-admin", func(i *databasev1alpha1.PostgreSQLInstance) { on2(i); i.Spec.Endpoint.Host = "wrong.example" })
 		got := e.waitReady(t, "tls-wrong-host", metav1.ConditionFalse, "AuthenticationFailed", 30*time.Second)
 		if !strings.Contains(readyMessage(got), "host name") {
 			t.Fatalf("message %q", readyMessage(got))
 		}
 	})
 	t.Run("sslMode disable against a TLS-only server", func(t *testing.T) {
-		e.instance(t, "tls-disable", "tls-admin", func(i *v1alpha1.PostgreSQLInstance) { on2(i); i.Spec.Endpoint.SSLMode = v1alpha1.SSLModeDisable })
+		e.instance(t, "tls-disable", "tls-admin", func(i *databasev1alpha1.PostgreSQLInstance) {
+			on2(i)
+			i.Spec.Endpoint.SSLMode = databasev1alpha1.SSLModeDisable
+		})
 		e.waitReady(t, "tls-disable", metav1.ConditionFalse, "AuthenticationFailed", 30*time.Second)
 	})
 	t.Run("a server that asks for the admin password in cleartext", func(t *testing.T) {
@@ -165,7 +168,7 @@ func TestInstanceTLSAndAuthFailures(t *testing.T) {
 	}
 }
 
-func readyMessage(i *v1alpha1.PostgreSQLInstance) string {
+func readyMessage(i *databasev1alpha1.PostgreSQLInstance) string {
 	for _, c := range i.Status.Conditions {
 		if c.Type == "Ready" {
 			return c.Message
@@ -189,7 +192,7 @@ func TestInstanceCredentials(t *testing.T) {
 	}
 	inst := e.instance(t, "creds", "creds-admin", nil)
 	got := e.waitReady(t, "creds", metav1.ConditionFalse, "DependencyUnavailable", 30*time.Second)
-	if got.Status.Phase != v1alpha1.InstancePhasePending {
+	if got.Status.Phase != databasev1alpha1.InstancePhasePending {
 		t.Fatalf("phase %s before the Secret exists", got.Status.Phase)
 	}
 	sec := e.adminSecret(t, "creds-admin", "rotating_admin", adminCanary+"-1")
@@ -294,7 +297,7 @@ func TestInstanceDependencyOutage(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.adminSecret(t, "outage-admin", "ayatori_admin", adminCanary)
-	e.instance(t, "outage", "outage-admin", func(i *v1alpha1.PostgreSQLInstance) { i.Spec.Endpoint.Port = int32(pg3.Port) })
+	e.instance(t, "outage", "outage-admin", func(i *databasev1alpha1.PostgreSQLInstance) { i.Spec.Endpoint.Port = int32(pg3.Port) })
 	e.waitReady(t, "outage", metav1.ConditionTrue, "Ready", 60*time.Second)
 	pg3.Stop()
 	e.waitReady(t, "outage", metav1.ConditionFalse, "DependencyUnavailable", 60*time.Second)
@@ -316,11 +319,11 @@ func TestInstanceStatusRebuilt(t *testing.T) {
 	intentsBefore, _ := opsOf(t, e, inst.UID)
 
 	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		cur := &v1alpha1.PostgreSQLInstance{}
+		cur := &databasev1alpha1.PostgreSQLInstance{}
 		if err := e.cp.Client.Get(ctx, types.NamespacedName{Name: "rebuild"}, cur); err != nil {
 			return err
 		}
-		cur.Status = v1alpha1.PostgreSQLInstanceStatus{}
+		cur.Status = databasev1alpha1.PostgreSQLInstanceStatus{}
 		return e.cp.Client.Status().Update(ctx, cur)
 	}); err != nil {
 		t.Fatal(err)
@@ -335,18 +338,18 @@ func TestInstanceStatusRebuilt(t *testing.T) {
 	e.adminSecret(t, "forged-admin", "ayatori_admin", "wrong-password")
 	e.instance(t, "forged", "forged-admin", nil)
 	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		forged := &v1alpha1.PostgreSQLInstance{}
+		forged := &databasev1alpha1.PostgreSQLInstance{}
 		if err := e.cp.Client.Get(ctx, types.NamespacedName{Name: "forged"}, forged); err != nil {
 			return err
 		}
-		forged.Status = v1alpha1.PostgreSQLInstanceStatus{Phase: v1alpha1.InstancePhaseReady, ObservedGeneration: forged.Generation,
+		forged.Status = databasev1alpha1.PostgreSQLInstanceStatus{Phase: databasev1alpha1.InstancePhaseReady, ObservedGeneration: forged.Generation,
 			Conditions: []metav1.Condition{{Type: "Ready", Status: metav1.ConditionTrue, Reason: "Ready", Message: "forged", LastTransitionTime: metav1.Now(), ObservedGeneration: forged.Generation}}}
 		return e.cp.Client.Status().Update(ctx, forged)
 	}); err != nil {
 		t.Fatal(err)
 	}
 	got := e.waitReady(t, "forged", metav1.ConditionFalse, "AuthenticationFailed", 30*time.Second)
-	if got.Status.Phase == v1alpha1.InstancePhaseReady {
+	if got.Status.Phase == databasev1alpha1.InstancePhaseReady {
 		t.Fatal("forged phase survived")
 	}
 }
@@ -362,27 +365,27 @@ func TestInstanceDeletionWaitsForTenants(t *testing.T) {
 	if err := e.cp.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "del-app"}}); err != nil {
 		t.Fatal(err)
 	}
-	tenant := &v1alpha1.PostgreSQLTenant{ObjectMeta: metav1.ObjectMeta{Name: "app", Namespace: "del-app"},
-		Spec: v1alpha1.PostgreSQLTenantSpec{InstanceRef: "del"}}
+	tenant := &databasev1alpha1.PostgreSQLTenant{ObjectMeta: metav1.ObjectMeta{Name: "app", Namespace: "del-app"},
+		Spec: databasev1alpha1.PostgreSQLTenantSpec{InstanceRef: "del"}}
 	if err := e.cp.Client.Create(ctx, tenant); err != nil {
 		t.Fatal(err)
 	}
-	inst := &v1alpha1.PostgreSQLInstance{ObjectMeta: metav1.ObjectMeta{Name: "del"}}
+	inst := &databasev1alpha1.PostgreSQLInstance{ObjectMeta: metav1.ObjectMeta{Name: "del"}}
 	if err := e.cp.Client.Delete(ctx, inst); err != nil {
 		t.Fatal(err)
 	}
 	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 20*time.Second, true, func(ctx context.Context) (bool, error) {
-		cur := &v1alpha1.PostgreSQLInstance{}
+		cur := &databasev1alpha1.PostgreSQLInstance{}
 		if err := e.cp.Client.Get(ctx, types.NamespacedName{Name: "del"}, cur); err != nil {
 			return false, err
 		}
-		return cur.Status.Phase == v1alpha1.InstancePhaseDeleting, nil
+		return cur.Status.Phase == databasev1alpha1.InstancePhaseDeleting, nil
 	})
 	if err != nil {
 		t.Fatalf("Instance did not enter Deleting: %v", err)
 	}
 	time.Sleep(2 * time.Second)
-	cur := &v1alpha1.PostgreSQLInstance{}
+	cur := &databasev1alpha1.PostgreSQLInstance{}
 	if err := e.cp.Client.Get(ctx, types.NamespacedName{Name: "del"}, cur); err != nil {
 		t.Fatalf("referenced Instance is gone: %v", err)
 	}
@@ -390,7 +393,7 @@ func TestInstanceDeletionWaitsForTenants(t *testing.T) {
 		t.Fatal(err)
 	}
 	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
-		err := e.cp.Client.Get(ctx, types.NamespacedName{Name: "del"}, &v1alpha1.PostgreSQLInstance{})
+		err := e.cp.Client.Get(ctx, types.NamespacedName{Name: "del"}, &databasev1alpha1.PostgreSQLInstance{})
 		return client.IgnoreNotFound(err) == nil && err != nil, nil
 	})
 	if err != nil {
@@ -424,7 +427,7 @@ func TestZZAdminCanaryNeverLeaks(t *testing.T) {
 		}
 	}
 	check("manager logs", e.logs.String())
-	var insts v1alpha1.PostgreSQLInstanceList
+	var insts databasev1alpha1.PostgreSQLInstanceList
 	if err := e.cp.Client.List(ctx, &insts); err != nil {
 		t.Fatal(err)
 	}
@@ -487,7 +490,7 @@ func TestInstanceReobservedAfterJournalRetention(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.adminSecret(t, "aged-admin", "ayatori_admin", adminCanary)
-	inst := e.instance(t, "aged", "aged-admin", func(i *v1alpha1.PostgreSQLInstance) { i.Spec.Endpoint.Port = int32(pg4.Port) })
+	inst := e.instance(t, "aged", "aged-admin", func(i *databasev1alpha1.PostgreSQLInstance) { i.Spec.Endpoint.Port = int32(pg4.Port) })
 	e.waitReady(t, "aged", metav1.ConditionTrue, "Ready", 60*time.Second)
 	uid := string(inst.UID)
 	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {

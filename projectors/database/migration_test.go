@@ -14,7 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	v1alpha1 "git.ddupan.top/panxiao81/ayatori/api/database/v1alpha1"
+	databasev1alpha1 "git.ddupan.top/panxiao81/ayatori/api/database/v1alpha1"
 	"git.ddupan.top/panxiao81/ayatori/integration"
 )
 
@@ -68,7 +68,7 @@ func TestMigrationRunbook(t *testing.T) {
 	superExec(t, s, "postgres", "ALTER ROLE blog RENAME TO blog_"+suffix)
 	superExec(t, s, "postgres", "ALTER ROLE blog_"+suffix+" PASSWORD 'legacy-blog-pw'") // rename clears MD5 only; keep it explicit
 	// Steps 6-7: the Tenant creates the final database, role and credential.
-	newTenant(t, s, "blog", "blog", func(tn *v1alpha1.PostgreSQLTenant) { tn.Spec.Extensions = []string{"pg_trgm"} })
+	newTenant(t, s, "blog", "blog", func(tn *databasev1alpha1.PostgreSQLTenant) { tn.Spec.Extensions = []string{"pg_trgm"} })
 	tn := waitTenant(t, s, "blog", "blog", metav1.ConditionTrue, "Ready", 2*time.Minute)
 	// Step 8: restore as the new owner and verify.
 	run("pg_restore", "--no-owner", "--no-privileges", "--role=blog", "--dbname=blog", dump)

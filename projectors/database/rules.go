@@ -13,7 +13,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/validation"
 
-	v1alpha1 "git.ddupan.top/panxiao81/ayatori/api/database/v1alpha1"
+	databasev1alpha1 "git.ddupan.top/panxiao81/ayatori/api/database/v1alpha1"
 	dbcontract "git.ddupan.top/panxiao81/ayatori/contracts/database"
 )
 
@@ -71,7 +71,7 @@ func ValidateRoleName(s string) error {
 // ValidateInstanceSpec checks an Instance spec before any side effect:
 // endpoint (DNS host, single IP hostaddr, port, admin database identifier,
 // TLS mode) and the admin credential reference. It returns every problem.
-func ValidateInstanceSpec(spec v1alpha1.PostgreSQLInstanceSpec) []string {
+func ValidateInstanceSpec(spec databasev1alpha1.PostgreSQLInstanceSpec) []string {
 	var errs []string
 	ep := spec.Endpoint
 	if msgs := validation.IsDNS1123Subdomain(ep.Host); len(msgs) > 0 {
@@ -87,7 +87,7 @@ func ValidateInstanceSpec(spec v1alpha1.PostgreSQLInstanceSpec) []string {
 		errs = append(errs, err.Error())
 	}
 	switch ep.SSLMode {
-	case v1alpha1.SSLModeDisable, v1alpha1.SSLModeRequire, v1alpha1.SSLModeVerifyCA, v1alpha1.SSLModeVerifyFull:
+	case databasev1alpha1.SSLModeDisable, databasev1alpha1.SSLModeRequire, databasev1alpha1.SSLModeVerifyCA, databasev1alpha1.SSLModeVerifyFull:
 	default:
 		errs = append(errs, fmt.Sprintf("endpoint.sslMode %q must be disable, require, verify-ca or verify-full", ep.SSLMode))
 	}
@@ -108,9 +108,9 @@ func ValidateInstanceSpec(spec v1alpha1.PostgreSQLInstanceSpec) []string {
 
 // withDefaults applies the CRD defaults (for objects created without the
 // apiserver's defaulting, e.g. in unit tests).
-func instanceSpecWithDefaults(spec v1alpha1.PostgreSQLInstanceSpec) v1alpha1.PostgreSQLInstanceSpec {
+func instanceSpecWithDefaults(spec databasev1alpha1.PostgreSQLInstanceSpec) databasev1alpha1.PostgreSQLInstanceSpec {
 	ep, ref := dbcontract.InstanceTarget(spec)
-	spec.Endpoint.Port, spec.Endpoint.Database, spec.Endpoint.SSLMode = ep.Port, ep.Database, v1alpha1.SSLMode(ep.SSLMode)
+	spec.Endpoint.Port, spec.Endpoint.Database, spec.Endpoint.SSLMode = ep.Port, ep.Database, databasev1alpha1.SSLMode(ep.SSLMode)
 	spec.AdminCredentialRef.UsernameKey, spec.AdminCredentialRef.PasswordKey = ref.UsernameKey, ref.PasswordKey
 	return spec
 }

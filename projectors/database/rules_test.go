@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	v1alpha1 "git.ddupan.top/panxiao81/ayatori/api/database/v1alpha1"
+	databasev1alpha1 "git.ddupan.top/panxiao81/ayatori/api/database/v1alpha1"
 )
 
 func TestIdentifiers(t *testing.T) {
@@ -48,31 +48,31 @@ func TestIdentifiers(t *testing.T) {
 	}
 }
 
-func validInstanceSpec() v1alpha1.PostgreSQLInstanceSpec {
-	return instanceSpecWithDefaults(v1alpha1.PostgreSQLInstanceSpec{
-		Endpoint:           v1alpha1.PostgreSQLEndpoint{Host: "postgresql.home.arpa", HostAddr: "192.0.2.10"},
-		AdminCredentialRef: v1alpha1.AdminCredentialReference{Name: "shared-postgresql-admin"},
+func validInstanceSpec() databasev1alpha1.PostgreSQLInstanceSpec {
+	return instanceSpecWithDefaults(databasev1alpha1.PostgreSQLInstanceSpec{
+		Endpoint:           databasev1alpha1.PostgreSQLEndpoint{Host: "postgresql.home.arpa", HostAddr: "192.0.2.10"},
+		AdminCredentialRef: databasev1alpha1.AdminCredentialReference{Name: "shared-postgresql-admin"},
 	})
 }
 
 func TestValidateInstanceSpec(t *testing.T) {
 	cases := []struct {
 		name   string
-		mutate func(*v1alpha1.PostgreSQLInstanceSpec)
+		mutate func(*databasev1alpha1.PostgreSQLInstanceSpec)
 		want   string
 	}{
-		{"valid", func(*v1alpha1.PostgreSQLInstanceSpec) {}, ""},
-		{"ipv6 hostaddr", func(s *v1alpha1.PostgreSQLInstanceSpec) { s.Endpoint.HostAddr = "2001:db8::10" }, ""},
-		{"two addresses", func(s *v1alpha1.PostgreSQLInstanceSpec) { s.Endpoint.HostAddr = "192.0.2.1,192.0.2.2" }, "hostaddr"},
-		{"hostname as hostaddr", func(s *v1alpha1.PostgreSQLInstanceSpec) { s.Endpoint.HostAddr = "db.example" }, "hostaddr"},
-		{"bad host", func(s *v1alpha1.PostgreSQLInstanceSpec) { s.Endpoint.Host = "Bad_Host" }, "endpoint.host"},
-		{"port 0", func(s *v1alpha1.PostgreSQLInstanceSpec) { s.Endpoint.Port = -1 }, "endpoint.port"},
-		{"port too big", func(s *v1alpha1.PostgreSQLInstanceSpec) { s.Endpoint.Port = 70000 }, "endpoint.port"},
-		{"admin database", func(s *v1alpha1.PostgreSQLInstanceSpec) { s.Endpoint.Database = "Postgres" }, "endpoint.database"},
-		{"ssl mode", func(s *v1alpha1.PostgreSQLInstanceSpec) { s.Endpoint.SSLMode = "prefer" }, "sslMode"},
-		{"secret name", func(s *v1alpha1.PostgreSQLInstanceSpec) { s.AdminCredentialRef.Name = "bad/name" }, "adminCredentialRef.name"},
-		{"same keys", func(s *v1alpha1.PostgreSQLInstanceSpec) { s.AdminCredentialRef.PasswordKey = "username" }, "must differ"},
-		{"bad key", func(s *v1alpha1.PostgreSQLInstanceSpec) { s.AdminCredentialRef.PasswordKey = "pass word" }, "passwordKey"},
+		{"valid", func(*databasev1alpha1.PostgreSQLInstanceSpec) {}, ""},
+		{"ipv6 hostaddr", func(s *databasev1alpha1.PostgreSQLInstanceSpec) { s.Endpoint.HostAddr = "2001:db8::10" }, ""},
+		{"two addresses", func(s *databasev1alpha1.PostgreSQLInstanceSpec) { s.Endpoint.HostAddr = "192.0.2.1,192.0.2.2" }, "hostaddr"},
+		{"hostname as hostaddr", func(s *databasev1alpha1.PostgreSQLInstanceSpec) { s.Endpoint.HostAddr = "db.example" }, "hostaddr"},
+		{"bad host", func(s *databasev1alpha1.PostgreSQLInstanceSpec) { s.Endpoint.Host = "Bad_Host" }, "endpoint.host"},
+		{"port 0", func(s *databasev1alpha1.PostgreSQLInstanceSpec) { s.Endpoint.Port = -1 }, "endpoint.port"},
+		{"port too big", func(s *databasev1alpha1.PostgreSQLInstanceSpec) { s.Endpoint.Port = 70000 }, "endpoint.port"},
+		{"admin database", func(s *databasev1alpha1.PostgreSQLInstanceSpec) { s.Endpoint.Database = "Postgres" }, "endpoint.database"},
+		{"ssl mode", func(s *databasev1alpha1.PostgreSQLInstanceSpec) { s.Endpoint.SSLMode = "prefer" }, "sslMode"},
+		{"secret name", func(s *databasev1alpha1.PostgreSQLInstanceSpec) { s.AdminCredentialRef.Name = "bad/name" }, "adminCredentialRef.name"},
+		{"same keys", func(s *databasev1alpha1.PostgreSQLInstanceSpec) { s.AdminCredentialRef.PasswordKey = "username" }, "must differ"},
+		{"bad key", func(s *databasev1alpha1.PostgreSQLInstanceSpec) { s.AdminCredentialRef.PasswordKey = "pass word" }, "passwordKey"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -8,14 +8,14 @@ import (
 	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	v1alpha1 "git.ddupan.top/panxiao81/ayatori/api/database/v1alpha1"
+	databasev1alpha1 "git.ddupan.top/panxiao81/ayatori/api/database/v1alpha1"
 	"git.ddupan.top/panxiao81/ayatori/projectors/journaled"
 )
 
 // setReady records the Ready condition for generation gen in conds and
 // returns the previous one (zero when there was none).
 func setReady(conds *[]metav1.Condition, gen int64, ready ReadyCondition) metav1.Condition {
-	return journaled.SetCondition(conds, v1alpha1.ConditionReady, gen, ready)
+	return journaled.SetCondition(conds, databasev1alpha1.ConditionReady, gen, ready)
 }
 
 // patchStatus writes obj's status (journaled.PatchStatus: merge patch with

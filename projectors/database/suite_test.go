@@ -21,7 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
-	v1alpha1 "git.ddupan.top/panxiao81/ayatori/api/database/v1alpha1"
+	databasev1alpha1 "git.ddupan.top/panxiao81/ayatori/api/database/v1alpha1"
 	dbcontract "git.ddupan.top/panxiao81/ayatori/contracts/database"
 	pgexec "git.ddupan.top/panxiao81/ayatori/executors/postgresql"
 	"git.ddupan.top/panxiao81/ayatori/integration"
@@ -236,12 +236,12 @@ func (e *env) adminSecret(t *testing.T, name, user, password string) *corev1.Sec
 }
 
 // instance creates an Instance against the test server.
-func (e *env) instance(t *testing.T, name, secret string, mutate func(*v1alpha1.PostgreSQLInstance)) *v1alpha1.PostgreSQLInstance {
+func (e *env) instance(t *testing.T, name, secret string, mutate func(*databasev1alpha1.PostgreSQLInstance)) *databasev1alpha1.PostgreSQLInstance {
 	t.Helper()
-	inst := &v1alpha1.PostgreSQLInstance{ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: v1alpha1.PostgreSQLInstanceSpec{
-			Endpoint:           v1alpha1.PostgreSQLEndpoint{Host: "localhost", HostAddr: "127.0.0.1", Port: int32(e.pg.Port)},
-			AdminCredentialRef: v1alpha1.AdminCredentialReference{Name: secret},
+	inst := &databasev1alpha1.PostgreSQLInstance{ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: databasev1alpha1.PostgreSQLInstanceSpec{
+			Endpoint:           databasev1alpha1.PostgreSQLEndpoint{Host: "localhost", HostAddr: "127.0.0.1", Port: int32(e.pg.Port)},
+			AdminCredentialRef: databasev1alpha1.AdminCredentialReference{Name: secret},
 		}}
 	if mutate != nil {
 		mutate(inst)
@@ -254,11 +254,11 @@ func (e *env) instance(t *testing.T, name, secret string, mutate func(*v1alpha1.
 
 // waitReady waits until the Instance's Ready condition has the status and
 // reason (reason "" = any) for its current generation.
-func (e *env) waitReady(t *testing.T, name string, status metav1.ConditionStatus, reason string, timeout time.Duration) *v1alpha1.PostgreSQLInstance {
+func (e *env) waitReady(t *testing.T, name string, status metav1.ConditionStatus, reason string, timeout time.Duration) *databasev1alpha1.PostgreSQLInstance {
 	t.Helper()
-	var last *v1alpha1.PostgreSQLInstance
+	var last *databasev1alpha1.PostgreSQLInstance
 	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
-		inst := &v1alpha1.PostgreSQLInstance{}
+		inst := &databasev1alpha1.PostgreSQLInstance{}
 		if err := e.cp.Client.Get(ctx, types.NamespacedName{Name: name}, inst); err != nil {
 			return false, nil
 		}
@@ -276,7 +276,7 @@ func (e *env) waitReady(t *testing.T, name string, status metav1.ConditionStatus
 	return last
 }
 
-func dumpStatus(i *v1alpha1.PostgreSQLInstance) string {
+func dumpStatus(i *databasev1alpha1.PostgreSQLInstance) string {
 	if i == nil {
 		return "<none>"
 	}

@@ -20,7 +20,7 @@ import (
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	v1alpha1 "git.ddupan.top/panxiao81/ayatori/api/database/v1alpha1"
+	databasev1alpha1 "git.ddupan.top/panxiao81/ayatori/api/database/v1alpha1"
 	dbcontract "git.ddupan.top/panxiao81/ayatori/contracts/database"
 	esexec "git.ddupan.top/panxiao81/ayatori/executors/externalsecrets"
 	"git.ddupan.top/panxiao81/ayatori/integration"
@@ -36,10 +36,10 @@ func kvPath(namespace, name string) string {
 
 // bumpPolicy changes spec.deletionPolicy: a new generation, so every step
 // runs again (the "then any spec change" of the reports).
-func bumpPolicy(t *testing.T, s *integration.Stack, namespace, name string, p v1alpha1.DeletionPolicy) {
+func bumpPolicy(t *testing.T, s *integration.Stack, namespace, name string, p databasev1alpha1.DeletionPolicy) {
 	t.Helper()
 	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		cur := &v1alpha1.PostgreSQLTenant{}
+		cur := &databasev1alpha1.PostgreSQLTenant{}
 		if err := s.CP.Client.Get(context.Background(), types.NamespacedName{Namespace: namespace, Name: name}, cur); err != nil {
 			return err
 		}
@@ -150,7 +150,7 @@ func TestTenantKVRecordLostNoSecondPassword(t *testing.T) {
 	if err := kv.DeleteMetadata(ctx, kvPath("kvlost", "lostapp")); err != nil {
 		t.Fatal(err)
 	}
-	bumpPolicy(t, s, "kvlost", "lostapp", v1alpha1.DeletionPolicyDelete)
+	bumpPolicy(t, s, "kvlost", "lostapp", databasev1alpha1.DeletionPolicyDelete)
 	got := waitTenant(t, s, "kvlost", "lostapp", metav1.ConditionFalse, "Conflict", time.Minute)
 	msg := readyMsg(got.Status.Conditions)
 	for _, want := range []string{"kv/" + kvPath("kvlost", "lostapp"), "missing", "never generates a second password", "restore the record"} {
@@ -232,7 +232,7 @@ func TestTenantKVVersionDeletedKeepsSecret(t *testing.T) {
 	if string(projected.Data["password"]) != pw {
 		t.Fatal("the application's Secret changed")
 	}
-	bumpPolicy(t, s, "kvsoft", "softapp", v1alpha1.DeletionPolicyDelete)
+	bumpPolicy(t, s, "kvsoft", "softapp", databasev1alpha1.DeletionPolicyDelete)
 	got := waitTenant(t, s, "kvsoft", "softapp", metav1.ConditionFalse, "Conflict", time.Minute)
 	msg := readyMsg(got.Status.Conditions)
 	for _, want := range []string{"kv/" + kvPath("kvsoft", "softapp"), "undelete", "deleted"} {
@@ -283,7 +283,9 @@ func TestTenantRetainedThenRecreatedWithDelete(t *testing.T) {
 	if !strings.Contains(es.GetAnnotations()[esexec.AnnotationRetained], string(first.UID)) {
 		t.Fatalf("the retained ExternalSecret is not marked retained: %v", es.GetAnnotations())
 	}
-	second := newTenant(t, s, "again", "againapp", func(tn *v1alpha1.PostgreSQLTenant) { tn.Spec.DeletionPolicy = v1alpha1.DeletionPolicyDelete })
+	second := newTenant(t, s, "again", "againapp", func(tn *databasev1alpha1.PostgreSQLTenant) {
+		tn.Spec.DeletionPolicy = databasev1alpha1.DeletionPolicyDelete
+	})
 	// The retained ExternalSecret takes the projection target: a Conflict
 	// before the second Tenant claims or writes anything.
 	waitTenantMessage(t, s, "again", "againapp", "Conflict", "retained from Tenant again/againapp")
@@ -331,24 +333,24 @@ func TestTenantLongestNames(t *testing.T) {
 	// A 64-character name with explicit database and login role (the
 	// reported case: the label value was over 63 characters).
 	name64 := strings.Repeat("n", 60) + "-064"
-	newTenant(t, s, "longnames", name64, func(tn *v1alpha1.PostgreSQLTenant) { tn.Spec.Database, tn.Spec.LoginRole = "long64", "long64" })
+	newTenant(t, s, "longnames", name64, func(tn *databasev1alpha1.PostgreSQLTenant) { tn.Spec.Database, tn.Spec.LoginRole = "long64", "long64" })
 	// The longest name with this instanceRef (6 + 235 = 241), a 253-character target Secret.
 	name235 := strings.Repeat("m.", 116) + "235"
 	secret253 := strings.Repeat("s", 253)
-	newTenant(t, s, "longnames", name235, func(tn *v1alpha1.PostgreSQLTenant) {
+	newTenant(t, s, "longnames", name235, func(tn *databasev1alpha1.PostgreSQLTenant) {
 		tn.Spec.Database, tn.Spec.LoginRole = "long235", "long235"
 		tn.Spec.Credential.SecretName = secret253
 	})
 	// A long instanceRef: a second Instance on the same server whose name
 	// leaves 64 characters for the Tenant name.
 	instName := strings.Repeat("i", 173) + "-inst"
-	if err := s.CP.Client.Create(ctx, &v1alpha1.PostgreSQLInstance{ObjectMeta: metav1.ObjectMeta{Name: instName}, Spec: v1alpha1.PostgreSQLInstanceSpec{
-		Endpoint:           v1alpha1.PostgreSQLEndpoint{Host: "localhost", HostAddr: "127.0.0.1", Port: int32(s.PG.Port)},
-		AdminCredentialRef: v1alpha1.AdminCredentialReference{Name: "shared-admin"}}}); err != nil {
+	if err := s.CP.Client.Create(ctx, &databasev1alpha1.PostgreSQLInstance{ObjectMeta: metav1.ObjectMeta{Name: instName}, Spec: databasev1alpha1.PostgreSQLInstanceSpec{
+		Endpoint:           databasev1alpha1.PostgreSQLEndpoint{Host: "localhost", HostAddr: "127.0.0.1", Port: int32(s.PG.Port)},
+		AdminCredentialRef: databasev1alpha1.AdminCredentialReference{Name: "shared-admin"}}}); err != nil {
 		t.Fatal(err)
 	}
 	name63 := strings.Repeat("q", 60) + "-63"
-	newTenant(t, s, "longnames", name63, func(tn *v1alpha1.PostgreSQLTenant) {
+	newTenant(t, s, "longnames", name63, func(tn *databasev1alpha1.PostgreSQLTenant) {
 		tn.Spec.InstanceRef = instName
 		tn.Spec.Database, tn.Spec.LoginRole = "longinst", "longinst"
 	})
@@ -382,7 +384,7 @@ func TestTenantLongestNames(t *testing.T) {
 	// characters, possible with a short instanceRef): InvalidSpec before any
 	// journal record or external write.
 	name237 := strings.Repeat("e", 237)
-	long := newTenant(t, s, "longnames", name237, func(tn *v1alpha1.PostgreSQLTenant) {
+	long := newTenant(t, s, "longnames", name237, func(tn *databasev1alpha1.PostgreSQLTenant) {
 		tn.Spec.InstanceRef = "x"
 		tn.Spec.Database, tn.Spec.LoginRole = "long237", "long237"
 	})
@@ -395,8 +397,8 @@ func TestTenantLongestNames(t *testing.T) {
 	}
 	// Over the limit: refused at admission, nothing created.
 	name253 := strings.Repeat("z", 253)
-	err := s.CP.Client.Create(ctx, &v1alpha1.PostgreSQLTenant{ObjectMeta: metav1.ObjectMeta{Namespace: "longnames", Name: name253},
-		Spec: v1alpha1.PostgreSQLTenantSpec{InstanceRef: "shared", Database: "long253", LoginRole: "long253"}})
+	err := s.CP.Client.Create(ctx, &databasev1alpha1.PostgreSQLTenant{ObjectMeta: metav1.ObjectMeta{Namespace: "longnames", Name: name253},
+		Spec: databasev1alpha1.PostgreSQLTenantSpec{InstanceRef: "shared", Database: "long253", LoginRole: "long253"}})
 	if err == nil || !strings.Contains(err.Error(), "241") {
 		t.Fatalf("a 253-character Tenant name with instanceRef shared: want refusal naming the 241-character limit, got %v", err)
 	}
@@ -491,12 +493,12 @@ func tcpProxy(t *testing.T, target string) int {
 func TestTenantFollowsInstanceEndpoint(t *testing.T) {
 	s := getStack(t)
 	ctx := context.Background()
-	if err := s.CP.Client.Create(ctx, &v1alpha1.PostgreSQLInstance{ObjectMeta: metav1.ObjectMeta{Name: "moving"}, Spec: v1alpha1.PostgreSQLInstanceSpec{
-		Endpoint:           v1alpha1.PostgreSQLEndpoint{Host: "localhost", HostAddr: "127.0.0.1", Port: int32(s.PG.Port)},
-		AdminCredentialRef: v1alpha1.AdminCredentialReference{Name: "shared-admin"}}}); err != nil {
+	if err := s.CP.Client.Create(ctx, &databasev1alpha1.PostgreSQLInstance{ObjectMeta: metav1.ObjectMeta{Name: "moving"}, Spec: databasev1alpha1.PostgreSQLInstanceSpec{
+		Endpoint:           databasev1alpha1.PostgreSQLEndpoint{Host: "localhost", HostAddr: "127.0.0.1", Port: int32(s.PG.Port)},
+		AdminCredentialRef: databasev1alpha1.AdminCredentialReference{Name: "shared-admin"}}}); err != nil {
 		t.Fatal(err)
 	}
-	tn := newTenant(t, s, "moving", "app", func(tn *v1alpha1.PostgreSQLTenant) {
+	tn := newTenant(t, s, "moving", "app", func(tn *databasev1alpha1.PostgreSQLTenant) {
 		tn.Spec.InstanceRef = "moving"
 		tn.Spec.Database, tn.Spec.LoginRole = "movingapp", "movingapp"
 	})
@@ -504,7 +506,7 @@ func TestTenantFollowsInstanceEndpoint(t *testing.T) {
 	pw, ver := kvPassword(t, s, "moving", "app")
 	port := tcpProxy(t, fmt.Sprintf("127.0.0.1:%d", s.PG.Port))
 	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		inst := &v1alpha1.PostgreSQLInstance{}
+		inst := &databasev1alpha1.PostgreSQLInstance{}
 		if err := s.CP.Client.Get(ctx, types.NamespacedName{Name: "moving"}, inst); err != nil {
 			return err
 		}
@@ -524,7 +526,7 @@ func TestTenantFollowsInstanceEndpoint(t *testing.T) {
 		if !ok || string(projected.Data["port"]) != want {
 			return false, nil
 		}
-		cur := &v1alpha1.PostgreSQLTenant{}
+		cur := &databasev1alpha1.PostgreSQLTenant{}
 		if err := s.CP.Client.Get(ctx, client.ObjectKeyFromObject(tn), cur); err != nil {
 			return false, nil
 		}

@@ -21,7 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
-	v1alpha1 "git.ddupan.top/panxiao81/ayatori/api/database/v1alpha1"
+	databasev1alpha1 "git.ddupan.top/panxiao81/ayatori/api/database/v1alpha1"
 	dbcontract "git.ddupan.top/panxiao81/ayatori/contracts/database"
 	"git.ddupan.top/panxiao81/ayatori/journal"
 	"git.ddupan.top/panxiao81/ayatori/projectors/journaled"
@@ -94,9 +94,9 @@ func (r *TenantReconciler) SetupWithManager(mgr ctrl.Manager, outcomes <-chan re
 		// Every change, status included, except the event of this
 		// process's own last write (journaled.OwnWrites: a no-op pass that
 		// would hold the Tenant's key while the next outcome arrives).
-		For(&v1alpha1.PostgreSQLTenant{}, builder.WithPredicates(r.own.Predicate())).
-		Watches(&v1alpha1.PostgreSQLInstance{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
-			var list v1alpha1.PostgreSQLTenantList
+		For(&databasev1alpha1.PostgreSQLTenant{}, builder.WithPredicates(r.own.Predicate())).
+		Watches(&databasev1alpha1.PostgreSQLInstance{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
+			var list databasev1alpha1.PostgreSQLTenantList
 			if err := r.Client.List(ctx, &list, client.MatchingFields{indexTenantInstance: o.GetName()}); err != nil {
 				return nil
 			}
@@ -108,7 +108,7 @@ func (r *TenantReconciler) SetupWithManager(mgr ctrl.Manager, outcomes <-chan re
 		})).
 		// The ExternalSecret the Tenant owns (a deleted or failing one is
 		// repaired or reported at once; see projectionDrift).
-		Watches(newExternalSecret(), handler.EnqueueRequestForOwner(mgr.GetScheme(), mgr.GetRESTMapper(), &v1alpha1.PostgreSQLTenant{}))
+		Watches(newExternalSecret(), handler.EnqueueRequestForOwner(mgr.GetScheme(), mgr.GetRESTMapper(), &databasev1alpha1.PostgreSQLTenant{}))
 	if outcomes != nil {
 		b = b.WatchesRawSource(journaled.Source(outcomes))
 	}
@@ -122,7 +122,7 @@ type tenantNames struct {
 	database, role, externalSecret, secret, kvPath, url string
 }
 
-func (r *TenantReconciler) names(t *v1alpha1.PostgreSQLTenant) tenantNames {
+func (r *TenantReconciler) names(t *databasev1alpha1.PostgreSQLTenant) tenantNames {
 	d := dbcontract.DeriveTenantNames(t, r.Config.BasePath)
 	n := tenantNames{database: d.Database, role: d.Role, externalSecret: d.ExternalSecret, secret: d.Secret, kvPath: d.KVPath}
 	n.url = strings.TrimSuffix(r.Config.ConsumerAddress, "/") + "/v1/" + strings.Trim(r.Config.KVMount, "/") + "/data/" + n.kvPath
@@ -136,7 +136,7 @@ func (r *TenantReconciler) names(t *v1alpha1.PostgreSQLTenant) tenantNames {
 const maxTenantNameForEvents = 253 - 1 - 16
 
 // validateTenant checks the input before any side effect.
-func validateTenant(t *v1alpha1.PostgreSQLTenant, n tenantNames) []string {
+func validateTenant(t *databasev1alpha1.PostgreSQLTenant, n tenantNames) []string {
 	var errs []string
 	if err := ValidateDatabaseName(n.database); err != nil {
 		errs = append(errs, err.Error())
@@ -163,7 +163,7 @@ func validateTenant(t *v1alpha1.PostgreSQLTenant, n tenantNames) []string {
 }
 
 // immutable compares the spec with what was already provisioned.
-func immutable(t *v1alpha1.PostgreSQLTenant, n tenantNames, st *journal.State) []string {
+func immutable(t *databasev1alpha1.PostgreSQLTenant, n tenantNames, st *journal.State) []string {
 	var errs []string
 	s := t.Status
 	if s.Database != "" && s.Database != n.database {
@@ -214,9 +214,11 @@ func (r *TenantReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 // tenantKind is the Tenant's part of the skeleton.
 type tenantKind struct{ r *TenantReconciler }
 
-func (tenantKind) New() *v1alpha1.PostgreSQLTenant { return &v1alpha1.PostgreSQLTenant{} }
-func (tenantKind) Finalizer() string               { return TenantFinalizer }
-func (tenantKind) StatusPhase(t *v1alpha1.PostgreSQLTenant) string {
+func (tenantKind) New() *databasev1alpha1.PostgreSQLTenant {
+	return &databasev1alpha1.PostgreSQLTenant{}
+}
+func (tenantKind) Finalizer() string { return TenantFinalizer }
+func (tenantKind) StatusPhase(t *databasev1alpha1.PostgreSQLTenant) string {
 	return string(t.Status.Phase)
 }
 
@@ -228,14 +230,14 @@ type tenantProjection struct {
 }
 
 // Project writes the decision into status and emits Events.
-func (k tenantKind) Project(ctx context.Context, t *v1alpha1.PostgreSQLTenant, p tenantProjection) error {
+func (k tenantKind) Project(ctx context.Context, t *databasev1alpha1.PostgreSQLTenant, p tenantProjection) error {
 	return k.r.projectTenant(ctx, t, p.names, p.decision)
 }
 
 // Plan gathers the Tenant's facts (the Instance, the journal claim, the
 // projection target and drift of what it owns in Kubernetes), decides with
 // DecideTenant and builds the record to append.
-func (k tenantKind) Plan(ctx context.Context, t *v1alpha1.PostgreSQLTenant, h journaled.History) (journaled.Plan[tenantProjection], error) {
+func (k tenantKind) Plan(ctx context.Context, t *databasev1alpha1.PostgreSQLTenant, h journaled.History) (journaled.Plan[tenantProjection], error) {
 	r := k.r
 	type plan = journaled.Plan[tenantProjection]
 	deleting := !t.DeletionTimestamp.IsZero()
@@ -243,7 +245,7 @@ func (k tenantKind) Plan(ctx context.Context, t *v1alpha1.PostgreSQLTenant, h jo
 	st := h.State
 	facts := TenantFacts{Generation: t.Generation, Deleting: deleting, SpecPolicy: t.Spec.DeletionPolicy, Journal: st, Records: h.Records,
 		Status: t.Status, Now: r.Clock.Now(), InputErrors: validateTenant(t, n), ImmutableErrors: immutable(t, n, st)}
-	inst := &v1alpha1.PostgreSQLInstance{}
+	inst := &databasev1alpha1.PostgreSQLInstance{}
 	ierr := r.Client.Get(ctx, types.NamespacedName{Name: t.Spec.InstanceRef}, inst)
 	switch {
 	case apierrors.IsNotFound(ierr):
@@ -254,7 +256,7 @@ func (k tenantKind) Plan(ctx context.Context, t *v1alpha1.PostgreSQLTenant, h jo
 		facts.InstanceProblem = fmt.Sprintf("PostgreSQLInstance %s is being deleted", t.Spec.InstanceRef)
 	case !instanceReady(inst):
 		facts.InstanceProblem = fmt.Sprintf("PostgreSQLInstance %s is not Ready", t.Spec.InstanceRef)
-		c := meta.FindStatusCondition(inst.Status.Conditions, v1alpha1.ConditionReady)
+		c := meta.FindStatusCondition(inst.Status.Conditions, databasev1alpha1.ConditionReady)
 		facts.InstanceProgressing = c == nil || c.Status == metav1.ConditionUnknown || c.ObservedGeneration != inst.Generation
 	}
 	if ierr == nil && !deleting {
@@ -288,7 +290,7 @@ func (k tenantKind) Plan(ctx context.Context, t *v1alpha1.PostgreSQLTenant, h jo
 			if orig != nil {
 				inst, ierr, facts.InstanceProblem = orig, nil, ""
 			} else {
-				ierr = apierrors.NewNotFound(v1alpha1.GroupVersion.WithResource("postgresqlinstances").GroupResource(), claimed.InstanceUID)
+				ierr = apierrors.NewNotFound(databasev1alpha1.GroupVersion.WithResource("postgresqlinstances").GroupResource(), claimed.InstanceUID)
 				facts.InstanceProblem = "the PostgreSQLInstance this Tenant was provisioned on (uid " + claimed.InstanceUID + ") no longer exists"
 			}
 		}
@@ -362,7 +364,7 @@ func (k tenantKind) Plan(ctx context.Context, t *v1alpha1.PostgreSQLTenant, h jo
 		return p, nil
 	case d.Intent != nil && ierr != nil && d.Intent.Operation != dbcontract.OpRetainOwnership && d.Intent.Operation != dbcontract.OpRetainExternalSecret:
 		// The Instance is gone: Delete-path steps can not run; keep waiting.
-		p.Status.decision = TenantDecision{Phase: d.Phase, Ready: notReady(v1alpha1.ReasonInstanceNotReady, facts.InstanceProblem)}
+		p.Status.decision = TenantDecision{Phase: d.Phase, Ready: notReady(databasev1alpha1.ReasonInstanceNotReady, facts.InstanceProblem)}
 		p.RequeueAfter = r.Policy.PendingRecheck
 		return p, nil
 	case d.Intent != nil:
@@ -425,7 +427,7 @@ func provisionedSecret(st *journal.State) string {
 }
 
 // provisionedChanges lists the fields that differ from what was claimed.
-func provisionedChanges(claimed *dbcontract.TenantIntent, n tenantNames, inst *v1alpha1.PostgreSQLInstance, ierr error) []string {
+func provisionedChanges(claimed *dbcontract.TenantIntent, n tenantNames, inst *databasev1alpha1.PostgreSQLInstance, ierr error) []string {
 	var errs []string
 	if ierr == nil && string(inst.UID) != claimed.InstanceUID {
 		errs = append(errs, fmt.Sprintf("spec.instanceRef names PostgreSQLInstance %s (uid %s), but this Tenant was provisioned on the Instance with uid %s", inst.Name, inst.UID, claimed.InstanceUID))
@@ -442,7 +444,7 @@ func provisionedChanges(claimed *dbcontract.TenantIntent, n tenantNames, inst *v
 // namespaceNotAllowed says why ns may not use inst ("" when it may): its
 // spec.allowedNamespaces, with the namespace's labels read only when a
 // selector needs them.
-func (r *TenantReconciler) namespaceNotAllowed(ctx context.Context, inst *v1alpha1.PostgreSQLInstance, ns string) (string, error) {
+func (r *TenantReconciler) namespaceNotAllowed(ctx context.Context, inst *databasev1alpha1.PostgreSQLInstance, ns string) (string, error) {
 	var nsLabels map[string]string
 	if a := inst.Spec.AllowedNamespaces; a != nil && a.Selector != nil && !slices.Contains(a.Names, ns) {
 		n := &corev1.Namespace{}
@@ -456,8 +458,8 @@ func (r *TenantReconciler) namespaceNotAllowed(ctx context.Context, inst *v1alph
 }
 
 // instanceByUID finds an Instance by UID (nil: none has it).
-func (r *TenantReconciler) instanceByUID(ctx context.Context, uid string) (*v1alpha1.PostgreSQLInstance, error) {
-	var list v1alpha1.PostgreSQLInstanceList
+func (r *TenantReconciler) instanceByUID(ctx context.Context, uid string) (*databasev1alpha1.PostgreSQLInstance, error) {
+	var list databasev1alpha1.PostgreSQLInstanceList
 	if err := r.Client.List(ctx, &list); err != nil {
 		return nil, err
 	}
@@ -469,14 +471,14 @@ func (r *TenantReconciler) instanceByUID(ctx context.Context, uid string) (*v1al
 	return nil, nil
 }
 
-func instanceReady(i *v1alpha1.PostgreSQLInstance) bool {
-	c := meta.FindStatusCondition(i.Status.Conditions, v1alpha1.ConditionReady)
+func instanceReady(i *databasev1alpha1.PostgreSQLInstance) bool {
+	c := meta.FindStatusCondition(i.Status.Conditions, databasev1alpha1.ConditionReady)
 	return c != nil && c.Status == metav1.ConditionTrue && i.Status.ObservedGeneration == i.Generation
 }
 
 // intent builds the intent record of a planned step, with the payload of
 // the executor that runs it.
-func (r *TenantReconciler) intent(t *v1alpha1.PostgreSQLTenant, inst *v1alpha1.PostgreSQLInstance, n tenantNames, p *PlannedIntent, st *journal.State) (journal.Record, error) {
+func (r *TenantReconciler) intent(t *databasev1alpha1.PostgreSQLTenant, inst *databasev1alpha1.PostgreSQLInstance, n tenantNames, p *PlannedIntent, st *journal.State) (journal.Record, error) {
 	spec := instanceSpecWithDefaults(inst.Spec)
 	ep := dbcontract.Endpoint{Host: spec.Endpoint.Host, HostAddr: spec.Endpoint.HostAddr, Port: spec.Endpoint.Port,
 		Database: spec.Endpoint.Database, SSLMode: string(spec.Endpoint.SSLMode)}
@@ -488,7 +490,7 @@ func (r *TenantReconciler) intent(t *v1alpha1.PostgreSQLTenant, inst *v1alpha1.P
 		payload = cred
 	case dbcontract.OpEnsureExternalSecret, dbcontract.OpObserveProjection, dbcontract.OpDeleteExternalSecret, dbcontract.OpRetainExternalSecret:
 		pi := dbcontract.ProjectionIntent{ExternalSecret: n.externalSecret, TargetSecretName: n.secret, StoreName: r.Config.StoreName,
-			RemoteKey: n.kvPath, OwnerAPIVersion: v1alpha1.GroupVersion.String(), OwnerKind: "PostgreSQLTenant"}
+			RemoteKey: n.kvPath, OwnerAPIVersion: databasev1alpha1.GroupVersion.String(), OwnerKind: "PostgreSQLTenant"}
 		if p.Operation == dbcontract.OpEnsureExternalSecret || p.Operation == dbcontract.OpObserveProjection {
 			_, pi.CredentialVersion = lastCredential(st)
 		}
@@ -508,17 +510,17 @@ func (r *TenantReconciler) intent(t *v1alpha1.PostgreSQLTenant, inst *v1alpha1.P
 }
 
 // credentialIntent is the credential record the Tenant should have now.
-func (r *TenantReconciler) credentialIntent(inst *v1alpha1.PostgreSQLInstance, n tenantNames) dbcontract.CredentialIntent {
+func (r *TenantReconciler) credentialIntent(inst *databasev1alpha1.PostgreSQLInstance, n tenantNames) dbcontract.CredentialIntent {
 	spec := instanceSpecWithDefaults(inst.Spec)
 	return dbcontract.CredentialIntent{Mount: r.Config.KVMount, Path: n.kvPath, InstanceUID: string(inst.UID), Username: n.role,
 		Database: n.database, Host: spec.Endpoint.Host, HostAddr: spec.Endpoint.HostAddr, Port: spec.Endpoint.Port, SSLMode: string(spec.Endpoint.SSLMode)}
 }
 
 // projectTenant writes the decision into status and emits Events.
-func (r *TenantReconciler) projectTenant(ctx context.Context, t *v1alpha1.PostgreSQLTenant, n tenantNames, d TenantDecision) error {
+func (r *TenantReconciler) projectTenant(ctx context.Context, t *databasev1alpha1.PostgreSQLTenant, n tenantNames, d TenantDecision) error {
 	before := t.DeepCopy()
 	t.Status.Phase = d.Phase
-	if d.Phase != v1alpha1.TenantPhasePending || t.Status.Database != "" {
+	if d.Phase != databasev1alpha1.TenantPhasePending || t.Status.Database != "" {
 		t.Status.Database, t.Status.LoginRole = n.database, n.role
 		t.Status.Credential.SecretRef.Name = n.secret
 		t.Status.Credential.OpenBaoURL = n.url

@@ -9,7 +9,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	v1alpha1 "git.ddupan.top/panxiao81/ayatori/api/database/v1alpha1"
+	databasev1alpha1 "git.ddupan.top/panxiao81/ayatori/api/database/v1alpha1"
 	dbcontract "git.ddupan.top/panxiao81/ayatori/contracts/database"
 	"git.ddupan.top/panxiao81/ayatori/journal"
 )
@@ -34,7 +34,7 @@ func TestTenantCrashAtEveryStep(t *testing.T) {
 				if err := s.StartManagerEnv([]string{"AYATORI_FAILPOINTS=" + point + "=" + op}); err != nil {
 					t.Fatal(err)
 				}
-				newTenant(t, s, "crash", name, func(tn *v1alpha1.PostgreSQLTenant) { tn.Spec.Extensions = []string{"pg_trgm"} })
+				newTenant(t, s, "crash", name, func(tn *databasev1alpha1.PostgreSQLTenant) { tn.Spec.Extensions = []string{"pg_trgm"} })
 				if !s.WaitManagerExit(90 * time.Second) {
 					t.Fatalf("the failpoint %s=%s never fired", point, op)
 				}
@@ -78,7 +78,9 @@ func TestTenantDeleteCrashAtEveryStep(t *testing.T) {
 		for _, point := range []string{"executor-before-outcome", "executor-after-outcome"} {
 			name := fmt.Sprintf("d%d%s", i, strings.Split(point, "-")[1][:1])
 			t.Run(op+"/"+point, func(t *testing.T) {
-				tn := newTenant(t, s, "delcrash", name, func(tn *v1alpha1.PostgreSQLTenant) { tn.Spec.DeletionPolicy = v1alpha1.DeletionPolicyDelete })
+				tn := newTenant(t, s, "delcrash", name, func(tn *databasev1alpha1.PostgreSQLTenant) {
+					tn.Spec.DeletionPolicy = databasev1alpha1.DeletionPolicyDelete
+				})
 				waitTenant(t, s, "delcrash", name, metav1.ConditionTrue, "Ready", 2*time.Minute)
 				s.StopManager()
 				if err := s.StartManagerEnv([]string{"AYATORI_FAILPOINTS=" + point + "=" + op}); err != nil {

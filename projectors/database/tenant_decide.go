@@ -8,7 +8,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	v1alpha1 "git.ddupan.top/panxiao81/ayatori/api/database/v1alpha1"
+	databasev1alpha1 "git.ddupan.top/panxiao81/ayatori/api/database/v1alpha1"
 	dbcontract "git.ddupan.top/panxiao81/ayatori/contracts/database"
 	"git.ddupan.top/panxiao81/ayatori/journal"
 	"git.ddupan.top/panxiao81/ayatori/projectors/journaled"
@@ -17,31 +17,31 @@ import (
 // tenantStep is one provisioning step and the phase reached when it succeeds.
 type tenantStep struct {
 	op    string
-	phase v1alpha1.TenantPhase
+	phase databasev1alpha1.TenantPhase
 }
 
 // provisionSteps is the Tenant chain (specification §8.3, §9).
 var provisionSteps = []tenantStep{
-	{dbcontract.OpCheckExtensions, v1alpha1.TenantPhasePending},
-	{dbcontract.OpClaimOwnership, v1alpha1.TenantPhasePlanned},
-	{dbcontract.OpWriteCredential, v1alpha1.TenantPhaseCredentialCreated},
-	{dbcontract.OpCreateRole, v1alpha1.TenantPhaseRoleCreated},
-	{dbcontract.OpCreateDatabase, v1alpha1.TenantPhaseDatabaseCreated},
-	{dbcontract.OpEnsureExtensions, v1alpha1.TenantPhaseDatabaseCreated},
-	{dbcontract.OpEnsureExternalSecret, v1alpha1.TenantPhaseExternalSecretCreated},
-	{dbcontract.OpObserveProjection, v1alpha1.TenantPhaseCredentialProjected},
-	{dbcontract.OpVerifyLogin, v1alpha1.TenantPhaseReady},
+	{dbcontract.OpCheckExtensions, databasev1alpha1.TenantPhasePending},
+	{dbcontract.OpClaimOwnership, databasev1alpha1.TenantPhasePlanned},
+	{dbcontract.OpWriteCredential, databasev1alpha1.TenantPhaseCredentialCreated},
+	{dbcontract.OpCreateRole, databasev1alpha1.TenantPhaseRoleCreated},
+	{dbcontract.OpCreateDatabase, databasev1alpha1.TenantPhaseDatabaseCreated},
+	{dbcontract.OpEnsureExtensions, databasev1alpha1.TenantPhaseDatabaseCreated},
+	{dbcontract.OpEnsureExternalSecret, databasev1alpha1.TenantPhaseExternalSecretCreated},
+	{dbcontract.OpObserveProjection, databasev1alpha1.TenantPhaseCredentialProjected},
+	{dbcontract.OpVerifyLogin, databasev1alpha1.TenantPhaseReady},
 }
 
 // deleteSteps is the Delete policy's order (specification §11.2): every
 // executor re-proves ownership before it deletes.
 var deleteSteps = []tenantStep{
-	{dbcontract.OpDeleteExternalSecret, v1alpha1.TenantPhaseDeleting},
-	{dbcontract.OpDisableLogin, v1alpha1.TenantPhaseDeleting},
-	{dbcontract.OpDropDatabase, v1alpha1.TenantPhaseDeleting},
-	{dbcontract.OpDropRole, v1alpha1.TenantPhaseDeleting},
-	{dbcontract.OpDestroyCredential, v1alpha1.TenantPhaseDeleting},
-	{dbcontract.OpReleaseOwnership, v1alpha1.TenantPhaseDeleting},
+	{dbcontract.OpDeleteExternalSecret, databasev1alpha1.TenantPhaseDeleting},
+	{dbcontract.OpDisableLogin, databasev1alpha1.TenantPhaseDeleting},
+	{dbcontract.OpDropDatabase, databasev1alpha1.TenantPhaseDeleting},
+	{dbcontract.OpDropRole, databasev1alpha1.TenantPhaseDeleting},
+	{dbcontract.OpDestroyCredential, databasev1alpha1.TenantPhaseDeleting},
+	{dbcontract.OpReleaseOwnership, databasev1alpha1.TenantPhaseDeleting},
 }
 
 // TenantPolicy tunes the Tenant decisions.
@@ -88,23 +88,23 @@ type TenantFacts struct {
 	// wait at once instead of the back-off (issue 17).
 	ProjectionSynced bool
 	Deleting         bool
-	SpecPolicy       v1alpha1.DeletionPolicy
+	SpecPolicy       databasev1alpha1.DeletionPolicy
 	Journal          *journal.State
 	// Records are the UID's records in order (for notes).
 	Records []journal.Record
-	Status  v1alpha1.PostgreSQLTenantStatus
+	Status  databasev1alpha1.PostgreSQLTenantStatus
 	Now     time.Time
 }
 
 // TenantDecision is what the Tenant projector does next.
 type TenantDecision struct {
-	Phase      v1alpha1.TenantPhase
+	Phase      databasev1alpha1.TenantPhase
 	Ready      ReadyCondition
 	Conclusive bool
 	Intent     *PlannedIntent
 	// Note is a journal note to append (dbcontract.NoteRevalidate, dbcontract.NoteDeletionStarted).
 	Note       string
-	NotePolicy v1alpha1.DeletionPolicy
+	NotePolicy databasev1alpha1.DeletionPolicy
 	// RemoveFinalizer: deletion is complete (or Retain: the registry update is journaled).
 	RemoveFinalizer bool
 	DatabaseOID     uint32
@@ -145,26 +145,26 @@ func DecideTenant(f TenantFacts, p TenantPolicy) TenantDecision {
 	// Once the first external write happened the phase never returns to
 	// Pending, not even while every step is re-checked: the API's
 	// immutability rules hold from then on (issue 12, fault 4).
-	start := v1alpha1.TenantPhasePending
+	start := databasev1alpha1.TenantPhasePending
 	if provisionedAs(st) != nil {
-		start = v1alpha1.TenantPhasePlanned
+		start = databasev1alpha1.TenantPhasePlanned
 	}
 	// The checkpoint shown while blocked is derived from the journal, never
 	// taken from status (which may be stale or forged).
 	phase := runChain(f, p, st, provisionSteps, epoch, start).Phase
 	if len(f.InputErrors) > 0 {
 		return TenantDecision{Phase: phase, Conclusive: true,
-			Ready: notReady(v1alpha1.ReasonInvalidSpec, "invalid spec: "+strings.Join(f.InputErrors, "; "))}
+			Ready: notReady(databasev1alpha1.ReasonInvalidSpec, "invalid spec: "+strings.Join(f.InputErrors, "; "))}
 	}
 	if len(f.ImmutableErrors) > 0 {
 		return TenantDecision{Phase: phase, Conclusive: true,
-			Ready: notReady(v1alpha1.ReasonImmutableField, strings.Join(f.ImmutableErrors, "; ")+" (restore the previous value; v1alpha1 has no rename or migration)")}
+			Ready: notReady(databasev1alpha1.ReasonImmutableField, strings.Join(f.ImmutableErrors, "; ")+" (restore the previous value; v1alpha1 has no rename or migration)")}
 	}
 	if f.NamespaceNotAllowed != "" {
 		// Before any external write; re-checked on every pass (an
 		// administrator may add the namespace).
 		return TenantDecision{Phase: phase, Conclusive: true, RequeueAfter: p.PendingRecheck,
-			Ready: notReady(v1alpha1.ReasonNamespaceNotAllowed, f.NamespaceNotAllowed)}
+			Ready: notReady(databasev1alpha1.ReasonNamespaceNotAllowed, f.NamespaceNotAllowed)}
 	}
 	if f.InstanceProblem != "" && f.InstanceProgressing {
 		return TenantDecision{Phase: phase, RequeueAfter: p.PendingRecheck,
@@ -172,7 +172,7 @@ func DecideTenant(f TenantFacts, p TenantPolicy) TenantDecision {
 	}
 	if f.InstanceProblem != "" {
 		return TenantDecision{Phase: phase, Conclusive: true, RequeueAfter: p.PendingRecheck,
-			Ready: notReady(v1alpha1.ReasonInstanceNotReady, f.InstanceProblem)}
+			Ready: notReady(databasev1alpha1.ReasonInstanceNotReady, f.InstanceProblem)}
 	}
 	if f.TargetTaken != "" {
 		// Checked before the first external write (and again before the
@@ -180,7 +180,7 @@ func DecideTenant(f TenantFacts, p TenantPolicy) TenantDecision {
 		// someone else's object holds the name. Re-checked on every pass
 		// (a human may resolve it); it never blocks deletion.
 		return TenantDecision{Phase: phase, Conclusive: true, RequeueAfter: p.PendingRecheck,
-			Ready: notReady(v1alpha1.ReasonConflict, "the credential projection target is taken: "+f.TargetTaken+
+			Ready: notReady(databasev1alpha1.ReasonConflict, "the credential projection target is taken: "+f.TargetTaken+
 				" (choose another spec.credential.secretName or Tenant name, or remove that object)")}
 	}
 	if f.Status.Phase == "" && len(st.Intents) > 0 {
@@ -204,7 +204,7 @@ func DecideTenant(f TenantFacts, p TenantPolicy) TenantDecision {
 // that finds a fact broken re-runs every step (a Revalidate note); one
 // that cannot reach PostgreSQL is reported and retried with back-off.
 func decideRecheck(f TenantFacts, p TenantPolicy, st *journal.State, chain chainResult, epoch uint64) TenantDecision {
-	ready := TenantDecision{Phase: v1alpha1.TenantPhaseReady, Ready: tenantReady(), Conclusive: true, DatabaseOID: chain.oid}
+	ready := TenantDecision{Phase: databasev1alpha1.TenantPhaseReady, Ready: tenantReady(), Conclusive: true, DatabaseOID: chain.oid}
 	verified := chain.lastDone
 	var last *journal.Record
 	for _, r := range journaled.IntentsOf(st, dbcontract.OpObserveTenant, f.Generation) {
@@ -226,13 +226,13 @@ func decideRecheck(f TenantFacts, p TenantPolicy, st *journal.State, chain chain
 			return ready
 		case out.Result.Class == journal.Succeeded:
 			verified = out.Time
-		case out.Result.Reason == v1alpha1.ReasonDependencyUnavailable:
+		case out.Result.Reason == databasev1alpha1.ReasonDependencyUnavailable:
 			msg := out.Result.Message
 			if msg == "" {
 				msg = "the re-check could not reach PostgreSQL"
 			}
-			d := TenantDecision{Phase: v1alpha1.TenantPhaseReady, Conclusive: true, DatabaseOID: chain.oid,
-				Ready: notReady(v1alpha1.ReasonDependencyUnavailable, msg)}
+			d := TenantDecision{Phase: databasev1alpha1.TenantPhaseReady, Conclusive: true, DatabaseOID: chain.oid,
+				Ready: notReady(databasev1alpha1.ReasonDependencyUnavailable, msg)}
 			due := out.Time.Add(journaled.Backoff(p.RetryBase, p.RetryMax, consecutiveFailed(st, dbcontract.OpObserveTenant, f.Generation, epoch)))
 			if f.Now.Before(due) {
 				d.RequeueAfter = due.Sub(f.Now)
@@ -244,7 +244,7 @@ func decideRecheck(f TenantFacts, p TenantPolicy, st *journal.State, chain chain
 			if msg == "" {
 				msg = "the re-check failed: " + out.Result.Reason
 			}
-			return TenantDecision{Phase: v1alpha1.TenantPhaseReady, Note: dbcontract.NoteRevalidate, DatabaseOID: chain.oid,
+			return TenantDecision{Phase: databasev1alpha1.TenantPhaseReady, Note: dbcontract.NoteRevalidate, DatabaseOID: chain.oid,
 				Ready: reconciling(msg + "; re-checking every step")}
 		}
 	}
@@ -274,7 +274,7 @@ func consecutiveFailed(st *journal.State, op string, gen int64, epoch uint64) in
 }
 
 func tenantReady() ReadyCondition {
-	return ReadyCondition{Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonReady,
+	return ReadyCondition{Status: metav1.ConditionTrue, Reason: databasev1alpha1.ReasonReady,
 		Message: "database, owner role, extensions and credential verified; the application login works"}
 }
 
@@ -296,7 +296,7 @@ type chainResult struct {
 }
 
 // runChain walks steps in order for the current generation after epoch.
-func runChain(f TenantFacts, p TenantPolicy, st *journal.State, steps []tenantStep, epoch uint64, start v1alpha1.TenantPhase) chainResult {
+func runChain(f TenantFacts, p TenantPolicy, st *journal.State, steps []tenantStep, epoch uint64, start databasev1alpha1.TenantPhase) chainResult {
 	phase := start
 	var lastDone time.Time
 	var oid uint32
@@ -361,17 +361,17 @@ func stepMessage(op string) string {
 // tenantFailure reports a failed step and schedules its retry: dependency
 // problems back off exponentially, conflicts are re-checked slowly,
 // invalid input is not retried until the spec changes.
-func tenantFailure(f TenantFacts, p TenantPolicy, st *journal.State, step tenantStep, out journal.Record, phase v1alpha1.TenantPhase, epoch uint64, oid uint32) TenantDecision {
+func tenantFailure(f TenantFacts, p TenantPolicy, st *journal.State, step tenantStep, out journal.Record, phase databasev1alpha1.TenantPhase, epoch uint64, oid uint32) TenantDecision {
 	reason := tenantReason(out.Result, step.op)
 	msg := out.Result.Message
 	if msg == "" {
 		msg = fmt.Sprintf("%s failed: %s", out.Operation, out.Result.Reason)
 	}
 	d := TenantDecision{Phase: phase, Ready: notReady(reason, msg), Conclusive: true, DatabaseOID: oid}
-	if reason == v1alpha1.ReasonInvalidSpec {
+	if reason == databasev1alpha1.ReasonInvalidSpec {
 		return d
 	}
-	if step.op == dbcontract.OpObserveProjection && reason == v1alpha1.ReasonCredentialProjectionFailed &&
+	if step.op == dbcontract.OpObserveProjection && reason == databasev1alpha1.ReasonCredentialProjectionFailed &&
 		attemptsSince(st, step.op, f.Generation, epoch) < projectionGrace {
 		// ESO syncs asynchronously: the first observations usually find
 		// the Secret not projected yet. That is still Reconciling (spec §10:
@@ -379,10 +379,10 @@ func tenantFailure(f TenantFacts, p TenantPolicy, st *journal.State, step tenant
 		d.Ready, d.Conclusive = reconciling("waiting for ESO to project the Secret: "+msg), false
 	}
 	delay := p.RetryMax
-	if reason != v1alpha1.ReasonConflict {
+	if reason != databasev1alpha1.ReasonConflict {
 		n := attemptsSince(st, step.op, f.Generation, epoch)
 		delay = journaled.Backoff(p.RetryBase, p.RetryMax, n)
-		if step.op == dbcontract.OpObserveProjection && reason == v1alpha1.ReasonCredentialProjectionFailed && n < projectionGrace && f.ProjectionSynced {
+		if step.op == dbcontract.OpObserveProjection && reason == databasev1alpha1.ReasonCredentialProjectionFailed && n < projectionGrace && f.ProjectionSynced {
 			// ESO has synced since: observe again now. Bounded by the
 			// grace attempts, so a Secret that stays wrong backs off.
 			delay = 0
@@ -417,15 +417,15 @@ func attemptsSince(st *journal.State, op string, gen int64, epoch uint64) int {
 
 func tenantReason(r *journal.Result, op string) string {
 	switch r.Reason {
-	case v1alpha1.ReasonConflict, v1alpha1.ReasonInvalidSpec, v1alpha1.ReasonDependencyUnavailable,
-		v1alpha1.ReasonProvisioningFailed, v1alpha1.ReasonCredentialProjectionFailed, v1alpha1.ReasonImmutableField,
-		v1alpha1.ReasonLoginRejected, v1alpha1.ReasonDeletionBlocked:
+	case databasev1alpha1.ReasonConflict, databasev1alpha1.ReasonInvalidSpec, databasev1alpha1.ReasonDependencyUnavailable,
+		databasev1alpha1.ReasonProvisioningFailed, databasev1alpha1.ReasonCredentialProjectionFailed, databasev1alpha1.ReasonImmutableField,
+		databasev1alpha1.ReasonLoginRejected, databasev1alpha1.ReasonDeletionBlocked:
 		return r.Reason
 	}
 	if op == dbcontract.OpObserveProjection || op == dbcontract.OpEnsureExternalSecret {
-		return v1alpha1.ReasonCredentialProjectionFailed
+		return databasev1alpha1.ReasonCredentialProjectionFailed
 	}
-	return v1alpha1.ReasonProvisioningFailed
+	return databasev1alpha1.ReasonProvisioningFailed
 }
 
 // decideTenantDelete: the policy in force is the one recorded when deletion
@@ -437,16 +437,16 @@ func decideTenantDelete(f TenantFacts, p TenantPolicy, st *journal.State) Tenant
 	if note == nil {
 		policy := f.SpecPolicy
 		if policy == "" {
-			policy = v1alpha1.DeletionPolicyRetain
+			policy = databasev1alpha1.DeletionPolicyRetain
 		}
-		return TenantDecision{Phase: v1alpha1.TenantPhaseDeleting, Note: dbcontract.NoteDeletionStarted, NotePolicy: policy,
+		return TenantDecision{Phase: databasev1alpha1.TenantPhaseDeleting, Note: dbcontract.NoteDeletionStarted, NotePolicy: policy,
 			Ready: reconciling("deletion started (deletionPolicy " + string(policy) + ")")}
 	}
 	var dn dbcontract.DeletionNote
 	_ = json.Unmarshal(note.Payload, &dn)
 	if len(st.Intents) == 0 || !claimedEver(st) {
 		// Nothing was ever claimed: there is nothing of ours outside.
-		return TenantDecision{Phase: v1alpha1.TenantPhaseDeleting, RemoveFinalizer: true, Ready: reconciling("nothing to clean up")}
+		return TenantDecision{Phase: databasev1alpha1.TenantPhaseDeleting, RemoveFinalizer: true, Ready: reconciling("nothing to clean up")}
 	}
 	if pending := pendingBefore(st, note.Sequence); len(pending) > 0 {
 		// An intent decided before deletion began may still run (a
@@ -454,18 +454,18 @@ func decideTenantDelete(f TenantFacts, p TenantPolicy, st *journal.State) Tenant
 		// now could leave what it creates behind (issue 12, fault 5).
 		// Every intent gets an outcome (the consumer records
 		// RetriesExhausted at the latest), so this wait ends.
-		return TenantDecision{Phase: v1alpha1.TenantPhaseDeleting, RequeueAfter: p.PendingRecheck,
+		return TenantDecision{Phase: databasev1alpha1.TenantPhaseDeleting, RequeueAfter: p.PendingRecheck,
 			Ready: reconciling(fmt.Sprintf("deletion waits for %d operation(s) decided before it to finish (%s)", len(pending), pending[0].Operation))}
 	}
-	if dn.Policy != v1alpha1.DeletionPolicyDelete {
+	if dn.Policy != databasev1alpha1.DeletionPolicyDelete {
 		return decideTenantRetain(f, p, st, note.Sequence)
 	}
-	d := runChain(f, p, st, deleteSteps, note.Sequence, v1alpha1.TenantPhaseDeleting)
+	d := runChain(f, p, st, deleteSteps, note.Sequence, databasev1alpha1.TenantPhaseDeleting)
 	if d.done {
-		return TenantDecision{Phase: v1alpha1.TenantPhaseDeleting, RemoveFinalizer: true, Ready: reconciling("every external resource was deleted"),
+		return TenantDecision{Phase: databasev1alpha1.TenantPhaseDeleting, RemoveFinalizer: true, Ready: reconciling("every external resource was deleted"),
 			LeftInPlace: leftInPlace(st, deleteSteps, f.Generation, note.Sequence)}
 	}
-	d.Phase = v1alpha1.TenantPhaseDeleting
+	d.Phase = databasev1alpha1.TenantPhaseDeleting
 	return d.TenantDecision
 }
 

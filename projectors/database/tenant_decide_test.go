@@ -7,7 +7,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	v1alpha1 "git.ddupan.top/panxiao81/ayatori/api/database/v1alpha1"
+	databasev1alpha1 "git.ddupan.top/panxiao81/ayatori/api/database/v1alpha1"
 	dbcontract "git.ddupan.top/panxiao81/ayatori/contracts/database"
 	"git.ddupan.top/panxiao81/ayatori/journal"
 )
@@ -43,7 +43,7 @@ func TestDecideTenant(t *testing.T) {
 		name    string
 		steps   []step
 		facts   func(*TenantFacts)
-		phase   v1alpha1.TenantPhase
+		phase   databasev1alpha1.TenantPhase
 		ready   metav1.ConditionStatus
 		reason  string
 		intent  string
@@ -57,7 +57,7 @@ func TestDecideTenant(t *testing.T) {
 			f.InstanceProgressing = true
 		},
 			phase: "Pending", ready: "Unknown", reason: "Reconciling"},
-		{name: "forged phase is ignored", facts: func(f *TenantFacts) { f.Status.Phase = v1alpha1.TenantPhaseReady; f.InstanceProblem = "x" },
+		{name: "forged phase is ignored", facts: func(f *TenantFacts) { f.Status.Phase = databasev1alpha1.TenantPhaseReady; f.InstanceProblem = "x" },
 			phase: "Pending", ready: "False", reason: "InstanceNotReady"},
 		{name: "after the claim: credential", steps: all[:2], phase: "Planned", ready: "Unknown", intent: dbcontract.OpWriteCredential, attempt: 1},
 		{name: "credential pending", steps: append(append([]step{}, all[:2]...), step{op: dbcontract.OpWriteCredential}), phase: "Planned", ready: "Unknown"},
@@ -73,16 +73,16 @@ func TestDecideTenant(t *testing.T) {
 			step{op: "ObserveProjection", class: journal.Failed, reason: "CredentialProjectionFailed"},
 			step{op: "ObserveProjection", class: journal.Failed, reason: "CredentialProjectionFailed"}),
 			phase: "ExternalSecretCreated", ready: "False", reason: "CredentialProjectionFailed"},
-		{name: "all steps: Ready", steps: all, facts: func(f *TenantFacts) { f.Status.Phase = v1alpha1.TenantPhaseReady }, phase: "Ready", ready: "True", reason: "Ready"},
+		{name: "all steps: Ready", steps: all, facts: func(f *TenantFacts) { f.Status.Phase = databasev1alpha1.TenantPhaseReady }, phase: "Ready", ready: "True", reason: "Ready"},
 		// Never Pending again once something was written (issue 12, fault 4).
 		{name: "status wiped: revalidate", steps: all, phase: "Planned", ready: "Unknown"},
-		{name: "deletion records the policy", steps: all, facts: func(f *TenantFacts) { f.Deleting = true; f.SpecPolicy = v1alpha1.DeletionPolicyDelete },
+		{name: "deletion records the policy", steps: all, facts: func(f *TenantFacts) { f.Deleting = true; f.SpecPolicy = databasev1alpha1.DeletionPolicyDelete },
 			phase: "Deleting", ready: "Unknown"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			st, recs := tenantHistory(tc.steps...)
-			f := TenantFacts{Generation: 1, Journal: st, Records: recs, Now: t0, Status: v1alpha1.PostgreSQLTenantStatus{Phase: v1alpha1.TenantPhasePending}}
+			f := TenantFacts{Generation: 1, Journal: st, Records: recs, Now: t0, Status: databasev1alpha1.PostgreSQLTenantStatus{Phase: databasev1alpha1.TenantPhasePending}}
 			if tc.name == "status wiped: revalidate" {
 				f.Status.Phase = ""
 			}
@@ -105,7 +105,7 @@ func TestDecideTenant(t *testing.T) {
 			if tc.name != "status wiped: revalidate" && d.StatusLost {
 				t.Fatal("StatusLost set although status has a phase")
 			}
-			if tc.name == "deletion records the policy" && (d.Note != dbcontract.NoteDeletionStarted || d.NotePolicy != v1alpha1.DeletionPolicyDelete) {
+			if tc.name == "deletion records the policy" && (d.Note != dbcontract.NoteDeletionStarted || d.NotePolicy != databasev1alpha1.DeletionPolicyDelete) {
 				t.Fatalf("note %q policy %q", d.Note, d.NotePolicy)
 			}
 		})
@@ -124,7 +124,7 @@ func TestDecideTenantTargetTaken(t *testing.T) {
 		name     string
 		steps    []step
 		facts    func(*TenantFacts)
-		phase    v1alpha1.TenantPhase
+		phase    databasev1alpha1.TenantPhase
 		ready    metav1.ConditionStatus
 		reason   string
 		intent   string
@@ -141,10 +141,10 @@ func TestDecideTenantTargetTaken(t *testing.T) {
 		{name: "Instance problem is reported first", steps: all[:1], facts: func(f *TenantFacts) { f.InstanceProblem = "gone" },
 			phase: "Pending", ready: "False", reason: "InstanceNotReady"},
 		{name: "deletion is never blocked: policy recorded", steps: all, facts: func(f *TenantFacts) {
-			f.Deleting, f.SpecPolicy = true, v1alpha1.DeletionPolicyDelete
+			f.Deleting, f.SpecPolicy = true, databasev1alpha1.DeletionPolicyDelete
 		}, phase: "Deleting", ready: "Unknown", note: dbcontract.NoteDeletionStarted},
 		{name: "deletion without a claim: finalizer goes", steps: all[:1], facts: func(f *TenantFacts) {
-			f.Deleting, f.SpecPolicy = true, v1alpha1.DeletionPolicyDelete
+			f.Deleting, f.SpecPolicy = true, databasev1alpha1.DeletionPolicyDelete
 			f.Records = append(f.Records, journal.Record{Type: journal.TypeNote, Operation: dbcontract.NoteDeletionStarted, Sequence: 99, Payload: []byte(`{"policy":"Delete"}`)})
 		}, phase: "Deleting", ready: "Unknown", finalize: true},
 	}
@@ -152,7 +152,7 @@ func TestDecideTenantTargetTaken(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			st, recs := tenantHistory(tc.steps...)
 			f := TenantFacts{Generation: 1, Journal: st, Records: recs, Now: t0, TargetTaken: taken,
-				Status: v1alpha1.PostgreSQLTenantStatus{Phase: v1alpha1.TenantPhasePending}}
+				Status: databasev1alpha1.PostgreSQLTenantStatus{Phase: databasev1alpha1.TenantPhasePending}}
 			if tc.facts != nil {
 				tc.facts(&f)
 			}
@@ -211,9 +211,9 @@ func TestDecideTenantRecheck(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			st, recs := tenantHistory(tc.steps...)
-			f := TenantFacts{Generation: 1, Journal: st, Records: recs, Now: t0.Add(tc.now), Status: v1alpha1.PostgreSQLTenantStatus{Phase: v1alpha1.TenantPhaseReady}}
+			f := TenantFacts{Generation: 1, Journal: st, Records: recs, Now: t0.Add(tc.now), Status: databasev1alpha1.PostgreSQLTenantStatus{Phase: databasev1alpha1.TenantPhaseReady}}
 			d := DecideTenant(f, tenantPolicy)
-			if d.Phase != v1alpha1.TenantPhaseReady || d.Ready.Status != tc.ready || (tc.reason != "" && d.Ready.Reason != tc.reason) || d.Note != tc.note {
+			if d.Phase != databasev1alpha1.TenantPhaseReady || d.Ready.Status != tc.ready || (tc.reason != "" && d.Ready.Reason != tc.reason) || d.Note != tc.note {
 				t.Fatalf("got %s %s/%s note %q (%s)", d.Phase, d.Ready.Status, d.Ready.Reason, d.Note, d.Ready.Message)
 			}
 			switch {

@@ -6,7 +6,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	v1alpha1 "git.ddupan.top/panxiao81/ayatori/api/database/v1alpha1"
+	databasev1alpha1 "git.ddupan.top/panxiao81/ayatori/api/database/v1alpha1"
 	dbcontract "git.ddupan.top/panxiao81/ayatori/contracts/database"
 	"git.ddupan.top/panxiao81/ayatori/journal"
 )
@@ -81,9 +81,9 @@ func TestKVSegment(t *testing.T) {
 // derived name cannot exist (an Event name over 253 characters).
 func TestValidateTenantLongNames(t *testing.T) {
 	r := &TenantReconciler{Config: TenantConfig{KVMount: "kv", BasePath: "postgresql-tenants", ConsumerAddress: "http://bao", StoreName: "s"}}
-	tn := func(inst, name string) *v1alpha1.PostgreSQLTenant {
-		return &v1alpha1.PostgreSQLTenant{ObjectMeta: metav1.ObjectMeta{Namespace: strings.Repeat("n", 63), Name: name},
-			Spec: v1alpha1.PostgreSQLTenantSpec{InstanceRef: inst, Database: "db", LoginRole: "role"}}
+	tn := func(inst, name string) *databasev1alpha1.PostgreSQLTenant {
+		return &databasev1alpha1.PostgreSQLTenant{ObjectMeta: metav1.ObjectMeta{Namespace: strings.Repeat("n", 63), Name: name},
+			Spec: databasev1alpha1.PostgreSQLTenantSpec{InstanceRef: inst, Database: "db", LoginRole: "role"}}
 	}
 	for _, c := range []struct {
 		inst, name string

@@ -45,10 +45,10 @@ func TestJournalOutage(t *testing.T) {
 	}
 	// The consumer resumed too: a Tenant created now goes through every step.
 	newTenant(t, s, "outage", "o4", nil)
-	tn := waitTenant(t, s, "outage", "o4", metav1.ConditionTrue, "Ready", 2*time.Minute)
+	waitTenant(t, s, "outage", "o4", metav1.ConditionTrue, "Ready", 2*time.Minute)
 	st := journalStore(t, s)
 	for _, n := range append(names, "o4") {
-		tn = waitTenant(t, s, "outage", n, metav1.ConditionTrue, "Ready", time.Second)
+		tn := waitTenant(t, s, "outage", n, metav1.ConditionTrue, "Ready", time.Second)
 		recs, err := st.Read(t.Context(), string(tn.UID))
 		if err != nil {
 			t.Fatal(err)

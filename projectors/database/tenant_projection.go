@@ -15,7 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	v1alpha1 "git.ddupan.top/panxiao81/ayatori/api/database/v1alpha1"
+	databasev1alpha1 "git.ddupan.top/panxiao81/ayatori/api/database/v1alpha1"
 	dbcontract "git.ddupan.top/panxiao81/ayatori/contracts/database"
 	"git.ddupan.top/panxiao81/ayatori/journal"
 )
@@ -35,7 +35,7 @@ func newExternalSecret() *unstructured.Unstructured {
 // never restarts the chain. The projector then re-runs every step
 // (Revalidate): EnsureExternalSecret repairs a deleted ExternalSecret, and
 // a failing step is reported at once instead of at the next re-check.
-func (r *TenantReconciler) projectionDrift(ctx context.Context, t *v1alpha1.PostgreSQLTenant, n tenantNames) (string, error) {
+func (r *TenantReconciler) projectionDrift(ctx context.Context, t *databasev1alpha1.PostgreSQLTenant, n tenantNames) (string, error) {
 	problem, err := externalSecretProblem(ctx, r.Client, t, n)
 	if err != nil || r.APIReader == nil {
 		return problem, err
@@ -54,7 +54,7 @@ func (r *TenantReconciler) projectionDrift(ctx context.Context, t *v1alpha1.Post
 	return "", err
 }
 
-func externalSecretProblem(ctx context.Context, c client.Reader, t *v1alpha1.PostgreSQLTenant, n tenantNames) (string, error) {
+func externalSecretProblem(ctx context.Context, c client.Reader, t *databasev1alpha1.PostgreSQLTenant, n tenantNames) (string, error) {
 	es := newExternalSecret()
 	err := c.Get(ctx, types.NamespacedName{Namespace: t.Namespace, Name: n.externalSecret}, es)
 	switch {
@@ -89,7 +89,7 @@ func externalSecretProblem(ctx context.Context, c client.Reader, t *v1alpha1.Pos
 // Both are read live (a cache lagging behind another Tenant's executor
 // must not let a write through); the Secret as metadata only, never its
 // data (docs/decisions/0002).
-func (r *TenantReconciler) targetTaken(ctx context.Context, t *v1alpha1.PostgreSQLTenant, n tenantNames, st *journal.State) (string, error) {
+func (r *TenantReconciler) targetTaken(ctx context.Context, t *databasev1alpha1.PostgreSQLTenant, n tenantNames, st *journal.State) (string, error) {
 	var rd client.Reader = r.Client
 	if r.APIReader != nil {
 		rd = r.APIReader
@@ -151,12 +151,12 @@ func reobserveDue(st *journal.State, gen int64) bool {
 		return false
 	}
 	o, ok := st.OutcomeOf(last.ID)
-	return ok && o.Result != nil && o.Result.Class != journal.Succeeded && o.Result.Reason == v1alpha1.ReasonCredentialProjectionFailed
+	return ok && o.Result != nil && o.Result.Class != journal.Succeeded && o.Result.Reason == databasev1alpha1.ReasonCredentialProjectionFailed
 }
 
 // projectionSynced reports whether the Tenant's ExternalSecret exists and
 // reports Ready=True.
-func (r *TenantReconciler) projectionSynced(ctx context.Context, t *v1alpha1.PostgreSQLTenant, n tenantNames) (bool, error) {
+func (r *TenantReconciler) projectionSynced(ctx context.Context, t *databasev1alpha1.PostgreSQLTenant, n tenantNames) (bool, error) {
 	es := newExternalSecret()
 	if err := r.Client.Get(ctx, types.NamespacedName{Namespace: t.Namespace, Name: n.externalSecret}, es); err != nil {
 		return false, client.IgnoreNotFound(err)

@@ -17,7 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	v1alpha1 "git.ddupan.top/panxiao81/ayatori/api/database/v1alpha1"
+	databasev1alpha1 "git.ddupan.top/panxiao81/ayatori/api/database/v1alpha1"
 	"git.ddupan.top/panxiao81/ayatori/integration"
 	"git.ddupan.top/panxiao81/ayatori/journal"
 )
@@ -81,13 +81,13 @@ func TestTenantsOnR3Cluster(t *testing.T) {
 		}
 	}
 	ready := func() int {
-		var list v1alpha1.PostgreSQLTenantList
+		var list databasev1alpha1.PostgreSQLTenantList
 		if err := s.CP.Client.List(ctx, &list, client.InNamespace("r3")); err != nil {
 			t.Fatal(err)
 		}
 		n := 0
 		for _, tn := range list.Items {
-			if tn.Status.Phase == v1alpha1.TenantPhaseReady {
+			if tn.Status.Phase == databasev1alpha1.TenantPhaseReady {
 				n++
 			}
 		}

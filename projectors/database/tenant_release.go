@@ -9,7 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/events"
 
-	v1alpha1 "git.ddupan.top/panxiao81/ayatori/api/database/v1alpha1"
+	databasev1alpha1 "git.ddupan.top/panxiao81/ayatori/api/database/v1alpha1"
 	dbcontract "git.ddupan.top/panxiao81/ayatori/contracts/database"
 	"git.ddupan.top/panxiao81/ayatori/journal"
 	"git.ddupan.top/panxiao81/ayatori/projectors/journaled"
@@ -27,17 +27,17 @@ const EventLeftInPlace = "LeftInPlace"
 // collector deletes it (and the application's Secret with it).
 func decideTenantRetain(f TenantFacts, p TenantPolicy, st *journal.State, after uint64) TenantDecision {
 	if len(intentsAfter(st, dbcontract.OpRetainOwnership, f.Generation, after)) == 0 {
-		return TenantDecision{Phase: v1alpha1.TenantPhaseDeleting, Ready: reconciling("retaining external resources"), RequeueAfter: 200 * time.Millisecond,
+		return TenantDecision{Phase: databasev1alpha1.TenantPhaseDeleting, Ready: reconciling("retaining external resources"), RequeueAfter: 200 * time.Millisecond,
 			Intent: &PlannedIntent{Operation: dbcontract.OpRetainOwnership, Attempt: journaled.NextAttempt(st, dbcontract.OpRetainOwnership, f.Generation)}}
 	}
-	step := tenantStep{dbcontract.OpRetainExternalSecret, v1alpha1.TenantPhaseDeleting}
-	d := runChain(f, p, st, []tenantStep{step}, after, v1alpha1.TenantPhaseDeleting)
+	step := tenantStep{dbcontract.OpRetainExternalSecret, databasev1alpha1.TenantPhaseDeleting}
+	d := runChain(f, p, st, []tenantStep{step}, after, databasev1alpha1.TenantPhaseDeleting)
 	if d.done {
-		return TenantDecision{Phase: v1alpha1.TenantPhaseDeleting, RemoveFinalizer: true, Ready: reconciling("retained"),
+		return TenantDecision{Phase: databasev1alpha1.TenantPhaseDeleting, RemoveFinalizer: true, Ready: reconciling("retained"),
 			LeftInPlace: leftInPlace(st, []tenantStep{step}, f.Generation, after)}
 	}
-	d.Phase = v1alpha1.TenantPhaseDeleting
-	if d.Intent == nil && d.Ready.Reason == v1alpha1.ReasonReconciling {
+	d.Phase = databasev1alpha1.TenantPhaseDeleting
+	if d.Intent == nil && d.Ready.Reason == databasev1alpha1.ReasonReconciling {
 		d.Ready = reconciling("releasing the ExternalSecret from the Tenant (it stays with the retained credential)")
 	}
 	return d.TenantDecision

@@ -4,14 +4,14 @@ import (
 	"strings"
 	"testing"
 
-	v1alpha1 "git.ddupan.top/panxiao81/ayatori/api/database/v1alpha1"
+	databasev1alpha1 "git.ddupan.top/panxiao81/ayatori/api/database/v1alpha1"
 	dbcontract "git.ddupan.top/panxiao81/ayatori/contracts/database"
 	"git.ddupan.top/panxiao81/ayatori/journal"
 )
 
 // deletionHistory is a provisioning history (before), a DeletionStarted
 // note with policy, then the deletion steps (after).
-func deletionHistory(policy v1alpha1.DeletionPolicy, before, after []step) TenantFacts {
+func deletionHistory(policy databasev1alpha1.DeletionPolicy, before, after []step) TenantFacts {
 	_, recs := tenantHistory(before...)
 	note := journal.Record{ID: "note", Type: journal.TypeNote, Operation: dbcontract.NoteDeletionStarted, Object: journal.ObjectRef{UID: "t-1", Generation: 1}, Attempt: 1}
 	_ = note.SetPayload(dbcontract.DeletionNote{Policy: policy})
@@ -44,13 +44,13 @@ func TestDecideTenantRetain(t *testing.T) {
 			{op: dbcontract.OpRetainExternalSecret, class: journal.Failed, reason: "DependencyUnavailable", at: -10 * 1e9}}, intent: dbcontract.OpRetainExternalSecret},
 	}
 	for _, c := range cases {
-		f := deletionHistory(v1alpha1.DeletionPolicyRetain, claimed, c.after)
+		f := deletionHistory(databasev1alpha1.DeletionPolicyRetain, claimed, c.after)
 		d := DecideTenant(f, tenantPolicy)
 		got := ""
 		if d.Intent != nil {
 			got = d.Intent.Operation
 		}
-		if got != c.intent || d.RemoveFinalizer != c.remove || d.Phase != v1alpha1.TenantPhaseDeleting {
+		if got != c.intent || d.RemoveFinalizer != c.remove || d.Phase != databasev1alpha1.TenantPhaseDeleting {
 			t.Errorf("%s: intent %q remove %v phase %s (%s), want %q %v", c.name, got, d.RemoveFinalizer, d.Phase, d.Ready.Message, c.intent, c.remove)
 		}
 	}
@@ -69,7 +69,7 @@ func TestDecideTenantDeleteReportsLeftInPlace(t *testing.T) {
 		skip(dbcontract.OpDestroyCredential, dbcontract.DestroyOutcome{Skipped: "y"}),
 		ok(dbcontract.OpReleaseOwnership),
 	}
-	f := deletionHistory(v1alpha1.DeletionPolicyDelete, claimed, after)
+	f := deletionHistory(databasev1alpha1.DeletionPolicyDelete, claimed, after)
 	d := DecideTenant(f, tenantPolicy)
 	if !d.RemoveFinalizer {
 		t.Fatalf("finalizer kept: %+v", d)
@@ -87,10 +87,10 @@ func TestDecideTenantDeleteReportsLeftInPlace(t *testing.T) {
 // DropRole, or after RetainOwnership and leave an orphan LOGIN role).
 func TestDecideTenantDeleteWaitsForPendingIntents(t *testing.T) {
 	claimed := []step{ok(dbcontract.OpCheckExtensions), ok(dbcontract.OpClaimOwnership), ok(dbcontract.OpWriteCredential), {op: dbcontract.OpCreateRole}}
-	for _, policy := range []v1alpha1.DeletionPolicy{v1alpha1.DeletionPolicyDelete, v1alpha1.DeletionPolicyRetain} {
+	for _, policy := range []databasev1alpha1.DeletionPolicy{databasev1alpha1.DeletionPolicyDelete, databasev1alpha1.DeletionPolicyRetain} {
 		f := deletionHistory(policy, claimed, nil)
 		d := DecideTenant(f, tenantPolicy)
-		if d.Intent != nil || d.RemoveFinalizer || d.Phase != v1alpha1.TenantPhaseDeleting || !strings.Contains(d.Ready.Message, dbcontract.OpCreateRole) {
+		if d.Intent != nil || d.RemoveFinalizer || d.Phase != databasev1alpha1.TenantPhaseDeleting || !strings.Contains(d.Ready.Message, dbcontract.OpCreateRole) {
 			t.Errorf("%s with CreateRole pending: %+v", policy, d)
 		}
 		done := append(claimed[:3:3], ok(dbcontract.OpCreateRole))

@@ -12,7 +12,7 @@ import (
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	v1alpha1 "git.ddupan.top/panxiao81/ayatori/api/database/v1alpha1"
+	databasev1alpha1 "git.ddupan.top/panxiao81/ayatori/api/database/v1alpha1"
 	"git.ddupan.top/panxiao81/ayatori/integration"
 	"git.ddupan.top/panxiao81/ayatori/journal"
 )
@@ -57,7 +57,9 @@ func waitCheckpointed(t *testing.T, s *integration.Stack, uid string) {
 func TestTenantDeleteAfterJournalRetention(t *testing.T) {
 	s := getStack(t)
 	ctx := context.Background()
-	tn := newTenant(t, s, "aged", "aged", func(tn *v1alpha1.PostgreSQLTenant) { tn.Spec.DeletionPolicy = v1alpha1.DeletionPolicyDelete })
+	tn := newTenant(t, s, "aged", "aged", func(tn *databasev1alpha1.PostgreSQLTenant) {
+		tn.Spec.DeletionPolicy = databasev1alpha1.DeletionPolicyDelete
+	})
 	waitTenant(t, s, "aged", "aged", metav1.ConditionTrue, "Ready", 2*time.Minute)
 	waitCheckpointed(t, s, string(tn.UID))
 	ageOut(t, s, string(tn.UID))
@@ -96,11 +98,11 @@ func TestTenantRecheckAfterJournalRetention(t *testing.T) {
 	waitCheckpointed(t, s, string(tn.UID))
 	ageOut(t, s, string(tn.UID))
 	// A wiped status forces a re-check of every step.
-	cur := &v1alpha1.PostgreSQLTenant{}
+	cur := &databasev1alpha1.PostgreSQLTenant{}
 	if err := s.CP.Client.Get(ctx, client.ObjectKeyFromObject(tn), cur); err != nil {
 		t.Fatal(err)
 	}
-	cur.Status = v1alpha1.PostgreSQLTenantStatus{}
+	cur.Status = databasev1alpha1.PostgreSQLTenantStatus{}
 	if err := s.CP.Client.Status().Update(ctx, cur); err != nil {
 		t.Fatal(err)
 	}
@@ -119,7 +121,7 @@ func TestTenantRecheckAfterJournalRetention(t *testing.T) {
 	})
 	if err != nil {
 		v, _ := st.ReadView(ctx, string(tn.UID))
-		cur := &v1alpha1.PostgreSQLTenant{}
+		cur := &databasev1alpha1.PostgreSQLTenant{}
 		_ = s.CP.Client.Get(ctx, client.ObjectKeyFromObject(tn), cur)
 		t.Fatalf("no re-check ran after the journal aged out\nstatus: %+v\nview (through %d, tail %d):\n%s\nmanager log tail:\n%s",
 			cur.Status, v.Through, v.Tail, describe(v.Records), integration.Tail(s.ManagerLog, 25))
@@ -151,11 +153,11 @@ func TestTenantIdentityPinnedAfterStatusLoss(t *testing.T) {
 	ready := waitTenant(t, s, "pin", "pinned", metav1.ConditionTrue, "Ready", 2*time.Minute)
 	provisioned := ready.Status.Credential.SecretRef.Name
 	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		cur := &v1alpha1.PostgreSQLTenant{}
+		cur := &databasev1alpha1.PostgreSQLTenant{}
 		if err := s.CP.Client.Get(ctx, client.ObjectKeyFromObject(tn), cur); err != nil {
 			return err
 		}
-		cur.Status = v1alpha1.PostgreSQLTenantStatus{}
+		cur.Status = databasev1alpha1.PostgreSQLTenantStatus{}
 		if err := s.CP.Client.Status().Update(ctx, cur); err != nil {
 			return err
 		}
@@ -165,7 +167,7 @@ func TestTenantIdentityPinnedAfterStatusLoss(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := waitTenant(t, s, "pin", "pinned", metav1.ConditionFalse, "ImmutableField", time.Minute)
-	if got.Status.Credential.SecretRef.Name != provisioned || got.Status.Phase == v1alpha1.TenantPhasePending {
+	if got.Status.Credential.SecretRef.Name != provisioned || got.Status.Phase == databasev1alpha1.TenantPhasePending {
 		t.Fatalf("status %+v: want secretRef %s and a phase past Pending", got.Status, provisioned)
 	}
 	if !strings.Contains(readyMsg(got.Status.Conditions), "secretName") {

@@ -17,7 +17,7 @@ import (
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	v1alpha1 "git.ddupan.top/panxiao81/ayatori/api/database/v1alpha1"
+	databasev1alpha1 "git.ddupan.top/panxiao81/ayatori/api/database/v1alpha1"
 	dbcontract "git.ddupan.top/panxiao81/ayatori/contracts/database"
 	"git.ddupan.top/panxiao81/ayatori/integration"
 )
@@ -53,22 +53,22 @@ func wipeStatus(t *testing.T, s *integration.Stack, namespace, name string) {
 	t.Helper()
 	ctx := context.Background()
 	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		cur := &v1alpha1.PostgreSQLTenant{}
+		cur := &databasev1alpha1.PostgreSQLTenant{}
 		if err := s.CP.Client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, cur); err != nil {
 			return err
 		}
-		cur.Status = v1alpha1.PostgreSQLTenantStatus{}
+		cur.Status = databasev1alpha1.PostgreSQLTenantStatus{}
 		return s.CP.Client.Status().Update(ctx, cur)
 	}); err != nil {
 		t.Fatal(err)
 	}
 }
 
-func updateTenant(t *testing.T, s *integration.Stack, namespace, name string, mut func(*v1alpha1.PostgreSQLTenant)) {
+func updateTenant(t *testing.T, s *integration.Stack, namespace, name string, mut func(*databasev1alpha1.PostgreSQLTenant)) {
 	t.Helper()
 	ctx := context.Background()
 	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		cur := &v1alpha1.PostgreSQLTenant{}
+		cur := &databasev1alpha1.PostgreSQLTenant{}
 		if err := s.CP.Client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, cur); err != nil {
 			return err
 		}
@@ -90,7 +90,7 @@ func updateTenant(t *testing.T, s *integration.Stack, namespace, name string, mu
 func TestTenantCodeNeverRunsWithAdminRights(t *testing.T) {
 	s := getStack(t)
 	const namespace, name = "hijack", "victim"
-	newTenant(t, s, namespace, name, func(tn *v1alpha1.PostgreSQLTenant) { tn.Spec.Extensions = []string{"pg_trgm"} })
+	newTenant(t, s, namespace, name, func(tn *databasev1alpha1.PostgreSQLTenant) { tn.Spec.Extensions = []string{"pg_trgm"} })
 	waitTenant(t, s, namespace, name, metav1.ConditionTrue, "Ready", 2*time.Minute)
 	pw, _ := kvPassword(t, s, namespace, name)
 
@@ -133,7 +133,9 @@ func TestTenantCodeNeverRunsWithAdminRights(t *testing.T) {
 		tenantExec(t, s, name, pw, name, round.plant...)
 		before := superQuery[string](t, s, "postgres", privilegeSnapshot)
 		// An extension change re-runs every step of the chain.
-		updateTenant(t, s, namespace, name, func(tn *v1alpha1.PostgreSQLTenant) { tn.Spec.Extensions = append(tn.Spec.Extensions, extensions[i]) })
+		updateTenant(t, s, namespace, name, func(tn *databasev1alpha1.PostgreSQLTenant) {
+			tn.Spec.Extensions = append(tn.Spec.Extensions, extensions[i])
+		})
 		waitTenant(t, s, namespace, name, metav1.ConditionTrue, "Ready", 2*time.Minute)
 		if n := superQuery[int64](t, s, name, "SELECT count(*) FROM pg_extension WHERE extname = '"+extensions[i]+"'"); n != 1 {
 			t.Fatalf("%s: extension %s not installed", round.name, extensions[i])
@@ -165,8 +167,8 @@ func TestTenantCodeNeverRunsWithAdminRights(t *testing.T) {
 func TestTenantUntrustedExtensionRejectedBeforeAnyWrite(t *testing.T) {
 	s := getStack(t)
 	const namespace, name = "untrusted", "fdw"
-	newTenant(t, s, namespace, name, func(tn *v1alpha1.PostgreSQLTenant) { tn.Spec.Extensions = []string{"pg_trgm", "postgres_fdw"} })
-	tn := waitTenant(t, s, namespace, name, metav1.ConditionFalse, v1alpha1.ReasonInvalidSpec, time.Minute)
+	newTenant(t, s, namespace, name, func(tn *databasev1alpha1.PostgreSQLTenant) { tn.Spec.Extensions = []string{"pg_trgm", "postgres_fdw"} })
+	tn := waitTenant(t, s, namespace, name, metav1.ConditionFalse, databasev1alpha1.ReasonInvalidSpec, time.Minute)
 	if msg := tenantReadyMessage(tn); !strings.Contains(msg, "postgres_fdw") || strings.Contains(msg, "pg_trgm") {
 		t.Fatalf("message %q does not name exactly the untrusted extension", msg)
 	}
@@ -191,7 +193,7 @@ func waitTenantMessage(t *testing.T, s *integration.Stack, namespace, name, reas
 	t.Helper()
 	var last string
 	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		tn := &v1alpha1.PostgreSQLTenant{}
+		tn := &databasev1alpha1.PostgreSQLTenant{}
 		if err := s.CP.Client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, tn); err != nil {
 			return false, nil
 		}
@@ -208,7 +210,7 @@ func waitTenantMessage(t *testing.T, s *integration.Stack, namespace, name, reas
 	}
 }
 
-func tenantReadyMessage(tn *v1alpha1.PostgreSQLTenant) string {
+func tenantReadyMessage(tn *databasev1alpha1.PostgreSQLTenant) string {
 	for _, c := range tn.Status.Conditions {
 		if c.Type == "Ready" {
 			return c.Message
@@ -233,7 +235,9 @@ func TestTenantForeignObjectsSurviveDelete(t *testing.T) {
 			if err := s.StartManagerEnv([]string{"AYATORI_FAILPOINTS=executor-after-outcome=" + op}); err != nil {
 				t.Fatal(err)
 			}
-			tn := newTenant(t, s, "foreign", name, func(tn *v1alpha1.PostgreSQLTenant) { tn.Spec.DeletionPolicy = v1alpha1.DeletionPolicyDelete })
+			tn := newTenant(t, s, "foreign", name, func(tn *databasev1alpha1.PostgreSQLTenant) {
+				tn.Spec.DeletionPolicy = databasev1alpha1.DeletionPolicyDelete
+			})
 			if !s.WaitManagerExit(90 * time.Second) {
 				t.Fatalf("the failpoint after %s never fired", op)
 			}
@@ -252,7 +256,7 @@ func TestTenantForeignObjectsSurviveDelete(t *testing.T) {
 			if err := s.StartManager(); err != nil {
 				t.Fatal(err)
 			}
-			waitTenant(t, s, "foreign", name, metav1.ConditionFalse, v1alpha1.ReasonConflict, 2*time.Minute)
+			waitTenant(t, s, "foreign", name, metav1.ConditionFalse, databasev1alpha1.ReasonConflict, 2*time.Minute)
 			if superQuery[bool](t, s, "postgres", "SELECT NOT has_database_privilege('public', '"+name+"', 'CONNECT')") {
 				t.Fatal("CONNECT was revoked on the foreign database")
 			}
@@ -304,7 +308,9 @@ func TestTenantDeletionBlockedNamesTheBlocker(t *testing.T) {
 	s := getStack(t)
 	ctx := context.Background()
 	const namespace, name = "blocked", "held"
-	tn := newTenant(t, s, namespace, name, func(tn *v1alpha1.PostgreSQLTenant) { tn.Spec.DeletionPolicy = v1alpha1.DeletionPolicyDelete })
+	tn := newTenant(t, s, namespace, name, func(tn *databasev1alpha1.PostgreSQLTenant) {
+		tn.Spec.DeletionPolicy = databasev1alpha1.DeletionPolicyDelete
+	})
 	waitTenant(t, s, namespace, name, metav1.ConditionTrue, "Ready", 2*time.Minute)
 
 	cfg, err := pgx.ParseConfig(s.PG.SuperuserDSN(name))
@@ -326,10 +332,10 @@ func TestTenantDeletionBlockedNamesTheBlocker(t *testing.T) {
 	if err := s.CP.Client.Delete(ctx, tn); err != nil {
 		t.Fatal(err)
 	}
-	waitTenantMessage(t, s, namespace, name, v1alpha1.ReasonDeletionBlocked, fmt.Sprintf("pid %d (user postgres, application_name \"dba-console\")", pid))
+	waitTenantMessage(t, s, namespace, name, databasev1alpha1.ReasonDeletionBlocked, fmt.Sprintf("pid %d (user postgres, application_name \"dba-console\")", pid))
 	_ = held.Close(ctx)
-	waitTenantMessage(t, s, namespace, name, v1alpha1.ReasonDeletionBlocked, "2BP01")
-	waitTenantMessage(t, s, namespace, name, v1alpha1.ReasonDeletionBlocked, "REASSIGN OWNED")
+	waitTenantMessage(t, s, namespace, name, databasev1alpha1.ReasonDeletionBlocked, "2BP01")
+	waitTenantMessage(t, s, namespace, name, databasev1alpha1.ReasonDeletionBlocked, "REASSIGN OWNED")
 	superExec(t, s, "postgres", "DROP TABLE held_elsewhere")
 	waitGone(t, s, tn)
 }
@@ -353,7 +359,7 @@ func TestTenantLoginRejectedByHBA(t *testing.T) {
 		}
 	}()
 	wipeStatus(t, s, namespace, name)
-	got := waitTenant(t, s, namespace, name, metav1.ConditionFalse, v1alpha1.ReasonLoginRejected, time.Minute)
+	got := waitTenant(t, s, namespace, name, metav1.ConditionFalse, databasev1alpha1.ReasonLoginRejected, time.Minute)
 	if msg := tenantReadyMessage(got); !strings.Contains(msg, "pg_hba.conf") || !strings.Contains(msg, name) {
 		t.Fatalf("message %q", msg)
 	}
@@ -383,7 +389,7 @@ func TestTenantCleartextAuthRefused(t *testing.T) {
 	}
 	defer func() { _ = restore() }()
 	wipeStatus(t, s, namespace, name)
-	got := waitTenant(t, s, namespace, name, metav1.ConditionFalse, v1alpha1.ReasonProvisioningFailed, time.Minute)
+	got := waitTenant(t, s, namespace, name, metav1.ConditionFalse, databasev1alpha1.ReasonProvisioningFailed, time.Minute)
 	if msg := tenantReadyMessage(got); !strings.Contains(msg, "no password was sent") || !strings.Contains(msg, "scram-sha-256") {
 		t.Fatalf("message %q", msg)
 	}
@@ -404,14 +410,14 @@ func TestTenantCleartextAuthRefused(t *testing.T) {
 func TestTenantTwoInstancesOneServerRace(t *testing.T) {
 	s := getStack(t)
 	ctx := context.Background()
-	if err := s.CP.Client.Create(ctx, &v1alpha1.PostgreSQLInstance{ObjectMeta: metav1.ObjectMeta{Name: "twin"}, Spec: v1alpha1.PostgreSQLInstanceSpec{
-		Endpoint:           v1alpha1.PostgreSQLEndpoint{Host: "localhost", HostAddr: "127.0.0.1", Port: int32(s.PG.Port)},
-		AdminCredentialRef: v1alpha1.AdminCredentialReference{Name: "shared-admin"}}}); err != nil {
+	if err := s.CP.Client.Create(ctx, &databasev1alpha1.PostgreSQLInstance{ObjectMeta: metav1.ObjectMeta{Name: "twin"}, Spec: databasev1alpha1.PostgreSQLInstanceSpec{
+		Endpoint:           databasev1alpha1.PostgreSQLEndpoint{Host: "localhost", HostAddr: "127.0.0.1", Port: int32(s.PG.Port)},
+		AdminCredentialRef: databasev1alpha1.AdminCredentialReference{Name: "shared-admin"}}}); err != nil {
 		t.Fatal(err)
 	}
 	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		i := &v1alpha1.PostgreSQLInstance{}
-		return s.CP.Client.Get(ctx, client.ObjectKey{Name: "twin"}, i) == nil && i.Status.Phase == v1alpha1.InstancePhaseReady, nil
+		i := &databasev1alpha1.PostgreSQLInstance{}
+		return s.CP.Client.Get(ctx, client.ObjectKey{Name: "twin"}, i) == nil && i.Status.Phase == databasev1alpha1.InstancePhaseReady, nil
 	}); err != nil {
 		t.Fatal("Instance twin never Ready")
 	}
@@ -420,21 +426,23 @@ func TestTenantTwoInstancesOneServerRace(t *testing.T) {
 	if err := s.StartManagerEnv([]string{"AYATORI_FAILPOINTS=executor-after-outcome=" + dbcontract.OpClaimOwnership}); err != nil {
 		t.Fatal(err)
 	}
-	del := func(tn *v1alpha1.PostgreSQLTenant) { tn.Spec.DeletionPolicy = v1alpha1.DeletionPolicyDelete }
+	del := func(tn *databasev1alpha1.PostgreSQLTenant) {
+		tn.Spec.DeletionPolicy = databasev1alpha1.DeletionPolicyDelete
+	}
 	a := newTenant(t, s, "twin-a", name, del)
 	if !s.WaitManagerExit(90 * time.Second) {
 		t.Fatal("the failpoint never fired")
 	}
-	b := newTenant(t, s, "twin-b", name, func(tn *v1alpha1.PostgreSQLTenant) { del(tn); tn.Spec.InstanceRef = "twin" })
+	b := newTenant(t, s, "twin-b", name, func(tn *databasev1alpha1.PostgreSQLTenant) { del(tn); tn.Spec.InstanceRef = "twin" })
 	if err := s.StartManager(); err != nil {
 		t.Fatal(err)
 	}
 	// One becomes Ready, the other a Conflict.
-	var winner, loser *v1alpha1.PostgreSQLTenant
+	var winner, loser *databasev1alpha1.PostgreSQLTenant
 	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		var ready, conflicted []*v1alpha1.PostgreSQLTenant
-		for _, tn := range []*v1alpha1.PostgreSQLTenant{a, b} {
-			cur := &v1alpha1.PostgreSQLTenant{}
+		var ready, conflicted []*databasev1alpha1.PostgreSQLTenant
+		for _, tn := range []*databasev1alpha1.PostgreSQLTenant{a, b} {
+			cur := &databasev1alpha1.PostgreSQLTenant{}
 			if err := s.CP.Client.Get(ctx, client.ObjectKeyFromObject(tn), cur); err != nil {
 				return false, nil
 			}
@@ -442,7 +450,7 @@ func TestTenantTwoInstancesOneServerRace(t *testing.T) {
 				if c.Type == "Ready" && c.Status == metav1.ConditionTrue {
 					ready = append(ready, cur)
 				}
-				if c.Type == "Ready" && c.Reason == v1alpha1.ReasonConflict {
+				if c.Type == "Ready" && c.Reason == databasev1alpha1.ReasonConflict {
 					conflicted = append(conflicted, cur)
 				}
 			}
@@ -485,20 +493,22 @@ func TestTenantTwoInstancesOneServerRace(t *testing.T) {
 func TestTenantInstanceRefFixedAfterProvisioning(t *testing.T) {
 	s := getStack(t)
 	ctx := context.Background()
-	inst := &v1alpha1.PostgreSQLInstance{ObjectMeta: metav1.ObjectMeta{Name: "elsewhere"}, Spec: v1alpha1.PostgreSQLInstanceSpec{
-		Endpoint:           v1alpha1.PostgreSQLEndpoint{Host: "localhost", HostAddr: "127.0.0.1", Port: int32(s.PG.Port)},
-		AdminCredentialRef: v1alpha1.AdminCredentialReference{Name: "shared-admin"}}}
+	inst := &databasev1alpha1.PostgreSQLInstance{ObjectMeta: metav1.ObjectMeta{Name: "elsewhere"}, Spec: databasev1alpha1.PostgreSQLInstanceSpec{
+		Endpoint:           databasev1alpha1.PostgreSQLEndpoint{Host: "localhost", HostAddr: "127.0.0.1", Port: int32(s.PG.Port)},
+		AdminCredentialRef: databasev1alpha1.AdminCredentialReference{Name: "shared-admin"}}}
 	if err := s.CP.Client.Create(ctx, inst); err != nil {
 		t.Fatal(err)
 	}
 	const namespace, name = "moved", "mover"
-	tn := newTenant(t, s, namespace, name, func(tn *v1alpha1.PostgreSQLTenant) { tn.Spec.DeletionPolicy = v1alpha1.DeletionPolicyDelete })
+	tn := newTenant(t, s, namespace, name, func(tn *databasev1alpha1.PostgreSQLTenant) {
+		tn.Spec.DeletionPolicy = databasev1alpha1.DeletionPolicyDelete
+	})
 	waitTenant(t, s, namespace, name, metav1.ConditionTrue, "Ready", 2*time.Minute)
-	updateTenant(t, s, namespace, name, func(tn *v1alpha1.PostgreSQLTenant) { tn.Spec.Extensions = []string{"no_such_extension"} })
-	failing := waitTenant(t, s, namespace, name, metav1.ConditionFalse, v1alpha1.ReasonInvalidSpec, time.Minute)
+	updateTenant(t, s, namespace, name, func(tn *databasev1alpha1.PostgreSQLTenant) { tn.Spec.Extensions = []string{"no_such_extension"} })
+	failing := waitTenant(t, s, namespace, name, metav1.ConditionFalse, databasev1alpha1.ReasonInvalidSpec, time.Minute)
 	// Issue 12, fault 4: the phase no longer falls back to Pending once
 	// something was provisioned, so the API's rules refuse the move.
-	if failing.Status.Phase == v1alpha1.TenantPhasePending {
+	if failing.Status.Phase == databasev1alpha1.TenantPhasePending {
 		t.Fatalf("a provisioned Tenant is back at phase Pending: %+v", failing.Status)
 	}
 	moved := failing.DeepCopy()
@@ -509,11 +519,11 @@ func TestTenantInstanceRefFixedAfterProvisioning(t *testing.T) {
 	// With the status wiped the rules let it through; the journal's claim
 	// still catches it.
 	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		cur := &v1alpha1.PostgreSQLTenant{}
+		cur := &databasev1alpha1.PostgreSQLTenant{}
 		if err := s.CP.Client.Get(ctx, client.ObjectKeyFromObject(tn), cur); err != nil {
 			return err
 		}
-		cur.Status = v1alpha1.PostgreSQLTenantStatus{}
+		cur.Status = databasev1alpha1.PostgreSQLTenantStatus{}
 		if err := s.CP.Client.Status().Update(ctx, cur); err != nil {
 			return err
 		}
@@ -523,7 +533,7 @@ func TestTenantInstanceRefFixedAfterProvisioning(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	waitTenantMessage(t, s, namespace, name, v1alpha1.ReasonImmutableField, "spec.instanceRef names PostgreSQLInstance elsewhere")
+	waitTenantMessage(t, s, namespace, name, databasev1alpha1.ReasonImmutableField, "spec.instanceRef names PostgreSQLInstance elsewhere")
 	if err := s.CP.Client.Delete(ctx, tn); err != nil {
 		t.Fatal(err)
 	}
@@ -550,16 +560,16 @@ func TestTenantInstanceRefFixedAfterProvisioning(t *testing.T) {
 func TestTenantNamespaceNotAllowed(t *testing.T) {
 	s := getStack(t)
 	ctx := context.Background()
-	if err := s.CP.Client.Create(ctx, &v1alpha1.PostgreSQLInstance{ObjectMeta: metav1.ObjectMeta{Name: "fenced"}, Spec: v1alpha1.PostgreSQLInstanceSpec{
-		Endpoint:           v1alpha1.PostgreSQLEndpoint{Host: "localhost", HostAddr: "127.0.0.1", Port: int32(s.PG.Port)},
-		AdminCredentialRef: v1alpha1.AdminCredentialReference{Name: "shared-admin"},
-		AllowedNamespaces: &v1alpha1.AllowedNamespaces{Names: []string{"fenced-team"},
+	if err := s.CP.Client.Create(ctx, &databasev1alpha1.PostgreSQLInstance{ObjectMeta: metav1.ObjectMeta{Name: "fenced"}, Spec: databasev1alpha1.PostgreSQLInstanceSpec{
+		Endpoint:           databasev1alpha1.PostgreSQLEndpoint{Host: "localhost", HostAddr: "127.0.0.1", Port: int32(s.PG.Port)},
+		AdminCredentialRef: databasev1alpha1.AdminCredentialReference{Name: "shared-admin"},
+		AllowedNamespaces: &databasev1alpha1.AllowedNamespaces{Names: []string{"fenced-team"},
 			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"ayatori.test/databases": "yes"}}}}}); err != nil {
 		t.Fatal(err)
 	}
 	const namespace, name = "fenced-outsider", "outsider"
-	tn := newTenant(t, s, namespace, name, func(tn *v1alpha1.PostgreSQLTenant) { tn.Spec.InstanceRef = "fenced" })
-	got := waitTenant(t, s, namespace, name, metav1.ConditionFalse, v1alpha1.ReasonNamespaceNotAllowed, time.Minute)
+	tn := newTenant(t, s, namespace, name, func(tn *databasev1alpha1.PostgreSQLTenant) { tn.Spec.InstanceRef = "fenced" })
+	got := waitTenant(t, s, namespace, name, metav1.ConditionFalse, databasev1alpha1.ReasonNamespaceNotAllowed, time.Minute)
 	if msg := tenantReadyMessage(got); !strings.Contains(msg, namespace) || !strings.Contains(msg, "fenced") {
 		t.Fatalf("message %q", msg)
 	}

@@ -21,7 +21,7 @@ import (
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	v1alpha1 "git.ddupan.top/panxiao81/ayatori/api/database/v1alpha1"
+	databasev1alpha1 "git.ddupan.top/panxiao81/ayatori/api/database/v1alpha1"
 	"git.ddupan.top/panxiao81/ayatori/integration"
 	"git.ddupan.top/panxiao81/ayatori/journal"
 )
@@ -59,17 +59,17 @@ func applyInstance(s *integration.Stack) error {
 		StringData: map[string]string{"username": s.AdminUser, "password": s.AdminPassword}}); err != nil {
 		return err
 	}
-	if err := c.Create(ctx, &v1alpha1.PostgreSQLInstance{ObjectMeta: metav1.ObjectMeta{Name: "shared"}, Spec: v1alpha1.PostgreSQLInstanceSpec{
-		Endpoint:           v1alpha1.PostgreSQLEndpoint{Host: "localhost", HostAddr: "127.0.0.1", Port: int32(s.PG.Port)},
-		AdminCredentialRef: v1alpha1.AdminCredentialReference{Name: "shared-admin"}}}); err != nil {
+	if err := c.Create(ctx, &databasev1alpha1.PostgreSQLInstance{ObjectMeta: metav1.ObjectMeta{Name: "shared"}, Spec: databasev1alpha1.PostgreSQLInstanceSpec{
+		Endpoint:           databasev1alpha1.PostgreSQLEndpoint{Host: "localhost", HostAddr: "127.0.0.1", Port: int32(s.PG.Port)},
+		AdminCredentialRef: databasev1alpha1.AdminCredentialReference{Name: "shared-admin"}}}); err != nil {
 		return err
 	}
 	return wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		i := &v1alpha1.PostgreSQLInstance{}
+		i := &databasev1alpha1.PostgreSQLInstance{}
 		if err := c.Get(ctx, types.NamespacedName{Name: "shared"}, i); err != nil {
 			return false, nil
 		}
-		return i.Status.Phase == v1alpha1.InstancePhaseReady, nil
+		return i.Status.Phase == databasev1alpha1.InstancePhaseReady, nil
 	})
 }
 
@@ -80,10 +80,10 @@ func ns(t *testing.T, s *integration.Stack, name string) {
 	}
 }
 
-func newTenant(t *testing.T, s *integration.Stack, namespace, name string, mut func(*v1alpha1.PostgreSQLTenant)) *v1alpha1.PostgreSQLTenant {
+func newTenant(t *testing.T, s *integration.Stack, namespace, name string, mut func(*databasev1alpha1.PostgreSQLTenant)) *databasev1alpha1.PostgreSQLTenant {
 	t.Helper()
 	ns(t, s, namespace)
-	tn := &v1alpha1.PostgreSQLTenant{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name}, Spec: v1alpha1.PostgreSQLTenantSpec{InstanceRef: "shared"}}
+	tn := &databasev1alpha1.PostgreSQLTenant{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name}, Spec: databasev1alpha1.PostgreSQLTenantSpec{InstanceRef: "shared"}}
 	if mut != nil {
 		mut(tn)
 	}
@@ -93,11 +93,11 @@ func newTenant(t *testing.T, s *integration.Stack, namespace, name string, mut f
 	return tn
 }
 
-func waitTenant(t *testing.T, s *integration.Stack, namespace, name string, status metav1.ConditionStatus, reason string, timeout time.Duration) *v1alpha1.PostgreSQLTenant {
+func waitTenant(t *testing.T, s *integration.Stack, namespace, name string, status metav1.ConditionStatus, reason string, timeout time.Duration) *databasev1alpha1.PostgreSQLTenant {
 	t.Helper()
-	var last *v1alpha1.PostgreSQLTenant
+	var last *databasev1alpha1.PostgreSQLTenant
 	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
-		tn := &v1alpha1.PostgreSQLTenant{}
+		tn := &databasev1alpha1.PostgreSQLTenant{}
 		if err := s.CP.Client.Get(ctx, types.NamespacedName{Namespace: namespace, Name: name}, tn); err != nil {
 			return false, nil
 		}
@@ -163,10 +163,10 @@ func kvPassword(t *testing.T, s *integration.Stack, namespace, name string) (str
 func TestTenantProvisioned(t *testing.T) {
 	s := getStack(t)
 	ctx := context.Background()
-	newTenant(t, s, "acme", "shop", func(tn *v1alpha1.PostgreSQLTenant) { tn.Spec.Extensions = []string{"pg_trgm", "citext"} })
+	newTenant(t, s, "acme", "shop", func(tn *databasev1alpha1.PostgreSQLTenant) { tn.Spec.Extensions = []string{"pg_trgm", "citext"} })
 	tn := waitTenant(t, s, "acme", "shop", metav1.ConditionTrue, "Ready", 2*time.Minute)
 	st := tn.Status
-	if st.Phase != v1alpha1.TenantPhaseReady || st.Database != "shop" || st.LoginRole != "shop" || st.DatabaseOID == 0 ||
+	if st.Phase != databasev1alpha1.TenantPhaseReady || st.Database != "shop" || st.LoginRole != "shop" || st.DatabaseOID == 0 ||
 		st.Credential.SecretRef.Name != "shared-shop-postgresql" ||
 		st.Credential.OpenBaoURL != s.Bao.Address+"/v1/kv/data/postgresql-tenants/acme/shop" {
 		t.Fatalf("status %+v", st)
@@ -257,7 +257,7 @@ func TestTenantProvisioned(t *testing.T) {
 // before any external write.
 func TestTenantUnknownExtension(t *testing.T) {
 	s := getStack(t)
-	newTenant(t, s, "ext", "badext", func(tn *v1alpha1.PostgreSQLTenant) { tn.Spec.Extensions = []string{"no_such_extension"} })
+	newTenant(t, s, "ext", "badext", func(tn *databasev1alpha1.PostgreSQLTenant) { tn.Spec.Extensions = []string{"no_such_extension"} })
 	tn := waitTenant(t, s, "ext", "badext", metav1.ConditionFalse, "InvalidSpec", time.Minute)
 	if !strings.Contains(readyMsg(tn.Status.Conditions), "no_such_extension") {
 		t.Fatalf("message %q", readyMsg(tn.Status.Conditions))
@@ -295,8 +295,8 @@ func TestTenantConflicts(t *testing.T) {
 	if _, err := root.KVv2("kv").Put(ctx, "postgresql-tenants/conflicts/kvtaken", map[string]any{"password": "someone-elses"}); err != nil {
 		t.Fatal(err)
 	}
-	newTenant(t, s, "conflicts", "forged", func(tn *v1alpha1.PostgreSQLTenant) { tn.Spec.Database = "foreigndb" })
-	newTenant(t, s, "conflicts", "role", func(tn *v1alpha1.PostgreSQLTenant) { tn.Spec.LoginRole = "foreignrole" })
+	newTenant(t, s, "conflicts", "forged", func(tn *databasev1alpha1.PostgreSQLTenant) { tn.Spec.Database = "foreigndb" })
+	newTenant(t, s, "conflicts", "role", func(tn *databasev1alpha1.PostgreSQLTenant) { tn.Spec.LoginRole = "foreignrole" })
 	newTenant(t, s, "conflicts", "kvtaken", nil)
 	for _, name := range []string{"forged", "role", "kvtaken"} {
 		waitTenant(t, s, "conflicts", name, metav1.ConditionFalse, "Conflict", time.Minute)
@@ -325,8 +325,8 @@ func TestTenantSameNameRace(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				tn := &v1alpha1.PostgreSQLTenant{ObjectMeta: metav1.ObjectMeta{Namespace: n, Name: db},
-					Spec: v1alpha1.PostgreSQLTenantSpec{InstanceRef: "shared"}}
+				tn := &databasev1alpha1.PostgreSQLTenant{ObjectMeta: metav1.ObjectMeta{Namespace: n, Name: db},
+					Spec: databasev1alpha1.PostgreSQLTenantSpec{InstanceRef: "shared"}}
 				if err := s.CP.Client.Create(context.Background(), tn); err != nil {
 					t.Error(err)
 				}
@@ -337,7 +337,7 @@ func TestTenantSameNameRace(t *testing.T) {
 		err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, 90*time.Second, true, func(ctx context.Context) (bool, error) {
 			ready, conflict = 0, 0
 			for _, n := range []string{"race-a", "race-b"} {
-				tn := &v1alpha1.PostgreSQLTenant{}
+				tn := &databasev1alpha1.PostgreSQLTenant{}
 				if err := s.CP.Client.Get(ctx, types.NamespacedName{Namespace: n, Name: db}, tn); err != nil {
 					return false, nil
 				}
@@ -406,14 +406,16 @@ func waitGone(t *testing.T, s *integration.Stack, o client.Object) {
 func TestTenantDeleteRetriesAfterFailure(t *testing.T) {
 	s := getStack(t)
 	ctx := context.Background()
-	tn := newTenant(t, s, "drop", "gone", func(tn *v1alpha1.PostgreSQLTenant) { tn.Spec.DeletionPolicy = v1alpha1.DeletionPolicyDelete })
+	tn := newTenant(t, s, "drop", "gone", func(tn *databasev1alpha1.PostgreSQLTenant) {
+		tn.Spec.DeletionPolicy = databasev1alpha1.DeletionPolicyDelete
+	})
 	waitTenant(t, s, "drop", "gone", metav1.ConditionTrue, "Ready", 2*time.Minute)
 	s.PG.Stop()
 	if err := s.CP.Client.Delete(ctx, tn); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(3 * time.Second)
-	cur := &v1alpha1.PostgreSQLTenant{}
+	cur := &databasev1alpha1.PostgreSQLTenant{}
 	if err := s.CP.Client.Get(ctx, client.ObjectKeyFromObject(tn), cur); err != nil {
 		t.Fatalf("the Tenant went away while PostgreSQL was down: %v", err)
 	}
@@ -441,11 +443,11 @@ func TestTenantStatusRebuilt(t *testing.T) {
 	tn := waitTenant(t, s, "rebuild", "app", metav1.ConditionTrue, "Ready", 2*time.Minute)
 	pw, ver := kvPassword(t, s, "rebuild", "app")
 	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		cur := &v1alpha1.PostgreSQLTenant{}
+		cur := &databasev1alpha1.PostgreSQLTenant{}
 		if err := s.CP.Client.Get(ctx, client.ObjectKeyFromObject(tn), cur); err != nil {
 			return err
 		}
-		cur.Status = v1alpha1.PostgreSQLTenantStatus{}
+		cur.Status = databasev1alpha1.PostgreSQLTenantStatus{}
 		return s.CP.Client.Status().Update(ctx, cur)
 	}); err != nil {
 		t.Fatal(err)
@@ -479,9 +481,9 @@ func TestZZTenantCanary(t *testing.T) {
 	secrets = append(secrets, s.AdminPassword)
 	logs, _ := os.ReadFile(s.ManagerLog)
 	pglog, _ := s.PG.ReadLog(ctx)
-	var tenants v1alpha1.PostgreSQLTenantList
+	var tenants databasev1alpha1.PostgreSQLTenantList
 	_ = s.CP.Client.List(ctx, &tenants)
-	var insts v1alpha1.PostgreSQLInstanceList
+	var insts databasev1alpha1.PostgreSQLInstanceList
 	_ = s.CP.Client.List(ctx, &insts)
 	var evs eventsv1.EventList
 	_ = s.CP.Client.List(ctx, &evs)
@@ -535,7 +537,9 @@ func journalStore(t *testing.T, s *integration.Stack) *journal.Store {
 func TestTenantDeleteRetriesWhenOpenBaoIsDown(t *testing.T) {
 	s := getStack(t)
 	ctx := context.Background()
-	tn := newTenant(t, s, "dropbao", "vault", func(tn *v1alpha1.PostgreSQLTenant) { tn.Spec.DeletionPolicy = v1alpha1.DeletionPolicyDelete })
+	tn := newTenant(t, s, "dropbao", "vault", func(tn *databasev1alpha1.PostgreSQLTenant) {
+		tn.Spec.DeletionPolicy = databasev1alpha1.DeletionPolicyDelete
+	})
 	waitTenant(t, s, "dropbao", "vault", metav1.ConditionTrue, "Ready", 2*time.Minute)
 	s.Bao.Stop()
 	if err := s.CP.Client.Delete(ctx, tn); err != nil {
@@ -549,7 +553,7 @@ func TestTenantDeleteRetriesWhenOpenBaoIsDown(t *testing.T) {
 		t.Fatal("the database was not dropped")
 	}
 	time.Sleep(2 * time.Second)
-	cur := &v1alpha1.PostgreSQLTenant{}
+	cur := &databasev1alpha1.PostgreSQLTenant{}
 	if err := s.CP.Client.Get(ctx, client.ObjectKeyFromObject(tn), cur); err != nil {
 		t.Fatalf("the Tenant went away while OpenBao was down: %v", err)
 	}
@@ -571,20 +575,20 @@ func TestTenantDeleteRetriesWhenOpenBaoIsDown(t *testing.T) {
 func TestTenantForgedPhase(t *testing.T) {
 	s := getStack(t)
 	ctx := context.Background()
-	tn := newTenant(t, s, "forged", "app", func(tn *v1alpha1.PostgreSQLTenant) { tn.Spec.InstanceRef = "missing" })
+	tn := newTenant(t, s, "forged", "app", func(tn *databasev1alpha1.PostgreSQLTenant) { tn.Spec.InstanceRef = "missing" })
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		cur := &v1alpha1.PostgreSQLTenant{}
+		cur := &databasev1alpha1.PostgreSQLTenant{}
 		if err := s.CP.Client.Get(ctx, client.ObjectKeyFromObject(tn), cur); err != nil {
 			return err
 		}
-		cur.Status = v1alpha1.PostgreSQLTenantStatus{Phase: v1alpha1.TenantPhaseCredentialProjected}
+		cur.Status = databasev1alpha1.PostgreSQLTenantStatus{Phase: databasev1alpha1.TenantPhaseCredentialProjected}
 		return s.CP.Client.Status().Update(ctx, cur)
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	got := waitTenant(t, s, "forged", "app", metav1.ConditionFalse, "InstanceNotReady", time.Minute)
-	if got.Status.Phase != v1alpha1.TenantPhasePending {
+	if got.Status.Phase != databasev1alpha1.TenantPhasePending {
 		t.Fatalf("forged phase not corrected: %s", got.Status.Phase)
 	}
 	recs, err := journalStore(t, s).Read(ctx, string(tn.UID))

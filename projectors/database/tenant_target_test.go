@@ -19,7 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	v1alpha1 "git.ddupan.top/panxiao81/ayatori/api/database/v1alpha1"
+	databasev1alpha1 "git.ddupan.top/panxiao81/ayatori/api/database/v1alpha1"
 	dbcontract "git.ddupan.top/panxiao81/ayatori/contracts/database"
 	"git.ddupan.top/panxiao81/ayatori/integration"
 	"git.ddupan.top/panxiao81/ayatori/journal"
@@ -28,7 +28,7 @@ import (
 // assertNothingWritten checks that a Tenant left no trace outside
 // Kubernetes: no registry row, no KV record, no role, no database, no
 // ExternalSecret, and no journaled write intent (only CheckExtensions).
-func assertNothingWritten(t *testing.T, s *integration.Stack, tn *v1alpha1.PostgreSQLTenant, database, role, externalSecret string, esMustBeAbsent bool) {
+func assertNothingWritten(t *testing.T, s *integration.Stack, tn *databasev1alpha1.PostgreSQLTenant, database, role, externalSecret string, esMustBeAbsent bool) {
 	t.Helper()
 	ctx := context.Background()
 	if n := superQuery[int64](t, s, "postgres", "SELECT count(*) FROM postgresql_tenant_operator.tenant_ownership WHERE tenant_uid = '"+string(tn.UID)+"'"); n != 0 {
@@ -106,11 +106,11 @@ func TestTenantForeignTargetSecretIsConflict(t *testing.T) {
 			if !ok {
 				t.Fatalf("Secret %s/%s missing", c.namespace, c.secret)
 			}
-			tn := newTenant(t, s, c.namespace, c.name, func(tn *v1alpha1.PostgreSQLTenant) {
-				tn.Spec.DeletionPolicy = v1alpha1.DeletionPolicyDelete
+			tn := newTenant(t, s, c.namespace, c.name, func(tn *databasev1alpha1.PostgreSQLTenant) {
+				tn.Spec.DeletionPolicy = databasev1alpha1.DeletionPolicyDelete
 				tn.Spec.Credential.SecretName = c.secret
 			})
-			waitTenantMessage(t, s, c.namespace, c.name, v1alpha1.ReasonConflict, "Secret "+c.namespace+"/"+c.secret)
+			waitTenantMessage(t, s, c.namespace, c.name, databasev1alpha1.ReasonConflict, "Secret "+c.namespace+"/"+c.secret)
 			// ESO would act within a second or two if an ExternalSecret existed.
 			time.Sleep(3 * time.Second)
 			secretUnchanged(t, s, before, "after create")
@@ -134,7 +134,7 @@ func TestTenantDerivedNameCollisionBeforeWrites(t *testing.T) {
 	ctx := context.Background()
 	secondSharedInstance(t, s, "shared-tgt")
 	const namespace = "tgt-names"
-	first := newTenant(t, s, namespace, "tgt-dup", func(tn *v1alpha1.PostgreSQLTenant) {
+	first := newTenant(t, s, namespace, "tgt-dup", func(tn *databasev1alpha1.PostgreSQLTenant) {
 		tn.Spec.Database, tn.Spec.LoginRole = "tgt_dup_first", "tgt_dup_first"
 	})
 	waitTenant(t, s, namespace, "tgt-dup", metav1.ConditionTrue, "Ready", 2*time.Minute)
@@ -146,12 +146,12 @@ func TestTenantDerivedNameCollisionBeforeWrites(t *testing.T) {
 	if !ok {
 		t.Fatal("the first Tenant's Secret is missing")
 	}
-	second := newTenant(t, s, namespace, "dup", func(tn *v1alpha1.PostgreSQLTenant) {
+	second := newTenant(t, s, namespace, "dup", func(tn *databasev1alpha1.PostgreSQLTenant) {
 		tn.Spec.InstanceRef = "shared-tgt"
-		tn.Spec.DeletionPolicy = v1alpha1.DeletionPolicyDelete
+		tn.Spec.DeletionPolicy = databasev1alpha1.DeletionPolicyDelete
 		tn.Spec.Database, tn.Spec.LoginRole = "tgt_dup_second", "tgt_dup_second"
 	})
-	waitTenantMessage(t, s, namespace, "dup", v1alpha1.ReasonConflict, "ExternalSecret "+namespace+"/"+esName)
+	waitTenantMessage(t, s, namespace, "dup", databasev1alpha1.ReasonConflict, "ExternalSecret "+namespace+"/"+esName)
 	assertNothingWritten(t, s, second, "tgt_dup_second", "tgt_dup_second", esName, false)
 	es, ok := getES(t, s, namespace, esName)
 	if !ok {
@@ -180,14 +180,14 @@ func TestTenantDerivedNameCollisionBeforeWrites(t *testing.T) {
 func secondSharedInstance(t *testing.T, s *integration.Stack, name string) {
 	t.Helper()
 	ctx := context.Background()
-	if err := s.CP.Client.Create(ctx, &v1alpha1.PostgreSQLInstance{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1alpha1.PostgreSQLInstanceSpec{
-		Endpoint:           v1alpha1.PostgreSQLEndpoint{Host: "localhost", HostAddr: "127.0.0.1", Port: int32(s.PG.Port)},
-		AdminCredentialRef: v1alpha1.AdminCredentialReference{Name: "shared-admin"}}}); client.IgnoreAlreadyExists(err) != nil {
+	if err := s.CP.Client.Create(ctx, &databasev1alpha1.PostgreSQLInstance{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: databasev1alpha1.PostgreSQLInstanceSpec{
+		Endpoint:           databasev1alpha1.PostgreSQLEndpoint{Host: "localhost", HostAddr: "127.0.0.1", Port: int32(s.PG.Port)},
+		AdminCredentialRef: databasev1alpha1.AdminCredentialReference{Name: "shared-admin"}}}); client.IgnoreAlreadyExists(err) != nil {
 		t.Fatal(err)
 	}
 	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		i := &v1alpha1.PostgreSQLInstance{}
-		return s.CP.Client.Get(ctx, types.NamespacedName{Name: name}, i) == nil && i.Status.Phase == v1alpha1.InstancePhaseReady, nil
+		i := &databasev1alpha1.PostgreSQLInstance{}
+		return s.CP.Client.Get(ctx, types.NamespacedName{Name: name}, i) == nil && i.Status.Phase == databasev1alpha1.InstancePhaseReady, nil
 	}); err != nil {
 		t.Fatalf("Instance %s never Ready", name)
 	}

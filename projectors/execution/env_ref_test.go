@@ -8,7 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	v1alpha1 "git.ddupan.top/panxiao81/ayatori/api/execution/v1alpha1"
+	executionv1alpha1 "git.ddupan.top/panxiao81/ayatori/api/execution/v1alpha1"
 	"git.ddupan.top/panxiao81/ayatori/integration"
 )
 
@@ -24,13 +24,13 @@ func TestEnvReferenceWithoutNameIsRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := &JobReconciler{Client: cp.Client, APIReader: cp.Client}
-	for i, src := range []*v1alpha1.EnvVarSource{
+	for i, src := range []*executionv1alpha1.EnvVarSource{
 		{SecretKeyRef: &corev1.SecretKeySelector{Key: "token"}},
 		{ConfigMapKeyRef: &corev1.ConfigMapKeySelector{Key: "value"}},
 	} {
-		j := &v1alpha1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: "envref", GenerateName: "noname-"},
-			Spec: v1alpha1.JobSpec{Task: v1alpha1.TaskSpec{Image: "ayatori.test/succeed",
-				Env: []v1alpha1.EnvVar{{Name: "X", ValueFrom: src}}}}}
+		j := &executionv1alpha1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: "envref", GenerateName: "noname-"},
+			Spec: executionv1alpha1.JobSpec{Task: executionv1alpha1.TaskSpec{Image: "ayatori.test/succeed",
+				Env: []executionv1alpha1.EnvVar{{Name: "X", ValueFrom: src}}}}}
 		if err := cp.Client.Create(ctx, j); err != nil {
 			t.Logf("case %d: the API server refuses it already: %v", i, err)
 			continue

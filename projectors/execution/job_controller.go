@@ -23,7 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
-	v1alpha1 "git.ddupan.top/panxiao81/ayatori/api/execution/v1alpha1"
+	executionv1alpha1 "git.ddupan.top/panxiao81/ayatori/api/execution/v1alpha1"
 	"git.ddupan.top/panxiao81/ayatori/contracts/execution"
 	"git.ddupan.top/panxiao81/ayatori/journal"
 	"git.ddupan.top/panxiao81/ayatori/projectors/journaled"
@@ -81,7 +81,7 @@ func (r *JobReconciler) SetupWithManager(mgr ctrl.Manager, outcomes <-chan recon
 		r.Policy = DefaultJobPolicy
 	}
 	if len(r.Controllers) == 0 {
-		r.Controllers = []string{v1alpha1.ControllerKubernetes}
+		r.Controllers = []string{executionv1alpha1.ControllerKubernetes}
 	}
 	waiting := handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
 		return r.waitingJobs(ctx, "")
@@ -92,10 +92,10 @@ func (r *JobReconciler) SetupWithManager(mgr ctrl.Manager, outcomes <-chan recon
 	b := ctrl.NewControllerManagedBy(mgr).
 		Named("job").
 		WithOptions(controller.Options{MaxConcurrentReconciles: r.Workers}).
-		For(&v1alpha1.Job{}, builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
-		Watches(&v1alpha1.JobClass{}, waiting).
-		Watches(&v1alpha1.KubernetesExecutionParameters{}, waiting).
-		Watches(&v1alpha1.OpenSandboxExecutionParameters{}, waiting).
+		For(&executionv1alpha1.Job{}, builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
+		Watches(&executionv1alpha1.JobClass{}, waiting).
+		Watches(&executionv1alpha1.KubernetesExecutionParameters{}, waiting).
+		Watches(&executionv1alpha1.OpenSandboxExecutionParameters{}, waiting).
 		Watches(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
 			return r.waitingJobs(ctx, o.GetName())
 		}))
@@ -109,14 +109,14 @@ func (r *JobReconciler) SetupWithManager(mgr ctrl.Manager, outcomes <-chan recon
 // class, parameters or namespace change: not accepted, or accepted without
 // an execution yet.
 func (r *JobReconciler) waitingJobs(ctx context.Context, ns string) []reconcile.Request {
-	var list v1alpha1.JobList
+	var list executionv1alpha1.JobList
 	if err := r.Client.List(ctx, &list, client.InNamespace(ns)); err != nil {
 		return nil
 	}
 	var out []reconcile.Request
 	for i := range list.Items {
 		j := &list.Items[i]
-		if IsTerminal(&j.Status) || meta.IsStatusConditionTrue(j.Status.Conditions, v1alpha1.JobConditionScheduled) {
+		if IsTerminal(&j.Status) || meta.IsStatusConditionTrue(j.Status.Conditions, executionv1alpha1.JobConditionScheduled) {
 			continue
 		}
 		out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(j)})
@@ -133,9 +133,9 @@ func (r *JobReconciler) Reconcile(ctx context.Context, req reconcile.Request) (r
 // jobKind is the Job's part of the skeleton.
 type jobKind struct{ r *JobReconciler }
 
-func (jobKind) New() *v1alpha1.Job { return &v1alpha1.Job{} }
-func (jobKind) Finalizer() string  { return v1alpha1.JobFinalizer }
-func (jobKind) StatusPhase(j *v1alpha1.Job) string {
+func (jobKind) New() *executionv1alpha1.Job { return &executionv1alpha1.Job{} }
+func (jobKind) Finalizer() string           { return executionv1alpha1.JobFinalizer }
+func (jobKind) StatusPhase(j *executionv1alpha1.Job) string {
 	if len(j.Status.Conditions) == 0 {
 		return ""
 	}
@@ -143,7 +143,7 @@ func (jobKind) StatusPhase(j *v1alpha1.Job) string {
 }
 
 // Plan gathers the pass's facts and decides.
-func (k jobKind) Plan(ctx context.Context, j *v1alpha1.Job, h journaled.History) (journaled.Plan[JobDecision], error) {
+func (k jobKind) Plan(ctx context.Context, j *executionv1alpha1.Job, h journaled.History) (journaled.Plan[JobDecision], error) {
 	r := k.r
 	f := JobFacts{Now: r.Clock.Now()}
 	if j.DeletionTimestamp.IsZero() && !IsTerminal(&j.Status) {
@@ -153,7 +153,7 @@ func (k jobKind) Plan(ctx context.Context, j *v1alpha1.Job, h journaled.History)
 				return journaled.Plan[JobDecision]{}, err
 			}
 			f.Resolution = res
-		} else if !meta.IsStatusConditionTrue(j.Status.Conditions, v1alpha1.JobConditionScheduled) {
+		} else if !meta.IsStatusConditionTrue(j.Status.Conditions, executionv1alpha1.JobConditionScheduled) {
 			reason, msg, err := r.classReadiness(ctx, j.Status.ResolvedJobClass)
 			if err != nil {
 				return journaled.Plan[JobDecision]{}, err
@@ -186,15 +186,15 @@ func (k jobKind) Plan(ctx context.Context, j *v1alpha1.Job, h journaled.History)
 	return p, nil
 }
 
-func objectRef(j *v1alpha1.Job) journal.ObjectRef {
-	return journal.ObjectRef{Group: v1alpha1.GroupVersion.Group, Kind: KindJob, Namespace: j.Namespace, Name: j.Name,
+func objectRef(j *executionv1alpha1.Job) journal.ObjectRef {
+	return journal.ObjectRef{Group: executionv1alpha1.GroupVersion.Group, Kind: KindJob, Namespace: j.Namespace, Name: j.Name,
 		UID: string(j.UID), Generation: j.Generation}
 }
 
 // Project writes the decided status (one optimistic write, none when
 // nothing changed) and emits an Event when the Job is accepted, refused,
 // or reaches its result.
-func (k jobKind) Project(ctx context.Context, j *v1alpha1.Job, d JobDecision) error {
+func (k jobKind) Project(ctx context.Context, j *executionv1alpha1.Job, d JobDecision) error {
 	if statusEqual(&j.Status, &d.Status) {
 		return nil
 	}
@@ -211,7 +211,7 @@ func (k jobKind) Project(ctx context.Context, j *v1alpha1.Job, d JobDecision) er
 	return nil
 }
 
-func statusEqual(a, b *v1alpha1.JobStatus) bool {
+func statusEqual(a, b *executionv1alpha1.JobStatus) bool {
 	if !journaled.EqualConditions(a.Conditions, b.Conditions) {
 		return false
 	}
@@ -221,7 +221,7 @@ func statusEqual(a, b *v1alpha1.JobStatus) bool {
 }
 
 // announce emits Events for condition changes users act on.
-func (k jobKind) announce(j *v1alpha1.Job, old, cur *v1alpha1.JobStatus) {
+func (k jobKind) announce(j *executionv1alpha1.Job, old, cur *executionv1alpha1.JobStatus) {
 	rec := k.r.Recorder
 	if rec == nil {
 		return
@@ -234,27 +234,27 @@ func (k jobKind) announce(j *v1alpha1.Job, old, cur *v1alpha1.JobStatus) {
 		o := meta.FindStatusCondition(old.Conditions, typ)
 		return c, o == nil || o.Status != c.Status || o.Reason != c.Reason
 	}
-	if c, ok := changed(v1alpha1.JobConditionAccepted); ok {
+	if c, ok := changed(executionv1alpha1.JobConditionAccepted); ok {
 		typ := corev1.EventTypeNormal
 		if c.Status != metav1.ConditionTrue {
 			typ = corev1.EventTypeWarning
 		}
 		rec.Eventf(j, nil, typ, c.Reason, "Accept", "%s", c.Message)
 	}
-	if c, ok := changed(v1alpha1.JobConditionScheduled); ok && c.Reason != v1alpha1.ReasonNotScheduled {
+	if c, ok := changed(executionv1alpha1.JobConditionScheduled); ok && c.Reason != executionv1alpha1.ReasonNotScheduled {
 		typ := corev1.EventTypeNormal
 		if c.Status != metav1.ConditionTrue {
 			typ = corev1.EventTypeWarning
 		}
 		rec.Eventf(j, nil, typ, c.Reason, "Schedule", "%s", c.Message)
 	}
-	if c, ok := changed(v1alpha1.JobConditionSucceeded); ok {
+	if c, ok := changed(executionv1alpha1.JobConditionSucceeded); ok {
 		switch {
 		case c.Status == metav1.ConditionTrue:
 			rec.Eventf(j, nil, corev1.EventTypeNormal, c.Reason, "Finish", "%s", c.Message)
-		case c.Status == metav1.ConditionFalse || c.Reason == v1alpha1.ReasonResultUnknown:
+		case c.Status == metav1.ConditionFalse || c.Reason == executionv1alpha1.ReasonResultUnknown:
 			rec.Eventf(j, nil, corev1.EventTypeWarning, c.Reason, "Finish", "%s", c.Message)
-		case c.Reason == v1alpha1.ReasonRunning:
+		case c.Reason == executionv1alpha1.ReasonRunning:
 			rec.Eventf(j, nil, corev1.EventTypeNormal, c.Reason, "Start", "%s", c.Message)
 		}
 	}
@@ -262,7 +262,7 @@ func (k jobKind) announce(j *v1alpha1.Job, old, cur *v1alpha1.JobStatus) {
 
 // resolve reads what acceptance depends on and returns the verdict. An
 // error is a failed read (retried), never a verdict.
-func (r *JobReconciler) resolve(ctx context.Context, j *v1alpha1.Job) (*Resolution, error) {
+func (r *JobReconciler) resolve(ctx context.Context, j *executionv1alpha1.Job) (*Resolution, error) {
 	refuse := func(reason, format string, args ...any) (*Resolution, error) {
 		return &Resolution{Reason: reason, Message: fmt.Sprintf(format, args...)}, nil
 	}
@@ -270,7 +270,7 @@ func (r *JobReconciler) resolve(ctx context.Context, j *v1alpha1.Job) (*Resoluti
 	if err := r.Client.Get(ctx, types.NamespacedName{Name: j.Namespace}, &ns); err != nil {
 		return nil, fmt.Errorf("read namespace %s: %w", j.Namespace, err)
 	}
-	var classes v1alpha1.JobClassList
+	var classes executionv1alpha1.JobClassList
 	if err := r.Client.List(ctx, &classes); err != nil {
 		return nil, fmt.Errorf("list JobClasses: %w", err)
 	}
@@ -280,25 +280,25 @@ func (r *JobReconciler) resolve(ctx context.Context, j *v1alpha1.Job) (*Resoluti
 	}
 	class := choice.Class
 	if !contains(r.Controllers, class.Spec.ControllerName) {
-		return refuse(v1alpha1.ReasonJobClassNotAccepted, "JobClass %s belongs to controller %s, which this manager does not run", class.Name, class.Spec.ControllerName)
+		return refuse(executionv1alpha1.ReasonJobClassNotAccepted, "JobClass %s belongs to controller %s, which this manager does not run", class.Name, class.Spec.ControllerName)
 	}
-	if c := meta.FindStatusCondition(class.Status.Conditions, v1alpha1.JobClassConditionAccepted); c == nil || c.Status != metav1.ConditionTrue || c.ObservedGeneration != class.Generation {
+	if c := meta.FindStatusCondition(class.Status.Conditions, executionv1alpha1.JobClassConditionAccepted); c == nil || c.Status != metav1.ConditionTrue || c.ObservedGeneration != class.Generation {
 		why := "its controller has not accepted it yet"
 		if c != nil && c.Status == metav1.ConditionFalse {
 			why = c.Reason + ": " + c.Message
 		}
-		return refuse(v1alpha1.ReasonJobClassNotAccepted, "JobClass %s is not accepted (%s)", class.Name, why)
+		return refuse(executionv1alpha1.ReasonJobClassNotAccepted, "JobClass %s is not accepted (%s)", class.Name, why)
 	}
 	allowed, err := NamespaceAllowed(class, &ns)
 	if err != nil || !allowed {
-		return refuse(v1alpha1.ReasonNamespaceNotAllowed, "JobClass %s does not allow namespace %s (allowedNamespaces)", class.Name, j.Namespace)
+		return refuse(executionv1alpha1.ReasonNamespaceNotAllowed, "JobClass %s does not allow namespace %s (allowedNamespaces)", class.Name, j.Namespace)
 	}
 	params, err := r.parameters(ctx, class.Spec.ParametersRef)
 	if err != nil {
 		return nil, err
 	}
 	if params == nil {
-		return refuse(v1alpha1.ReasonJobClassNotAccepted, "JobClass %s: parameters %s %s not found", class.Name, class.Spec.ParametersRef.Kind, class.Spec.ParametersRef.Name)
+		return refuse(executionv1alpha1.ReasonJobClassNotAccepted, "JobClass %s: parameters %s %s not found", class.Name, class.Spec.ParametersRef.Kind, class.Spec.ParametersRef.Name)
 	}
 	res, reason, msg := EffectiveResources(j.Spec.Resources, class.Spec.Resources)
 	if reason != "" {
@@ -306,7 +306,7 @@ func (r *JobReconciler) resolve(ctx context.Context, j *v1alpha1.Job) (*Resoluti
 	}
 	// The adapter's own rules come before the env check: a Secret the
 	// parameters do not let the adapter send is not even read.
-	if osp, ok := params.(*v1alpha1.OpenSandboxExecutionParameters); ok {
+	if osp, ok := params.(*executionv1alpha1.OpenSandboxExecutionParameters); ok {
 		if reason, msg := AdmitOpenSandbox(j, osp); reason != "" {
 			return refuse(reason, "%s", msg)
 		}
@@ -323,7 +323,7 @@ func (r *JobReconciler) resolve(ctx context.Context, j *v1alpha1.Job) (*Resoluti
 	pref := class.Spec.ParametersRef
 	pref.UID = params.GetUID()
 	return &Resolution{
-		Class:     &v1alpha1.ResolvedJobClassReference{Name: class.Name, UID: class.UID, ControllerName: class.Spec.ControllerName, ParametersRef: pref},
+		Class:     &executionv1alpha1.ResolvedJobClassReference{Name: class.Name, UID: class.UID, ControllerName: class.Spec.ControllerName, ParametersRef: pref},
 		Resources: res,
 		Adapter:   adapterOf(class.Spec.ControllerName),
 	}, nil
@@ -340,7 +340,7 @@ func contains(xs []string, s string) bool {
 
 // parametersUID returns the UID of the parameters object ref names ("":
 // not found, being deleted, or of a kind this manager does not know).
-func (r *JobReconciler) parametersUID(ctx context.Context, ref v1alpha1.ParametersReference) (types.UID, error) {
+func (r *JobReconciler) parametersUID(ctx context.Context, ref executionv1alpha1.ParametersReference) (types.UID, error) {
 	obj, err := r.parameters(ctx, ref)
 	if err != nil || obj == nil {
 		return "", err
@@ -350,9 +350,9 @@ func (r *JobReconciler) parametersUID(ctx context.Context, ref v1alpha1.Paramete
 
 // parameters reads the parameters object ref names (nil: not found, being
 // deleted, or of a kind this manager does not know).
-func (r *JobReconciler) parameters(ctx context.Context, ref v1alpha1.ParametersReference) (client.Object, error) {
+func (r *JobReconciler) parameters(ctx context.Context, ref executionv1alpha1.ParametersReference) (client.Object, error) {
 	newObj, ok := parametersKinds[ref.Kind]
-	if ref.Group != v1alpha1.GroupVersion.Group || !ok {
+	if ref.Group != executionv1alpha1.GroupVersion.Group || !ok {
 		return nil, nil
 	}
 	obj := newObj()
@@ -375,18 +375,18 @@ func (r *JobReconciler) parameters(ctx context.Context, ref v1alpha1.ParametersR
 // make the adapter send a Secret's content to OpenSandbox), and the task
 // needs a command (the adapter runs it as a command in the sandbox and can
 // not read the image's entrypoint). It returns "", "" when the Job is
-// admitted, else v1alpha1.ReasonSecretEnvNotAllowed,
+// admitted, else executionv1alpha1.ReasonSecretEnvNotAllowed,
 // ReasonImageAuthNotAllowed or ReasonCommandRequired and a message naming
 // the variable or Secret and the parameters object, never a value. It
 // reads nothing.
-func AdmitOpenSandbox(j *v1alpha1.Job, params *v1alpha1.OpenSandboxExecutionParameters) (string, string) {
+func AdmitOpenSandbox(j *executionv1alpha1.Job, params *executionv1alpha1.OpenSandboxExecutionParameters) (string, string) {
 	task := j.Spec.Task
 	if !params.Spec.AllowSecretEnv {
 		for _, e := range task.Env {
 			if e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil {
 				continue
 			}
-			return v1alpha1.ReasonSecretEnvNotAllowed, fmt.Sprintf(
+			return executionv1alpha1.ReasonSecretEnvNotAllowed, fmt.Sprintf(
 				"env %s references Secret %s, but OpenSandboxExecutionParameters %s do not set allowSecretEnv (the adapter would send the Secret's value to OpenSandbox); the Job waits until they do",
 				e.Name, e.ValueFrom.SecretKeyRef.Name, params.Name)
 		}
@@ -396,12 +396,12 @@ func AdmitOpenSandbox(j *v1alpha1.Job, params *v1alpha1.OpenSandboxExecutionPara
 		for _, s := range task.ImagePullSecrets {
 			names = append(names, s.Name)
 		}
-		return v1alpha1.ReasonImageAuthNotAllowed, fmt.Sprintf(
+		return executionv1alpha1.ReasonImageAuthNotAllowed, fmt.Sprintf(
 			"imagePullSecrets names Secret(s) %s, but OpenSandboxExecutionParameters %s do not set allowImageAuth (the adapter would send registry credentials to OpenSandbox); the Job waits until they do",
 			strings.Join(names, ", "), params.Name)
 	}
 	if len(task.Command) == 0 {
-		return v1alpha1.ReasonCommandRequired,
+		return executionv1alpha1.ReasonCommandRequired,
 			"the OpenSandbox adapter runs the task as a command in the sandbox and can not read the image's entrypoint; set task.command"
 	}
 	return "", ""
@@ -410,10 +410,10 @@ func AdmitOpenSandbox(j *v1alpha1.Job, params *v1alpha1.OpenSandboxExecutionPara
 // AdmitOpenSandboxResources checks a Job's effective resources against
 // the requestMapping of its OpenSandbox parameters: under Native every set
 // request must equal its limit, because the lifecycle API has only
-// resourceLimits (v1alpha1.ReasonRequestMappingUnsupported otherwise);
+// resourceLimits (executionv1alpha1.ReasonRequestMappingUnsupported otherwise);
 // under AdmissionOnly requests only admit. It reads nothing.
-func AdmitOpenSandboxResources(res v1alpha1.ExecutionResourceRequirements, params *v1alpha1.OpenSandboxExecutionParameters) (string, string) {
-	if params.Spec.RequestMapping != v1alpha1.OpenSandboxRequestMappingNative {
+func AdmitOpenSandboxResources(res executionv1alpha1.ExecutionResourceRequirements, params *executionv1alpha1.OpenSandboxExecutionParameters) (string, string) {
+	if params.Spec.RequestMapping != executionv1alpha1.OpenSandboxRequestMappingNative {
 		return "", ""
 	}
 	for _, p := range []struct {
@@ -424,7 +424,7 @@ func AdmitOpenSandboxResources(res v1alpha1.ExecutionResourceRequirements, param
 			continue
 		}
 		if p.lim == nil || p.req.Cmp(*p.lim) != 0 {
-			return v1alpha1.ReasonRequestMappingUnsupported, fmt.Sprintf(
+			return executionv1alpha1.ReasonRequestMappingUnsupported, fmt.Sprintf(
 				"OpenSandboxExecutionParameters %s set requestMapping Native, but OpenSandbox has only resourceLimits: the effective %s request must equal its limit; the Job waits until the class or the parameters change",
 				params.Name, p.name)
 		}
@@ -436,7 +436,7 @@ func AdmitOpenSandboxResources(res v1alpha1.ExecutionResourceRequirements, param
 // variable references exists. Values are read only to test the key's
 // presence and dropped at once; messages name objects and keys, never
 // values.
-func (r *JobReconciler) checkEnv(ctx context.Context, j *v1alpha1.Job) (string, string, error) {
+func (r *JobReconciler) checkEnv(ctx context.Context, j *executionv1alpha1.Job) (string, string, error) {
 	if reason, msg := invalidReferences(j); reason != "" {
 		return reason, msg, nil
 	}
@@ -483,12 +483,12 @@ func (r *JobReconciler) checkEnv(ctx context.Context, j *v1alpha1.Job) (string, 
 		switch {
 		case apierrors.IsNotFound(err):
 			if !optional {
-				return v1alpha1.ReasonEnvReferenceNotFound, fmt.Sprintf("env %s: %s %s/%s not found; the Job waits for it", e.Name, kind, j.Namespace, name), nil
+				return executionv1alpha1.ReasonEnvReferenceNotFound, fmt.Sprintf("env %s: %s %s/%s not found; the Job waits for it", e.Name, kind, j.Namespace, name), nil
 			}
 		case err != nil:
 			return "", "", fmt.Errorf("read %s %s/%s for env %s: %w", kind, j.Namespace, name, e.Name, err)
 		case !ok && !optional:
-			return v1alpha1.ReasonEnvReferenceNotFound, fmt.Sprintf("env %s: %s %s/%s has no key %q; the Job waits for it", e.Name, kind, j.Namespace, name, key), nil
+			return executionv1alpha1.ReasonEnvReferenceNotFound, fmt.Sprintf("env %s: %s %s/%s has no key %q; the Job waits for it", e.Name, kind, j.Namespace, name, key), nil
 		}
 	}
 	return "", "", nil
@@ -498,9 +498,9 @@ func (r *JobReconciler) checkEnv(ctx context.Context, j *v1alpha1.Job) (string, 
 // can satisfy (an empty or malformed Secret/ConfigMap name, a malformed
 // key): they are never read (a read of an empty name is an error, not a
 // NotFound) and would make the native Job invalid even when optional.
-func invalidReferences(j *v1alpha1.Job) (string, string) {
+func invalidReferences(j *executionv1alpha1.Job) (string, string) {
 	bad := func(format string, args ...any) (string, string) {
-		return v1alpha1.ReasonInvalidEnvReference, fmt.Sprintf(format, args...) + "; recreate the Job with a valid reference"
+		return executionv1alpha1.ReasonInvalidEnvReference, fmt.Sprintf(format, args...) + "; recreate the Job with a valid reference"
 	}
 	for i, s := range j.Spec.Task.ImagePullSecrets {
 		if len(validation.IsDNS1123Subdomain(s.Name)) > 0 {
@@ -533,26 +533,26 @@ func invalidReferences(j *v1alpha1.Job) (string, string) {
 // classReadiness says why no new execution may start for the pinned
 // class ("" when it may): the class or its parameters are gone or were
 // recreated with another UID (never adopted), or the class is not Ready.
-func (r *JobReconciler) classReadiness(ctx context.Context, rc *v1alpha1.ResolvedJobClassReference) (string, string, error) {
-	var class v1alpha1.JobClass
+func (r *JobReconciler) classReadiness(ctx context.Context, rc *executionv1alpha1.ResolvedJobClassReference) (string, string, error) {
+	var class executionv1alpha1.JobClass
 	if err := r.Client.Get(ctx, types.NamespacedName{Name: rc.Name}, &class); err != nil {
 		if apierrors.IsNotFound(err) {
-			return v1alpha1.ReasonJobClassNotFound, fmt.Sprintf("JobClass %s (UID %s) the Job was accepted with is gone; it is never replaced by another class", rc.Name, rc.UID), nil
+			return executionv1alpha1.ReasonJobClassNotFound, fmt.Sprintf("JobClass %s (UID %s) the Job was accepted with is gone; it is never replaced by another class", rc.Name, rc.UID), nil
 		}
 		return "", "", err
 	}
 	if class.UID != rc.UID {
-		return v1alpha1.ReasonJobClassNotFound, fmt.Sprintf("JobClass %s was recreated (UID %s, accepted with %s); the Job does not adopt it", rc.Name, class.UID, rc.UID), nil
+		return executionv1alpha1.ReasonJobClassNotFound, fmt.Sprintf("JobClass %s was recreated (UID %s, accepted with %s); the Job does not adopt it", rc.Name, class.UID, rc.UID), nil
 	}
 	uid, err := r.parametersUID(ctx, rc.ParametersRef)
 	if err != nil {
 		return "", "", err
 	}
 	if uid != rc.ParametersRef.UID {
-		return v1alpha1.ReasonParametersChanged, fmt.Sprintf("%s %s the Job was accepted with is gone or was recreated; the Job does not adopt another", rc.ParametersRef.Kind, rc.ParametersRef.Name), nil
+		return executionv1alpha1.ReasonParametersChanged, fmt.Sprintf("%s %s the Job was accepted with is gone or was recreated; the Job does not adopt another", rc.ParametersRef.Kind, rc.ParametersRef.Name), nil
 	}
-	if c := meta.FindStatusCondition(class.Status.Conditions, v1alpha1.JobClassConditionReady); c != nil && c.Status == metav1.ConditionFalse {
-		return v1alpha1.ReasonClassNotReady, fmt.Sprintf("JobClass %s is not ready (%s: %s)", class.Name, c.Reason, c.Message), nil
+	if c := meta.FindStatusCondition(class.Status.Conditions, executionv1alpha1.JobClassConditionReady); c != nil && c.Status == metav1.ConditionFalse {
+		return executionv1alpha1.ReasonClassNotReady, fmt.Sprintf("JobClass %s is not ready (%s: %s)", class.Name, c.Reason, c.Message), nil
 	}
 	return "", "", nil
 }
@@ -567,32 +567,32 @@ func quantity(q *resource.Quantity) string {
 
 // StateOf derives a Job's presentation state from its durable facts
 // (docs/execution/job-api.md "State machine"; never stored).
-func StateOf(j *v1alpha1.Job) string {
+func StateOf(j *executionv1alpha1.Job) string {
 	if !j.DeletionTimestamp.IsZero() {
 		return "Deleting"
 	}
-	s := meta.FindStatusCondition(j.Status.Conditions, v1alpha1.JobConditionSucceeded)
+	s := meta.FindStatusCondition(j.Status.Conditions, executionv1alpha1.JobConditionSucceeded)
 	if s != nil {
 		switch s.Status {
 		case metav1.ConditionTrue:
 			return "Succeeded"
 		case metav1.ConditionFalse:
-			if s.Reason == v1alpha1.ReasonCancelled {
+			if s.Reason == executionv1alpha1.ReasonCancelled {
 				return "Cancelled"
 			}
 			return "Failed"
 		}
 	}
 	switch {
-	case j.Spec.DesiredState == v1alpha1.JobDesiredStateCancelled:
+	case j.Spec.DesiredState == executionv1alpha1.JobDesiredStateCancelled:
 		return "Cancelling"
-	case s != nil && s.Reason == v1alpha1.ReasonResultUnknown:
+	case s != nil && s.Reason == executionv1alpha1.ReasonResultUnknown:
 		return "ResultUnknown"
 	case j.Status.StartTime != nil:
 		return "Running"
-	case meta.IsStatusConditionTrue(j.Status.Conditions, v1alpha1.JobConditionScheduled):
+	case meta.IsStatusConditionTrue(j.Status.Conditions, executionv1alpha1.JobConditionScheduled):
 		return "Starting"
-	case meta.IsStatusConditionTrue(j.Status.Conditions, v1alpha1.JobConditionAccepted):
+	case meta.IsStatusConditionTrue(j.Status.Conditions, executionv1alpha1.JobConditionAccepted):
 		return "Scheduling"
 	}
 	return "Resolving"

@@ -8,7 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	v1alpha1 "git.ddupan.top/panxiao81/ayatori/api/execution/v1alpha1"
+	executionv1alpha1 "git.ddupan.top/panxiao81/ayatori/api/execution/v1alpha1"
 	"git.ddupan.top/panxiao81/ayatori/contracts/execution"
 	"git.ddupan.top/panxiao81/ayatori/journal"
 	"git.ddupan.top/panxiao81/ayatori/projectors/journaled"
@@ -35,9 +35,9 @@ type Resolution struct {
 	// Reason and Message are the Accepted=False reason ("" = accepted).
 	Reason, Message string
 	// Class pins the class and parameters (by UID) when accepted.
-	Class *v1alpha1.ResolvedJobClassReference
+	Class *executionv1alpha1.ResolvedJobClassReference
 	// Resources are the effective resources when accepted.
-	Resources v1alpha1.ExecutionResourceRequirements
+	Resources executionv1alpha1.ExecutionResourceRequirements
 	// Adapter runs the class's Jobs (execution.AdapterKubernetes,
 	// execution.AdapterOpenSandbox).
 	Adapter string
@@ -77,7 +77,7 @@ type JobIntent struct {
 // JobDecision is what one pass does.
 type JobDecision struct {
 	// Status is the Job's whole status after the pass.
-	Status v1alpha1.JobStatus
+	Status executionv1alpha1.JobStatus
 	// Intent, when set, is appended (and then nothing else changes until
 	// its outcome arrives).
 	Intent *JobIntent
@@ -97,7 +97,7 @@ type JobDecision struct {
 // Job, its journal and the facts of this pass, and a terminal status is
 // never changed again. At most one intent is in flight per Job: the next
 // is decided from the previous one's outcome. It never performs I/O.
-func DecideJob(job *v1alpha1.Job, recs []journal.Record, f JobFacts, p JobPolicy) JobDecision {
+func DecideJob(job *executionv1alpha1.Job, recs []journal.Record, f JobFacts, p JobPolicy) JobDecision {
 	l := readLedger(recs)
 	st := job.Status.DeepCopy()
 	st.ObservedGeneration = job.Generation
@@ -109,9 +109,9 @@ func DecideJob(job *v1alpha1.Job, recs []journal.Record, f JobFacts, p JobPolicy
 }
 
 type decider struct {
-	job *v1alpha1.Job
+	job *executionv1alpha1.Job
 	l   *ledger
-	st  *v1alpha1.JobStatus
+	st  *executionv1alpha1.JobStatus
 	f   JobFacts
 	p   JobPolicy
 	out JobDecision
@@ -124,15 +124,15 @@ func (d *decider) set(typ string, s metav1.ConditionStatus, reason, msg string) 
 }
 
 func (d *decider) running(reason, msg string) {
-	d.set(v1alpha1.JobConditionSucceeded, metav1.ConditionUnknown, reason, msg)
+	d.set(executionv1alpha1.JobConditionSucceeded, metav1.ConditionUnknown, reason, msg)
 }
 
 func (d *decider) terminal() bool { return IsTerminal(d.st) }
 
 // IsTerminal reports whether st has a terminal Succeeded condition.
-func IsTerminal(st *v1alpha1.JobStatus) bool {
+func IsTerminal(st *executionv1alpha1.JobStatus) bool {
 	for _, c := range st.Conditions {
-		if c.Type == v1alpha1.JobConditionSucceeded {
+		if c.Type == executionv1alpha1.JobConditionSucceeded {
 			return c.Status == metav1.ConditionTrue || c.Status == metav1.ConditionFalse
 		}
 	}
@@ -148,13 +148,13 @@ func (d *decider) apply() {
 	}
 	l, st := d.l, d.st
 	if l.existed && st.ResolvedJobClass != nil {
-		d.set(v1alpha1.JobConditionScheduled, metav1.ConditionTrue, v1alpha1.ReasonBackendCreated, "the backend execution exists")
+		d.set(executionv1alpha1.JobConditionScheduled, metav1.ConditionTrue, executionv1alpha1.ReasonBackendCreated, "the backend execution exists")
 		if st.Execution == nil && len(l.refs) > 0 {
-			refs := make([]v1alpha1.ExecutionReference, 0, len(l.refs))
+			refs := make([]executionv1alpha1.ExecutionReference, 0, len(l.refs))
 			for _, r := range l.refs {
-				refs = append(refs, v1alpha1.ExecutionReference{Type: r.Type, ID: r.ID})
+				refs = append(refs, executionv1alpha1.ExecutionReference{Type: r.Type, ID: r.ID})
 			}
-			st.Execution = &v1alpha1.ExecutionStatus{Adapter: l.adapter, References: refs}
+			st.Execution = &executionv1alpha1.ExecutionStatus{Adapter: l.adapter, References: refs}
 		}
 		if st.StartTime == nil {
 			switch {
@@ -192,11 +192,11 @@ func (d *decider) conclusion() *ending {
 		}
 		switch t.obs.State {
 		case execution.StateSucceeded:
-			e.succeeded, e.reason = true, v1alpha1.ReasonCompleted
+			e.succeeded, e.reason = true, executionv1alpha1.ReasonCompleted
 		case execution.StateFailed:
 			e.reason = t.obs.Reason
 			if e.reason == "" {
-				e.reason = v1alpha1.ReasonBackendFailed
+				e.reason = executionv1alpha1.ReasonBackendFailed
 			}
 		default:
 			e.reason = d.stoppedReason(stopReason)
@@ -209,11 +209,11 @@ func (d *decider) conclusion() *ending {
 		return &ending{reason: d.stoppedReason(stopReason), message: d.stoppedMessage(stopReason), at: o.rec.Time}
 	}
 	if l.backendLost {
-		return &ending{reason: v1alpha1.ReasonBackendLost, at: d.f.Now,
+		return &ending{reason: executionv1alpha1.ReasonBackendLost, at: d.f.Now,
 			message: "an administrator confirmed the backend execution is lost; its result is unknown"}
 	}
-	if d.job.Spec.DesiredState == v1alpha1.JobDesiredStateCancelled && len(l.ensures) == 0 {
-		return &ending{reason: v1alpha1.ReasonCancelled, at: d.f.Now, message: "cancelled before any execution was created"}
+	if d.job.Spec.DesiredState == executionv1alpha1.JobDesiredStateCancelled && len(l.ensures) == 0 {
+		return &ending{reason: executionv1alpha1.ReasonCancelled, at: d.f.Now, message: "cancelled before any execution was created"}
 	}
 	return nil
 }
@@ -231,14 +231,14 @@ func (d *decider) ensurePending() bool {
 func (d *decider) stoppedReason(reason execution.StopReason) string {
 	switch reason {
 	case execution.StopDeadlineExceeded:
-		return v1alpha1.ReasonDeadlineExceeded
+		return executionv1alpha1.ReasonDeadlineExceeded
 	case execution.StopFailing:
 		if r := d.l.firstCancel().FailingReason; r != "" {
 			return r
 		}
-		return v1alpha1.ReasonBackendFailed
+		return executionv1alpha1.ReasonBackendFailed
 	}
-	return v1alpha1.ReasonCancelled
+	return executionv1alpha1.ReasonCancelled
 }
 
 func (d *decider) stoppedMessage(reason execution.StopReason) string {
@@ -288,7 +288,7 @@ func (d *decider) finish(e ending) {
 	if msg == "" {
 		msg = e.reason
 	}
-	d.set(v1alpha1.JobConditionSucceeded, s, e.reason, msg)
+	d.set(executionv1alpha1.JobConditionSucceeded, s, e.reason, msg)
 	at := e.at
 	if at.IsZero() {
 		at = d.f.Now
@@ -299,7 +299,7 @@ func (d *decider) finish(e ending) {
 	if st.CompletionTime == nil {
 		st.CompletionTime = &metav1.Time{Time: at}
 	}
-	st.Result = &v1alpha1.JobResult{ExitCode: e.exitCode, Reason: e.reason}
+	st.Result = &executionv1alpha1.JobResult{ExitCode: e.exitCode, Reason: e.reason}
 }
 
 func (d *decider) requeueAfter(after time.Duration) {
@@ -362,7 +362,7 @@ func (d *decider) decide() {
 		// The result goes into the journal first (with this pass's
 		// terminal status): every Job's end is there, for forensics and for
 		// the TTL controller's invariant.
-		c := meta.FindStatusCondition(d.st.Conditions, v1alpha1.JobConditionSucceeded)
+		c := meta.FindStatusCondition(d.st.Conditions, executionv1alpha1.JobConditionSucceeded)
 		n := execution.FinishedNote{Succeeded: c.Status == metav1.ConditionTrue, Reason: c.Reason}
 		if d.st.Result != nil {
 			n.ExitCode = d.st.Result.ExitCode
@@ -414,22 +414,22 @@ func (d *decider) describeWaiting() {
 func (d *decider) describeProgress() {
 	l := d.l
 	switch {
-	case d.job.Spec.DesiredState == v1alpha1.JobDesiredStateCancelled || (!d.job.DeletionTimestamp.IsZero() && len(l.ensures) > 0):
-		d.running(v1alpha1.ReasonCancelling, "stopping the execution; waiting for the backend to confirm")
+	case d.job.Spec.DesiredState == executionv1alpha1.JobDesiredStateCancelled || (!d.job.DeletionTimestamp.IsZero() && len(l.ensures) > 0):
+		d.running(executionv1alpha1.ReasonCancelling, "stopping the execution; waiting for the backend to confirm")
 	case l.last() != nil && l.last().ambiguous:
-		d.running(v1alpha1.ReasonResultUnknown, unknownMessage(l.last()))
+		d.running(executionv1alpha1.ReasonResultUnknown, unknownMessage(l.last()))
 	case l.existed && l.last() != nil && l.last().obs.State == execution.StateNotFound && len(l.cancels) == 0:
-		d.running(v1alpha1.ReasonResultUnknown, lostMessage(d.job))
+		d.running(executionv1alpha1.ReasonResultUnknown, lostMessage(d.job))
 	case d.st.StartTime != nil:
-		d.running(v1alpha1.ReasonRunning, "the task is running")
+		d.running(executionv1alpha1.ReasonRunning, "the task is running")
 	case l.existed:
 		msg := "the backend execution exists; the task has not started"
 		if o := l.last(); o != nil && o.obs.Message != "" {
 			msg = o.obs.Message
 		}
-		d.running(v1alpha1.ReasonStarting, msg)
+		d.running(executionv1alpha1.ReasonStarting, msg)
 	default:
-		d.running(v1alpha1.ReasonScheduling, "creating the backend execution")
+		d.running(executionv1alpha1.ReasonScheduling, "creating the backend execution")
 	}
 }
 
@@ -452,8 +452,8 @@ func unknownMessage(o *observed) string {
 	return fmt.Sprintf("the backend can not tell the execution's state (%s: %s); observing again (this is not a failure)", o.rec.Result.Reason, msg)
 }
 
-func lostMessage(job *v1alpha1.Job) string {
-	return fmt.Sprintf("the backend execution disappeared before its end was observed; if it is lost for good, confirm with annotation %s=%s", v1alpha1.AnnotationBackendLost, job.UID)
+func lostMessage(job *executionv1alpha1.Job) string {
+	return fmt.Sprintf("the backend execution disappeared before its end was observed; if it is lost for good, confirm with annotation %s=%s", executionv1alpha1.AnnotationBackendLost, job.UID)
 }
 
 // decideAcceptance pins the class or reports why it can not.
@@ -464,15 +464,15 @@ func (d *decider) decideAcceptance() {
 		return
 	}
 	if r.Reason != "" {
-		d.set(v1alpha1.JobConditionAccepted, metav1.ConditionFalse, r.Reason, r.Message)
-		d.set(v1alpha1.JobConditionScheduled, metav1.ConditionFalse, v1alpha1.ReasonNotScheduled, "waiting for the Job to be accepted")
-		d.running(v1alpha1.ReasonPending, "waiting for the Job to be accepted: "+r.Message)
+		d.set(executionv1alpha1.JobConditionAccepted, metav1.ConditionFalse, r.Reason, r.Message)
+		d.set(executionv1alpha1.JobConditionScheduled, metav1.ConditionFalse, executionv1alpha1.ReasonNotScheduled, "waiting for the Job to be accepted")
+		d.running(executionv1alpha1.ReasonPending, "waiting for the Job to be accepted: "+r.Message)
 		d.requeueAfter(d.p.ResolveRecheck)
 		return
 	}
-	d.set(v1alpha1.JobConditionAccepted, metav1.ConditionTrue, v1alpha1.ReasonValid, "JobClass "+r.Class.Name+" resolved")
-	d.set(v1alpha1.JobConditionScheduled, metav1.ConditionFalse, v1alpha1.ReasonNotScheduled, "the backend execution is not created yet")
-	d.running(v1alpha1.ReasonScheduling, "creating the backend execution")
+	d.set(executionv1alpha1.JobConditionAccepted, metav1.ConditionTrue, executionv1alpha1.ReasonValid, "JobClass "+r.Class.Name+" resolved")
+	d.set(executionv1alpha1.JobConditionScheduled, metav1.ConditionFalse, executionv1alpha1.ReasonNotScheduled, "the backend execution is not created yet")
+	d.running(executionv1alpha1.ReasonScheduling, "creating the backend execution")
 	c := *r.Class
 	d.st.ResolvedJobClass = &c
 	d.st.EffectiveResources = *r.Resources.DeepCopy()
@@ -487,7 +487,7 @@ func (d *decider) stopWanted() (execution.StopReason, bool) {
 	if len(l.cancels) > 0 {
 		return l.firstCancelReason(), true
 	}
-	if d.job.Spec.DesiredState == v1alpha1.JobDesiredStateCancelled {
+	if d.job.Spec.DesiredState == executionv1alpha1.JobDesiredStateCancelled {
 		return execution.StopCancelled, true
 	}
 	if last := l.last(); last != nil && !last.ambiguous && last.obs.Failing {
@@ -510,8 +510,8 @@ func (d *decider) stopWanted() (execution.StopReason, bool) {
 func (d *decider) decideStop(reason execution.StopReason) {
 	l := d.l
 	d.describeProgress()
-	if reason != execution.StopCancelled && d.job.Spec.DesiredState != v1alpha1.JobDesiredStateCancelled && d.job.DeletionTimestamp.IsZero() {
-		d.running(v1alpha1.ReasonCancelling, d.stoppedMessage(reason)+" (waiting for the backend to confirm)")
+	if reason != execution.StopCancelled && d.job.Spec.DesiredState != executionv1alpha1.JobDesiredStateCancelled && d.job.DeletionTimestamp.IsZero() {
+		d.running(executionv1alpha1.ReasonCancelling, d.stoppedMessage(reason)+" (waiting for the backend to confirm)")
 	}
 	lastCancel := l.lastOf(execution.OpCancel)
 	if len(l.cancels) == 0 || lastCancel == nil {
@@ -532,7 +532,7 @@ func (d *decider) decideStop(reason execution.StopReason) {
 func (d *decider) decideScheduling() {
 	l := d.l
 	if d.f.ClassReason != "" {
-		d.set(v1alpha1.JobConditionScheduled, metav1.ConditionFalse, d.f.ClassReason, d.f.ClassMessage)
+		d.set(executionv1alpha1.JobConditionScheduled, metav1.ConditionFalse, d.f.ClassReason, d.f.ClassMessage)
 		d.describeProgress()
 		d.requeueAfter(d.p.ResolveRecheck)
 		return
@@ -544,7 +544,7 @@ func (d *decider) decideScheduling() {
 	case last != nil && last.ambiguous:
 		// The Ensure (or an Observe after it) can not tell whether the
 		// execution was created: find it by UID before anything else.
-		d.running(v1alpha1.ReasonResultUnknown, unknownMessage(last))
+		d.running(executionv1alpha1.ReasonResultUnknown, unknownMessage(last))
 		if d.confirmLost() {
 			return
 		}
@@ -554,14 +554,14 @@ func (d *decider) decideScheduling() {
 		// Refused before anything was created: wait, then try again.
 		reason := last.obs.Reason
 		if reason == "" {
-			reason = v1alpha1.ReasonBackendUnavailable
+			reason = executionv1alpha1.ReasonBackendUnavailable
 		}
 		msg := last.obs.Message
 		if msg == "" && last.rec.Result != nil {
 			msg = last.rec.Result.Message
 		}
-		d.set(v1alpha1.JobConditionScheduled, metav1.ConditionFalse, reason, msg)
-		d.running(v1alpha1.ReasonScheduling, "waiting before creating the backend execution again: "+msg)
+		d.set(executionv1alpha1.JobConditionScheduled, metav1.ConditionFalse, reason, msg)
+		d.running(executionv1alpha1.ReasonScheduling, "waiting before creating the backend execution again: "+msg)
 		failures := 0
 		for _, o := range l.outcomes {
 			if o.rec.Operation == execution.OpEnsure && o.rec.Result != nil && o.rec.Result.Class != journal.Succeeded {
@@ -584,7 +584,7 @@ func (d *decider) ensure() {
 	rc := d.st.ResolvedJobClass
 	digest, err := execution.TaskDigest(d.job.Spec.Task)
 	if err != nil {
-		d.running(v1alpha1.ReasonScheduling, "the task can not be fingerprinted")
+		d.running(executionv1alpha1.ReasonScheduling, "the task can not be fingerprinted")
 		d.requeueAfter(d.p.RetryMax)
 		return
 	}
@@ -609,7 +609,7 @@ func (d *decider) ensure() {
 // adapterOf maps a class's controller name to its adapter.
 func adapterOf(controller string) string {
 	switch controller {
-	case v1alpha1.ControllerOpenSandbox:
+	case executionv1alpha1.ControllerOpenSandbox:
 		return execution.AdapterOpenSandbox
 	}
 	return execution.AdapterKubernetes
@@ -633,11 +633,11 @@ func (d *decider) decideObservation() {
 // note is decided. Every ResultUnknown state honours it: an execution
 // that disappeared, and one whose Ensure or Observe never got an answer.
 func (d *decider) confirmLost() bool {
-	if d.job.Annotations[v1alpha1.AnnotationBackendLost] != string(d.job.UID) || d.l.backendLost {
+	if d.job.Annotations[executionv1alpha1.AnnotationBackendLost] != string(d.job.UID) || d.l.backendLost {
 		return false
 	}
 	d.out.Note = execution.NoteBackendLostConfirmed
-	d.out.NotePayload = execution.BackendLostNote{Annotation: v1alpha1.AnnotationBackendLost, ConfirmedBy: d.job.Annotations[v1alpha1.AnnotationConfirmedBy]}
+	d.out.NotePayload = execution.BackendLostNote{Annotation: executionv1alpha1.AnnotationBackendLost, ConfirmedBy: d.job.Annotations[executionv1alpha1.AnnotationConfirmedBy]}
 	d.requeueAfter(0)
 	return true
 }

@@ -9,7 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	v1alpha1 "git.ddupan.top/panxiao81/ayatori/api/execution/v1alpha1"
+	executionv1alpha1 "git.ddupan.top/panxiao81/ayatori/api/execution/v1alpha1"
 	"git.ddupan.top/panxiao81/ayatori/contracts/execution"
 	"git.ddupan.top/panxiao81/ayatori/journal"
 	"git.ddupan.top/panxiao81/ayatori/projectors/journaled"
@@ -21,7 +21,7 @@ import (
 // their (local observation) time.
 type sim struct {
 	t     *testing.T
-	job   *v1alpha1.Job
+	job   *executionv1alpha1.Job
 	recs  []journal.Record
 	seq   uint64
 	now   time.Time
@@ -34,11 +34,11 @@ var testPolicy = JobPolicy{ObserveBase: time.Second, ObserveMax: 8 * time.Second
 
 func newSim(t *testing.T) *sim {
 	t.Helper()
-	job := &v1alpha1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: "ci", Name: "build", UID: types.UID("3f1e6c1a-0000-4000-8000-000000000001"), Generation: 1},
-		Spec: v1alpha1.JobSpec{Task: v1alpha1.TaskSpec{Image: "ayatori.test/succeed"}, DesiredState: v1alpha1.JobDesiredStateRunning}}
+	job := &executionv1alpha1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: "ci", Name: "build", UID: types.UID("3f1e6c1a-0000-4000-8000-000000000001"), Generation: 1},
+		Spec: executionv1alpha1.JobSpec{Task: executionv1alpha1.TaskSpec{Image: "ayatori.test/succeed"}, DesiredState: executionv1alpha1.JobDesiredStateRunning}}
 	s := &sim{t: t, job: job, now: time.Date(2026, 12, 1, 8, 0, 0, 0, time.UTC)}
-	s.facts.Resolution = &Resolution{Adapter: execution.AdapterKubernetes, Class: &v1alpha1.ResolvedJobClassReference{Name: "default", UID: "class-uid",
-		ControllerName: v1alpha1.ControllerKubernetes, ParametersRef: v1alpha1.ParametersReference{Group: v1alpha1.GroupVersion.Group,
+	s.facts.Resolution = &Resolution{Adapter: execution.AdapterKubernetes, Class: &executionv1alpha1.ResolvedJobClassReference{Name: "default", UID: "class-uid",
+		ControllerName: executionv1alpha1.ControllerKubernetes, ParametersRef: executionv1alpha1.ParametersReference{Group: executionv1alpha1.GroupVersion.Group,
 			Kind: "KubernetesExecutionParameters", Name: "default", UID: "params-uid"}}}
 	return s
 }
@@ -173,7 +173,7 @@ func (s *sim) cond(typ string) *metav1.Condition {
 }
 
 func (s *sim) succeeded() string {
-	c := s.cond(v1alpha1.JobConditionSucceeded)
+	c := s.cond(executionv1alpha1.JobConditionSucceeded)
 	if c == nil {
 		return "<none>"
 	}
@@ -225,7 +225,7 @@ func i32(v int32) *int32             { return &v }
 func (s *sim) accept() {
 	s.t.Helper()
 	s.until(execution.OpEnsure)
-	if !meta.IsStatusConditionTrue(s.job.Status.Conditions, v1alpha1.JobConditionAccepted) {
+	if !meta.IsStatusConditionTrue(s.job.Status.Conditions, executionv1alpha1.JobConditionAccepted) {
 		s.t.Fatal("Ensure decided before Accepted=True")
 	}
 }
@@ -253,7 +253,7 @@ func TestM1CreateStartExitZero(t *testing.T) {
 	if s.job.Status.StartTime == nil || !s.job.Status.StartTime.Time.Equal(started) {
 		t.Fatalf("startTime = %v, want %v", s.job.Status.StartTime, started)
 	}
-	if !meta.IsStatusConditionTrue(s.job.Status.Conditions, v1alpha1.JobConditionScheduled) || s.job.Status.Execution == nil {
+	if !meta.IsStatusConditionTrue(s.job.Status.Conditions, executionv1alpha1.JobConditionScheduled) || s.job.Status.Execution == nil {
 		t.Fatal("Scheduled=True and execution references expected")
 	}
 	s.until(execution.OpObserve)
@@ -268,10 +268,10 @@ func TestM1CreateStartExitZero(t *testing.T) {
 	if s.count(execution.OpEnsure) != 1 {
 		t.Fatalf("%d Ensures", s.count(execution.OpEnsure))
 	}
-	if r := s.job.Status.Result; r == nil || r.ExitCode == nil || *r.ExitCode != 0 || r.Reason != v1alpha1.ReasonCompleted {
+	if r := s.job.Status.Result; r == nil || r.ExitCode == nil || *r.ExitCode != 0 || r.Reason != executionv1alpha1.ReasonCompleted {
 		t.Fatalf("result %+v", r)
 	}
-	s.wantFinishedNote(true, v1alpha1.ReasonCompleted)
+	s.wantFinishedNote(true, executionv1alpha1.ReasonCompleted)
 	s.verify()
 }
 
@@ -298,7 +298,7 @@ func TestM2ProcessFailedKeepsExitCode(t *testing.T) {
 	s.run()
 	s.until(execution.OpObserve)
 	f := obs(execution.StateFailed)
-	f.Reason, f.ExitCode = v1alpha1.ReasonProcessFailed, i32(3)
+	f.Reason, f.ExitCode = executionv1alpha1.ReasonProcessFailed, i32(3)
 	s.ok(execution.OpObserve, f)
 	s.rest()
 	s.wantSucceeded("False/ProcessFailed")
@@ -310,12 +310,12 @@ func TestM2ProcessFailedKeepsExitCode(t *testing.T) {
 
 func TestM3JobClassCreatedLater(t *testing.T) {
 	s := newSim(t)
-	s.facts.Resolution = &Resolution{Reason: v1alpha1.ReasonJobClassNotFound, Message: "JobClass fast not found"}
+	s.facts.Resolution = &Resolution{Reason: executionv1alpha1.ReasonJobClassNotFound, Message: "JobClass fast not found"}
 	d := s.pass()
 	if d.Intent != nil || d.RequeueAfter == 0 {
 		t.Fatalf("want a wait, got %+v", d)
 	}
-	if c := s.cond(v1alpha1.JobConditionAccepted); c == nil || c.Status != metav1.ConditionFalse || c.Reason != v1alpha1.ReasonJobClassNotFound {
+	if c := s.cond(executionv1alpha1.JobConditionAccepted); c == nil || c.Status != metav1.ConditionFalse || c.Reason != executionv1alpha1.ReasonJobClassNotFound {
 		t.Fatalf("Accepted = %+v", c)
 	}
 	s.wantSucceeded("Unknown/Pending")
@@ -327,7 +327,7 @@ func TestM3JobClassCreatedLater(t *testing.T) {
 }
 
 func TestM3NoDefaultAndAmbiguousDefaultWait(t *testing.T) {
-	for _, reason := range []string{v1alpha1.ReasonNoDefaultJobClass, v1alpha1.ReasonAmbiguousDefaultJobClass} {
+	for _, reason := range []string{executionv1alpha1.ReasonNoDefaultJobClass, executionv1alpha1.ReasonAmbiguousDefaultJobClass} {
 		s := newSim(t)
 		s.facts.Resolution = &Resolution{Reason: reason, Message: "m"}
 		for range 3 {
@@ -336,7 +336,7 @@ func TestM3NoDefaultAndAmbiguousDefaultWait(t *testing.T) {
 			}
 			s.advance(time.Minute)
 		}
-		if c := s.cond(v1alpha1.JobConditionAccepted); c.Reason != reason {
+		if c := s.cond(executionv1alpha1.JobConditionAccepted); c.Reason != reason {
 			t.Fatalf("Accepted reason %s, want %s", c.Reason, reason)
 		}
 	}
@@ -344,7 +344,7 @@ func TestM3NoDefaultAndAmbiguousDefaultWait(t *testing.T) {
 
 func TestM4EnvReferenceCreatedLaterStartsOnce(t *testing.T) {
 	s := newSim(t)
-	s.facts.Resolution = &Resolution{Reason: v1alpha1.ReasonEnvReferenceNotFound, Message: "env TOKEN: Secret ci/token not found; the Job waits for it"}
+	s.facts.Resolution = &Resolution{Reason: executionv1alpha1.ReasonEnvReferenceNotFound, Message: "env TOKEN: Secret ci/token not found; the Job waits for it"}
 	for range 3 {
 		if d := s.pass(); d.Intent != nil {
 			t.Fatal("Ensure before the Secret exists")
@@ -370,7 +370,7 @@ func TestM5ImagePullFailureEndsWithoutStartTime(t *testing.T) {
 	s.ok(execution.OpEnsure, c)
 	s.until(execution.OpObserve)
 	f := obs(execution.StatePending)
-	f.Failing, f.Reason, f.Message = true, v1alpha1.ReasonImagePullFailed, "image ayatori.test/pull-fail can not be pulled (ErrImagePull)"
+	f.Failing, f.Reason, f.Message = true, executionv1alpha1.ReasonImagePullFailed, "image ayatori.test/pull-fail can not be pulled (ErrImagePull)"
 	s.ok(execution.OpObserve, f)
 	cancel := s.until(execution.OpCancel)
 	if cancel.Step != string(execution.StopFailing) {
@@ -391,13 +391,13 @@ func TestM5EnsureRefusedWaitsAndRetries(t *testing.T) {
 	s := newSim(t)
 	s.accept()
 	refused := obs(execution.StateNotFound)
-	refused.Reason, refused.Message = v1alpha1.ReasonServiceAccountNotFound, "ServiceAccount ci/ayatori-job not found"
+	refused.Reason, refused.Message = executionv1alpha1.ReasonServiceAccountNotFound, "ServiceAccount ci/ayatori-job not found"
 	s.answer(execution.OpEnsure, journal.Failed, &refused)
 	d := s.pass()
 	if d.Intent != nil || d.RequeueAfter <= 0 {
 		t.Fatalf("want a back-off, got %+v", d)
 	}
-	if c := s.cond(v1alpha1.JobConditionScheduled); c.Reason != v1alpha1.ReasonServiceAccountNotFound {
+	if c := s.cond(executionv1alpha1.JobConditionScheduled); c.Reason != executionv1alpha1.ReasonServiceAccountNotFound {
 		t.Fatalf("Scheduled reason %s", c.Reason)
 	}
 	s.until(execution.OpEnsure)
@@ -417,7 +417,7 @@ func TestM6CrashAfterEnsureFindsByUID(t *testing.T) {
 	found := obs(execution.StateRunning)
 	found.StartTime = timePtr(s.now)
 	s.ok(execution.OpEnsure, found)
-	s.job.Status = v1alpha1.JobStatus{ResolvedJobClass: s.job.Status.ResolvedJobClass}
+	s.job.Status = executionv1alpha1.JobStatus{ResolvedJobClass: s.job.Status.ResolvedJobClass}
 	s.pass()
 	s.wantSucceeded("Unknown/Running")
 	if s.count(execution.OpEnsure) != 1 || s.job.Status.Execution == nil {
@@ -461,7 +461,9 @@ func TestM8RecoversEveryNonTerminalStateFromTheJournal(t *testing.T) {
 		want  string
 	}
 	for _, st := range []stage{
-		{"Resolving", func(s *sim) { s.facts.Resolution = &Resolution{Reason: v1alpha1.ReasonJobClassNotFound, Message: "m"} }, "Unknown/Pending"},
+		{"Resolving", func(s *sim) {
+			s.facts.Resolution = &Resolution{Reason: executionv1alpha1.ReasonJobClassNotFound, Message: "m"}
+		}, "Unknown/Pending"},
 		{"Scheduling", func(s *sim) { s.accept() }, "Unknown/Scheduling"},
 		{"Starting", func(s *sim) {
 			s.accept()
@@ -470,7 +472,7 @@ func TestM8RecoversEveryNonTerminalStateFromTheJournal(t *testing.T) {
 		{"Running", func(s *sim) { s.run() }, "Unknown/Running"},
 		{"Cancelling", func(s *sim) {
 			s.run()
-			s.job.Spec.DesiredState = v1alpha1.JobDesiredStateCancelled
+			s.job.Spec.DesiredState = executionv1alpha1.JobDesiredStateCancelled
 			s.job.Generation++
 			s.until(execution.OpCancel)
 			s.ok(execution.OpCancel, obs(execution.StateStopping))
@@ -486,7 +488,7 @@ func TestM8RecoversEveryNonTerminalStateFromTheJournal(t *testing.T) {
 			s.pass()
 			s.wantSucceeded(st.want)
 			kept := s.job.Status.ResolvedJobClass
-			s.job.Status = v1alpha1.JobStatus{ResolvedJobClass: kept}
+			s.job.Status = executionv1alpha1.JobStatus{ResolvedJobClass: kept}
 			s.pass()
 			s.wantSucceeded(st.want)
 		})
@@ -549,17 +551,17 @@ func TestM11BackendLostOnlyAfterConfirmation(t *testing.T) {
 	for range 4 {
 		s.pass()
 		s.wantSucceeded("Unknown/ResultUnknown")
-		if c := s.cond(v1alpha1.JobConditionSucceeded); !strings.Contains(c.Message, v1alpha1.AnnotationBackendLost) {
+		if c := s.cond(executionv1alpha1.JobConditionSucceeded); !strings.Contains(c.Message, executionv1alpha1.AnnotationBackendLost) {
 			t.Fatalf("message does not say how to confirm: %s", c.Message)
 		}
 		s.until(execution.OpObserve)
 		s.ok(execution.OpObserve, obs(execution.StateNotFound))
 	}
 	// A confirmation for another UID (a copied manifest) does nothing.
-	s.job.Annotations = map[string]string{v1alpha1.AnnotationBackendLost: "another-uid"}
+	s.job.Annotations = map[string]string{executionv1alpha1.AnnotationBackendLost: "another-uid"}
 	s.pass()
 	s.wantSucceeded("Unknown/ResultUnknown")
-	s.job.Annotations[v1alpha1.AnnotationBackendLost] = string(s.job.UID)
+	s.job.Annotations[executionv1alpha1.AnnotationBackendLost] = string(s.job.UID)
 	d := s.pass()
 	if d.Note != execution.NoteBackendLostConfirmed {
 		t.Fatalf("want the confirmation journaled first, got %+v", d)
@@ -571,12 +573,12 @@ func TestM11BackendLostOnlyAfterConfirmation(t *testing.T) {
 
 func TestM12CancelInEveryStage(t *testing.T) {
 	cancel := func(s *sim) {
-		s.job.Spec.DesiredState = v1alpha1.JobDesiredStateCancelled
+		s.job.Spec.DesiredState = executionv1alpha1.JobDesiredStateCancelled
 		s.job.Generation++
 	}
 	t.Run("Resolving", func(t *testing.T) {
 		s := newSim(t)
-		s.facts.Resolution = &Resolution{Reason: v1alpha1.ReasonNoDefaultJobClass, Message: "m"}
+		s.facts.Resolution = &Resolution{Reason: executionv1alpha1.ReasonNoDefaultJobClass, Message: "m"}
 		s.pass()
 		cancel(s)
 		s.rest()
@@ -584,7 +586,7 @@ func TestM12CancelInEveryStage(t *testing.T) {
 		if s.count(execution.OpEnsure) != 0 {
 			t.Fatal("Ensure after cancel")
 		}
-		s.wantFinishedNote(false, v1alpha1.ReasonCancelled)
+		s.wantFinishedNote(false, executionv1alpha1.ReasonCancelled)
 	})
 	t.Run("SchedulingBeforeEnsure", func(t *testing.T) {
 		s := newSim(t)
@@ -606,7 +608,7 @@ func TestM12CancelInEveryStage(t *testing.T) {
 		s.wantSucceeded("Unknown/Cancelling")
 		// The executor's fence: the Job is cancelled, nothing created.
 		refused := obs(execution.StateNotFound)
-		refused.Reason = v1alpha1.ReasonCancelled
+		refused.Reason = executionv1alpha1.ReasonCancelled
 		s.answer(execution.OpEnsure, journal.Failed, &refused)
 		s.until(execution.OpCancel)
 		s.ok(execution.OpCancel, obs(execution.StateNotFound))
@@ -668,7 +670,7 @@ func TestM12CancelInEveryStage(t *testing.T) {
 func TestM13SuccessBeforeCancelStaysSucceeded(t *testing.T) {
 	s := newSim(t)
 	s.run()
-	s.job.Spec.DesiredState = v1alpha1.JobDesiredStateCancelled
+	s.job.Spec.DesiredState = executionv1alpha1.JobDesiredStateCancelled
 	s.job.Generation++
 	s.until(execution.OpCancel)
 	done := obs(execution.StateSucceeded)
@@ -744,7 +746,7 @@ func TestM15DeleteInEveryState(t *testing.T) {
 	}
 	t.Run("Resolving", func(t *testing.T) {
 		s := newSim(t)
-		s.facts.Resolution = &Resolution{Reason: v1alpha1.ReasonNoDefaultJobClass, Message: "m"}
+		s.facts.Resolution = &Resolution{Reason: executionv1alpha1.ReasonNoDefaultJobClass, Message: "m"}
 		s.pass()
 		del(s)
 		if d := s.pass(); !d.RemoveFinalizer {
@@ -852,20 +854,20 @@ func TestM20SameNameNewUIDIsANewJob(t *testing.T) {
 func TestClassNotReadyBlocksNewEnsureOnly(t *testing.T) {
 	s := newSim(t)
 	s.pass()
-	s.facts.ClassReason, s.facts.ClassMessage = v1alpha1.ReasonClassNotReady, "JobClass default is not ready"
+	s.facts.ClassReason, s.facts.ClassMessage = executionv1alpha1.ReasonClassNotReady, "JobClass default is not ready"
 	for range 3 {
 		if d := s.pass(); d.Intent != nil {
 			t.Fatal("Ensure while the class is not ready")
 		}
 		s.advance(time.Minute)
 	}
-	if c := s.cond(v1alpha1.JobConditionScheduled); c.Reason != v1alpha1.ReasonClassNotReady {
+	if c := s.cond(executionv1alpha1.JobConditionScheduled); c.Reason != executionv1alpha1.ReasonClassNotReady {
 		t.Fatalf("Scheduled reason %s", c.Reason)
 	}
 	s.facts.ClassReason = ""
 	s.accept()
 	s.ok(execution.OpEnsure, obs(execution.StateRunning))
-	s.facts.ClassReason = v1alpha1.ReasonClassNotReady
+	s.facts.ClassReason = executionv1alpha1.ReasonClassNotReady
 	s.until(execution.OpObserve) // an existing execution is still observed
 }
 
@@ -934,7 +936,7 @@ func TestFailingReasonSurvivesCompaction(t *testing.T) {
 	s.ok(execution.OpObserve, obs(execution.StatePending))
 	s.until(execution.OpObserve)
 	f := obs(execution.StatePending)
-	f.Failing, f.Reason, f.Message = true, v1alpha1.ReasonImagePullFailed, "image can not be pulled"
+	f.Failing, f.Reason, f.Message = true, executionv1alpha1.ReasonImagePullFailed, "image can not be pulled"
 	s.ok(execution.OpObserve, f)
 	s.until(execution.OpCancel)
 	s.ok(execution.OpCancel, obs(execution.StateStopping))
@@ -988,7 +990,7 @@ func TestM11ConfirmLostAfterAmbiguousEnsure(t *testing.T) {
 	}
 	s.pass()
 	s.wantSucceeded("Unknown/ResultUnknown")
-	s.job.Annotations = map[string]string{v1alpha1.AnnotationBackendLost: string(s.job.UID)}
+	s.job.Annotations = map[string]string{executionv1alpha1.AnnotationBackendLost: string(s.job.UID)}
 	d := s.pass()
 	if d.Note != execution.NoteBackendLostConfirmed {
 		t.Fatalf("want the confirmation journaled, got %+v (status %s)", d, s.succeeded())
@@ -1008,7 +1010,7 @@ func TestResultUnknownSaysWhy(t *testing.T) {
 	s.answer(execution.OpObserve, journal.ResultUnknown, &execution.Observation{Reason: "CommandStateLost", Message: "execd no longer knows the command"})
 	s.pass()
 	s.wantSucceeded("Unknown/ResultUnknown")
-	c := meta.FindStatusCondition(s.job.Status.Conditions, v1alpha1.JobConditionSucceeded)
+	c := meta.FindStatusCondition(s.job.Status.Conditions, executionv1alpha1.JobConditionSucceeded)
 	if !strings.Contains(c.Message, "CommandStateLost") || !strings.Contains(c.Message, "execd no longer knows the command") {
 		t.Fatalf("message %q does not say why", c.Message)
 	}

@@ -18,7 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
-	v1alpha1 "git.ddupan.top/panxiao81/ayatori/api/execution/v1alpha1"
+	executionv1alpha1 "git.ddupan.top/panxiao81/ayatori/api/execution/v1alpha1"
 	"git.ddupan.top/panxiao81/ayatori/contracts/execution"
 	"git.ddupan.top/panxiao81/ayatori/integration"
 	"git.ddupan.top/panxiao81/ayatori/journal"
@@ -36,7 +36,7 @@ import (
 var outageArgs = []string{"--executor-ack-wait=3s", "--reconcile-timeout=2s", "--retry-base=300ms", "--retry-max=2s"}
 
 // condition returns "Status/Reason" of the Job's condition typ.
-func condition(j *v1alpha1.Job, typ string) string {
+func condition(j *executionv1alpha1.Job, typ string) string {
 	c := meta.FindStatusCondition(j.Status.Conditions, typ)
 	if c == nil {
 		return "<none>"
@@ -44,15 +44,15 @@ func condition(j *v1alpha1.Job, typ string) string {
 	return string(c.Status) + "/" + c.Reason
 }
 
-func (e *jobEnv) waitCondition(t *testing.T, j *v1alpha1.Job, typ, want string, timeout time.Duration) *v1alpha1.Job {
+func (e *jobEnv) waitCondition(t *testing.T, j *executionv1alpha1.Job, typ, want string, timeout time.Duration) *executionv1alpha1.Job {
 	t.Helper()
-	return e.wait(t, j, typ+"="+want, timeout, func(j *v1alpha1.Job) bool { return condition(j, typ) == want })
+	return e.wait(t, j, typ+"="+want, timeout, func(j *executionv1alpha1.Job) bool { return condition(j, typ) == want })
 }
 
 // get reads the Job (fails when it is gone).
-func (e *jobEnv) get(t *testing.T, j *v1alpha1.Job) *v1alpha1.Job {
+func (e *jobEnv) get(t *testing.T, j *executionv1alpha1.Job) *executionv1alpha1.Job {
 	t.Helper()
-	cur := &v1alpha1.Job{}
+	cur := &executionv1alpha1.Job{}
 	if err := e.c.Get(context.Background(), client.ObjectKeyFromObject(j), cur); err != nil {
 		t.Fatalf("get %s/%s: %v", j.Namespace, j.Name, err)
 	}
@@ -125,7 +125,7 @@ func failedOutcome(recs []journal.Record, op string) *journal.Record {
 
 // waitFailedOutcome waits until the Job's journal holds a Failed outcome
 // of op without an observation.
-func (e *jobEnv) waitFailedOutcome(t *testing.T, j *v1alpha1.Job, op string, timeout time.Duration) journal.Record {
+func (e *jobEnv) waitFailedOutcome(t *testing.T, j *executionv1alpha1.Job, op string, timeout time.Duration) journal.Record {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
@@ -162,7 +162,7 @@ func TestJobBackendOutage(t *testing.T) {
 	// Before the cut: A runs, B finished.
 	running := e.create(t, newJob(ns, "running", integration.ImageHang))
 	finished := e.create(t, newJob(ns, "finished", integration.ImageSucceed))
-	running = e.wait(t, running, "Running", 60*time.Second, func(j *v1alpha1.Job) bool { return succeeded(j) == "Unknown/Running" })
+	running = e.wait(t, running, "Running", 60*time.Second, func(j *executionv1alpha1.Job) bool { return succeeded(j) == "Unknown/Running" })
 	nativeRunning := e.wantOneNative(t, running)
 	finished = e.waitSucceeded(t, finished, "True/Completed")
 	nativeFinished := e.wantOneNative(t, finished)
@@ -182,8 +182,8 @@ func TestJobBackendOutage(t *testing.T) {
 			if got.Status.CompletionTime != nil || got.Status.Result != nil {
 				t.Fatalf("completionTime %v result %+v on ResultUnknown", got.Status.CompletionTime, got.Status.Result)
 			}
-			if got.Status.StartTime == nil || condition(got, v1alpha1.JobConditionScheduled) != "True/BackendCreated" {
-				t.Fatalf("startTime %v Scheduled %s: a lost connection must not rewrite what was observed", got.Status.StartTime, condition(got, v1alpha1.JobConditionScheduled))
+			if got.Status.StartTime == nil || condition(got, executionv1alpha1.JobConditionScheduled) != "True/BackendCreated" {
+				t.Fatalf("startTime %v Scheduled %s: a lost connection must not rewrite what was observed", got.Status.StartTime, condition(got, executionv1alpha1.JobConditionScheduled))
 			}
 			if n := e.wantOneNative(t, got); n.UID != nativeRunning.UID {
 				t.Fatal("the native Job changed")
@@ -197,7 +197,7 @@ func TestJobBackendOutage(t *testing.T) {
 			t.Logf("Delete %s %s after the cut", out.Result, time.Since(cutAt).Round(time.Second))
 			for range 3 {
 				cur := e.get(t, finished)
-				if cur.DeletionTimestamp.IsZero() || !controllerutil.ContainsFinalizer(cur, v1alpha1.JobFinalizer) {
+				if cur.DeletionTimestamp.IsZero() || !controllerutil.ContainsFinalizer(cur, executionv1alpha1.JobFinalizer) {
 					t.Fatalf("deletionTimestamp %v finalizers %v: the cleanup was reported done while the backend was unreachable", cur.DeletionTimestamp, cur.Finalizers)
 				}
 				time.Sleep(time.Second)
@@ -214,7 +214,7 @@ func TestJobBackendOutage(t *testing.T) {
 				if s := succeeded(cur); !strings.HasPrefix(s, "Unknown/") || cur.Status.CompletionTime != nil {
 					t.Fatalf("Succeeded=%s completionTime %v after an unanswered Ensure", s, cur.Status.CompletionTime)
 				}
-				if c := condition(cur, v1alpha1.JobConditionScheduled); c == "True/BackendCreated" {
+				if c := condition(cur, executionv1alpha1.JobConditionScheduled); c == "True/BackendCreated" {
 					t.Fatalf("Scheduled=%s without an answer from the backend", c)
 				}
 				time.Sleep(time.Second)
@@ -242,7 +242,7 @@ func TestJobBackendOutage(t *testing.T) {
 			if n := e.wantOneNative(t, got); n.UID != nativeRunning.UID {
 				t.Fatal("a second execution was created")
 			}
-			e.update(t, running, func(j *v1alpha1.Job) { j.Spec.DesiredState = v1alpha1.JobDesiredStateCancelled })
+			e.update(t, running, func(j *executionv1alpha1.Job) { j.Spec.DesiredState = executionv1alpha1.JobDesiredStateCancelled })
 			got = e.waitSucceeded(t, running, "False/Cancelled")
 			native := e.wantOneNative(t, got)
 			if n := e.activePods(t, &native); n != 0 {
@@ -274,10 +274,10 @@ func TestJobAdmission(t *testing.T) {
 	t.Parallel()
 	e := startJobEnv(t, integration.ExecutionStackOptions{})
 	ctx := context.Background()
-	params := v1alpha1.ParametersReference{Group: v1alpha1.GroupVersion.Group, Kind: "KubernetesExecutionParameters", Name: "std"}
-	newClass := func(name string) *v1alpha1.JobClass {
-		return &v1alpha1.JobClass{ObjectMeta: metav1.ObjectMeta{Name: name},
-			Spec: v1alpha1.JobClassSpec{ControllerName: v1alpha1.ControllerKubernetes, ParametersRef: params}}
+	params := executionv1alpha1.ParametersReference{Group: executionv1alpha1.GroupVersion.Group, Kind: "KubernetesExecutionParameters", Name: "std"}
+	newClass := func(name string) *executionv1alpha1.JobClass {
+		return &executionv1alpha1.JobClass{ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec: executionv1alpha1.JobClassSpec{ControllerName: executionv1alpha1.ControllerKubernetes, ParametersRef: params}}
 	}
 	mustCreate := func(t *testing.T, o client.Object) {
 		t.Helper()
@@ -285,7 +285,7 @@ func TestJobAdmission(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	noNative := func(t *testing.T, j *v1alpha1.Job) {
+	noNative := func(t *testing.T, j *executionv1alpha1.Job) {
 		t.Helper()
 		if n := e.natives(t, j); len(n) != 0 {
 			t.Fatalf("%d native Jobs for %s", len(n), j.Name)
@@ -301,14 +301,14 @@ func TestJobAdmission(t *testing.T) {
 		j := newJob(ns, "early", integration.ImageSucceed)
 		j.Spec.JobClassName = "late"
 		e.create(t, j)
-		e.waitCondition(t, j, v1alpha1.JobConditionAccepted, "False/"+v1alpha1.ReasonJobClassNotFound, 30*time.Second)
+		e.waitCondition(t, j, executionv1alpha1.JobConditionAccepted, "False/"+executionv1alpha1.ReasonJobClassNotFound, 30*time.Second)
 		time.Sleep(3 * time.Second) // more than one --job-resolve-interval
-		if c := condition(e.get(t, j), v1alpha1.JobConditionAccepted); c != "False/"+v1alpha1.ReasonJobClassNotFound {
+		if c := condition(e.get(t, j), executionv1alpha1.JobConditionAccepted); c != "False/"+executionv1alpha1.ReasonJobClassNotFound {
 			t.Fatalf("Accepted=%s without the class", c)
 		}
 		noNative(t, j)
-		mustCreate(t, &v1alpha1.KubernetesExecutionParameters{ObjectMeta: metav1.ObjectMeta{Name: "late"},
-			Spec: v1alpha1.KubernetesExecutionParametersSpec{ServiceAccountName: "ayatori-job"}})
+		mustCreate(t, &executionv1alpha1.KubernetesExecutionParameters{ObjectMeta: metav1.ObjectMeta{Name: "late"},
+			Spec: executionv1alpha1.KubernetesExecutionParametersSpec{ServiceAccountName: "ayatori-job"}})
 		late := newClass("late")
 		late.Spec.ParametersRef.Name = "late"
 		mustCreate(t, late)
@@ -323,11 +323,11 @@ func TestJobAdmission(t *testing.T) {
 		t.Parallel()
 		q := func(s string) *resource.Quantity { v := resource.MustParse(s); return &v }
 		class := newClass("sized")
-		class.Spec.Resources = v1alpha1.ExecutionResourcePolicy{
-			Defaults: v1alpha1.ExecutionResourceRequirements{
-				Requests: v1alpha1.ResourceValues{CPU: q("100m"), Memory: q("64Mi")},
-				Limits:   v1alpha1.ResourceValues{CPU: q("500m"), Memory: q("128Mi")}},
-			Maximum: v1alpha1.ExecutionResourceRequirements{Limits: v1alpha1.ResourceValues{CPU: q("1")}},
+		class.Spec.Resources = executionv1alpha1.ExecutionResourcePolicy{
+			Defaults: executionv1alpha1.ExecutionResourceRequirements{
+				Requests: executionv1alpha1.ResourceValues{CPU: q("100m"), Memory: q("64Mi")},
+				Limits:   executionv1alpha1.ResourceValues{CPU: q("500m"), Memory: q("128Mi")}},
+			Maximum: executionv1alpha1.ExecutionResourceRequirements{Limits: executionv1alpha1.ResourceValues{CPU: q("1")}},
 		}
 		mustCreate(t, class)
 		ns := e.namespace(t, true)
@@ -340,7 +340,7 @@ func TestJobAdmission(t *testing.T) {
 		e.create(t, big)
 		e.create(t, small)
 
-		e.waitCondition(t, big, v1alpha1.JobConditionAccepted, "False/"+v1alpha1.ReasonInvalidResources, 30*time.Second)
+		e.waitCondition(t, big, executionv1alpha1.JobConditionAccepted, "False/"+executionv1alpha1.ReasonInvalidResources, 30*time.Second)
 
 		got := e.waitSucceeded(t, small, "True/Completed")
 		want := map[string]map[corev1.ResourceName]string{
@@ -348,7 +348,7 @@ func TestJobAdmission(t *testing.T) {
 			"limits":   {corev1.ResourceCPU: "500m", corev1.ResourceMemory: "128Mi"},
 		}
 		er := got.Status.EffectiveResources
-		for kind, vals := range map[string]v1alpha1.ResourceValues{"requests": er.Requests, "limits": er.Limits} {
+		for kind, vals := range map[string]executionv1alpha1.ResourceValues{"requests": er.Requests, "limits": er.Limits} {
 			for name, v := range map[corev1.ResourceName]*resource.Quantity{corev1.ResourceCPU: vals.CPU, corev1.ResourceMemory: vals.Memory} {
 				if v == nil || v.Cmp(resource.MustParse(want[kind][name])) != 0 {
 					t.Errorf("status.effectiveResources.%s.%s = %v, want %s", kind, name, v, want[kind][name])
@@ -365,7 +365,7 @@ func TestJobAdmission(t *testing.T) {
 			}
 		}
 		// The refused Job never started anything.
-		e.waitCondition(t, big, v1alpha1.JobConditionAccepted, "False/"+v1alpha1.ReasonInvalidResources, time.Second)
+		e.waitCondition(t, big, executionv1alpha1.JobConditionAccepted, "False/"+executionv1alpha1.ReasonInvalidResources, time.Second)
 		noNative(t, big)
 	})
 
@@ -392,7 +392,7 @@ func TestJobAdmission(t *testing.T) {
 		allowed.Spec.JobClassName = "team-a"
 		e.create(t, refused)
 		e.create(t, allowed)
-		e.waitCondition(t, refused, v1alpha1.JobConditionAccepted, "False/"+v1alpha1.ReasonNamespaceNotAllowed, 30*time.Second)
+		e.waitCondition(t, refused, executionv1alpha1.JobConditionAccepted, "False/"+executionv1alpha1.ReasonNamespaceNotAllowed, 30*time.Second)
 		got := e.waitSucceeded(t, allowed, "True/Completed")
 		e.wantOneNative(t, got)
 		noNative(t, refused)
@@ -409,7 +409,7 @@ func TestJobAdmission(t *testing.T) {
 		j := newJob(ns, "pinned", integration.ImageSucceed)
 		j.Spec.JobClassName = "recreated"
 		e.create(t, j)
-		e.waitCondition(t, j, v1alpha1.JobConditionScheduled, "False/"+v1alpha1.ReasonServiceAccountNotFound, 60*time.Second)
+		e.waitCondition(t, j, executionv1alpha1.JobConditionScheduled, "False/"+executionv1alpha1.ReasonServiceAccountNotFound, 60*time.Second)
 		if rc := e.get(t, j).Status.ResolvedJobClass; rc == nil || rc.UID != first.UID {
 			t.Fatalf("resolvedJobClass %+v, want UID %s", rc, first.UID)
 		}
@@ -419,7 +419,7 @@ func TestJobAdmission(t *testing.T) {
 			t.Fatal(err)
 		}
 		for deadline := time.Now().Add(60 * time.Second); ; {
-			cur := &v1alpha1.JobClass{}
+			cur := &executionv1alpha1.JobClass{}
 			err := e.c.Get(ctx, client.ObjectKeyFromObject(first), cur)
 			if apierrors.IsNotFound(err) {
 				break
@@ -427,7 +427,7 @@ func TestJobAdmission(t *testing.T) {
 			if err != nil || time.Now().After(deadline) {
 				t.Fatalf("JobClass %s not gone: %v", first.Name, err)
 			}
-			if controllerutil.RemoveFinalizer(cur, v1alpha1.JobClassFinalizer) {
+			if controllerutil.RemoveFinalizer(cur, executionv1alpha1.JobClassFinalizer) {
 				if err := e.c.Update(ctx, cur); err != nil && !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
 					t.Fatal(err)
 				}
@@ -439,17 +439,17 @@ func TestJobAdmission(t *testing.T) {
 		if second.UID == first.UID {
 			t.Fatal("same UID")
 		}
-		got := e.waitCondition(t, j, v1alpha1.JobConditionScheduled, "False/"+v1alpha1.ReasonJobClassNotFound, 30*time.Second)
-		e.wait(t, j, "the message names the recreated class", 30*time.Second, func(j *v1alpha1.Job) bool {
-			c := meta.FindStatusCondition(j.Status.Conditions, v1alpha1.JobConditionScheduled)
-			return c != nil && c.Reason == v1alpha1.ReasonJobClassNotFound && strings.Contains(c.Message, string(second.UID))
+		e.waitCondition(t, j, executionv1alpha1.JobConditionScheduled, "False/"+executionv1alpha1.ReasonJobClassNotFound, 30*time.Second)
+		e.wait(t, j, "the message names the recreated class", 30*time.Second, func(j *executionv1alpha1.Job) bool {
+			c := meta.FindStatusCondition(j.Status.Conditions, executionv1alpha1.JobConditionScheduled)
+			return c != nil && c.Reason == executionv1alpha1.ReasonJobClassNotFound && strings.Contains(c.Message, string(second.UID))
 		})
 		// Even with the ServiceAccount there now, the recreated class is
 		// not adopted.
 		mustCreate(t, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "ayatori-job"}})
 		time.Sleep(5 * time.Second)
-		got = e.get(t, j)
-		if c := condition(got, v1alpha1.JobConditionScheduled); c != "False/"+v1alpha1.ReasonJobClassNotFound {
+		got := e.get(t, j)
+		if c := condition(got, executionv1alpha1.JobConditionScheduled); c != "False/"+executionv1alpha1.ReasonJobClassNotFound {
 			t.Fatalf("Scheduled=%s after the class was recreated", c)
 		}
 		if rc := got.Status.ResolvedJobClass; rc == nil || rc.UID != first.UID {
@@ -459,7 +459,7 @@ func TestJobAdmission(t *testing.T) {
 			t.Fatal("a native Job was created under the recreated class")
 		}
 		// It can still be cancelled.
-		e.update(t, j, func(j *v1alpha1.Job) { j.Spec.DesiredState = v1alpha1.JobDesiredStateCancelled })
+		e.update(t, j, func(j *executionv1alpha1.Job) { j.Spec.DesiredState = executionv1alpha1.JobDesiredStateCancelled })
 		e.waitSucceeded(t, j, "False/Cancelled")
 	})
 	if t.Failed() {

@@ -23,7 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/json"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	v1alpha1 "git.ddupan.top/panxiao81/ayatori/api/execution/v1alpha1"
+	executionv1alpha1 "git.ddupan.top/panxiao81/ayatori/api/execution/v1alpha1"
 	"git.ddupan.top/panxiao81/ayatori/contracts/execution"
 	"git.ddupan.top/panxiao81/ayatori/integration"
 	"git.ddupan.top/panxiao81/ayatori/journal"
@@ -76,11 +76,11 @@ func startJobEnv(t *testing.T, opts integration.ExecutionStackOptions) *jobEnv {
 	e := &jobEnv{t: t, s: s, c: s.CP.Client}
 	ctx := context.Background()
 	for _, o := range []client.Object{
-		&v1alpha1.KubernetesExecutionParameters{ObjectMeta: metav1.ObjectMeta{Name: "std"},
-			Spec: v1alpha1.KubernetesExecutionParametersSpec{ServiceAccountName: "ayatori-job"}},
-		&v1alpha1.JobClass{ObjectMeta: metav1.ObjectMeta{Name: "std", Annotations: map[string]string{v1alpha1.AnnotationIsDefaultJobClass: "true"}},
-			Spec: v1alpha1.JobClassSpec{ControllerName: v1alpha1.ControllerKubernetes,
-				ParametersRef: v1alpha1.ParametersReference{Group: v1alpha1.GroupVersion.Group, Kind: "KubernetesExecutionParameters", Name: "std"}}},
+		&executionv1alpha1.KubernetesExecutionParameters{ObjectMeta: metav1.ObjectMeta{Name: "std"},
+			Spec: executionv1alpha1.KubernetesExecutionParametersSpec{ServiceAccountName: "ayatori-job"}},
+		&executionv1alpha1.JobClass{ObjectMeta: metav1.ObjectMeta{Name: "std", Annotations: map[string]string{executionv1alpha1.AnnotationIsDefaultJobClass: "true"}},
+			Spec: executionv1alpha1.JobClassSpec{ControllerName: executionv1alpha1.ControllerKubernetes,
+				ParametersRef: executionv1alpha1.ParametersReference{Group: executionv1alpha1.GroupVersion.Group, Kind: "KubernetesExecutionParameters", Name: "std"}}},
 	} {
 		if err := e.c.Create(ctx, o); err != nil {
 			t.Fatal(err)
@@ -105,12 +105,12 @@ func (e *jobEnv) namespace(t *testing.T, withSA bool) string {
 	return ns
 }
 
-func newJob(ns, name, image string) *v1alpha1.Job {
-	return &v1alpha1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-		Spec: v1alpha1.JobSpec{Task: v1alpha1.TaskSpec{Image: image, Command: []string{"/bin/task"}}}}
+func newJob(ns, name, image string) *executionv1alpha1.Job {
+	return &executionv1alpha1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: executionv1alpha1.JobSpec{Task: executionv1alpha1.TaskSpec{Image: image, Command: []string{"/bin/task"}}}}
 }
 
-func (e *jobEnv) create(t *testing.T, j *v1alpha1.Job) *v1alpha1.Job {
+func (e *jobEnv) create(t *testing.T, j *executionv1alpha1.Job) *executionv1alpha1.Job {
 	t.Helper()
 	if err := e.c.Create(context.Background(), j); err != nil {
 		t.Fatal(err)
@@ -118,8 +118,8 @@ func (e *jobEnv) create(t *testing.T, j *v1alpha1.Job) *v1alpha1.Job {
 	return j
 }
 
-func succeeded(j *v1alpha1.Job) string {
-	c := meta.FindStatusCondition(j.Status.Conditions, v1alpha1.JobConditionSucceeded)
+func succeeded(j *executionv1alpha1.Job) string {
+	c := meta.FindStatusCondition(j.Status.Conditions, executionv1alpha1.JobConditionSucceeded)
 	if c == nil {
 		return "<none>"
 	}
@@ -127,10 +127,10 @@ func succeeded(j *v1alpha1.Job) string {
 }
 
 // wait polls the Job until cond holds (timeout: fails with the status).
-func (e *jobEnv) wait(t *testing.T, j *v1alpha1.Job, what string, timeout time.Duration, cond func(*v1alpha1.Job) bool) *v1alpha1.Job {
+func (e *jobEnv) wait(t *testing.T, j *executionv1alpha1.Job, what string, timeout time.Duration, cond func(*executionv1alpha1.Job) bool) *executionv1alpha1.Job {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
-	cur := &v1alpha1.Job{}
+	cur := &executionv1alpha1.Job{}
 	for {
 		err := e.c.Get(context.Background(), client.ObjectKeyFromObject(j), cur)
 		if err == nil && cond(cur) {
@@ -144,13 +144,13 @@ func (e *jobEnv) wait(t *testing.T, j *v1alpha1.Job, what string, timeout time.D
 	}
 }
 
-func (e *jobEnv) waitSucceeded(t *testing.T, j *v1alpha1.Job, want string) *v1alpha1.Job {
+func (e *jobEnv) waitSucceeded(t *testing.T, j *executionv1alpha1.Job, want string) *executionv1alpha1.Job {
 	t.Helper()
-	return e.wait(t, j, "Succeeded="+want, 90*time.Second, func(j *v1alpha1.Job) bool { return succeeded(j) == want })
+	return e.wait(t, j, "Succeeded="+want, 90*time.Second, func(j *executionv1alpha1.Job) bool { return succeeded(j) == want })
 }
 
 // natives lists the batch/v1 Jobs of the Ayatori Job's UID.
-func (e *jobEnv) natives(t *testing.T, j *v1alpha1.Job) []batchv1.Job {
+func (e *jobEnv) natives(t *testing.T, j *executionv1alpha1.Job) []batchv1.Job {
 	t.Helper()
 	var list batchv1.JobList
 	if err := e.c.List(context.Background(), &list, client.InNamespace(j.Namespace), client.MatchingLabels{execution.LabelJobUID: string(j.UID)}); err != nil {
@@ -159,7 +159,7 @@ func (e *jobEnv) natives(t *testing.T, j *v1alpha1.Job) []batchv1.Job {
 	return list.Items
 }
 
-func (e *jobEnv) wantOneNative(t *testing.T, j *v1alpha1.Job) batchv1.Job {
+func (e *jobEnv) wantOneNative(t *testing.T, j *executionv1alpha1.Job) batchv1.Job {
 	t.Helper()
 	n := e.natives(t, j)
 	if len(n) != 1 {
@@ -184,10 +184,10 @@ func (e *jobEnv) activePods(t *testing.T, native *batchv1.Job) int {
 	return n
 }
 
-func (e *jobEnv) update(t *testing.T, j *v1alpha1.Job, mutate func(*v1alpha1.Job)) {
+func (e *jobEnv) update(t *testing.T, j *executionv1alpha1.Job, mutate func(*executionv1alpha1.Job)) {
 	t.Helper()
 	for range 10 {
-		cur := &v1alpha1.Job{}
+		cur := &executionv1alpha1.Job{}
 		if err := e.c.Get(context.Background(), client.ObjectKeyFromObject(j), cur); err != nil {
 			t.Fatal(err)
 		}
@@ -254,7 +254,7 @@ func (e *jobEnv) matrix(t *testing.T) {
 		ns := e.namespace(t, true)
 		code := "3"
 		j := newJob(ns, "exit", "ayatori.test/exit")
-		j.Spec.Task.Env = []v1alpha1.EnvVar{{Name: "AYATORI_EXIT_CODE", Value: &code}}
+		j.Spec.Task.Env = []executionv1alpha1.EnvVar{{Name: "AYATORI_EXIT_CODE", Value: &code}}
 		got := e.waitSucceeded(t, e.create(t, j), "False/ProcessFailed")
 		if got.Status.Result.ExitCode == nil || *got.Status.Result.ExitCode != 3 {
 			t.Fatalf("exit code %v", got.Status.Result.ExitCode)
@@ -278,9 +278,9 @@ func (e *jobEnv) matrix(t *testing.T) {
 		t.Parallel()
 		ns := e.namespace(t, true)
 		j := e.create(t, newJob(ns, "hang", "ayatori.test/slow-stop"))
-		e.wait(t, j, "Running", 60*time.Second, func(j *v1alpha1.Job) bool { return j.Status.StartTime != nil })
-		e.update(t, j, func(j *v1alpha1.Job) { j.Spec.DesiredState = v1alpha1.JobDesiredStateCancelled })
-		e.wait(t, j, "Cancelling", 30*time.Second, func(j *v1alpha1.Job) bool {
+		e.wait(t, j, "Running", 60*time.Second, func(j *executionv1alpha1.Job) bool { return j.Status.StartTime != nil })
+		e.update(t, j, func(j *executionv1alpha1.Job) { j.Spec.DesiredState = executionv1alpha1.JobDesiredStateCancelled })
+		e.wait(t, j, "Cancelling", 30*time.Second, func(j *executionv1alpha1.Job) bool {
 			return succeeded(j) == "Unknown/Cancelling" || succeeded(j) == "False/Cancelled"
 		})
 		got := e.waitSucceeded(t, j, "False/Cancelled")
@@ -289,9 +289,9 @@ func (e *jobEnv) matrix(t *testing.T) {
 			t.Fatalf("Cancelled while %d pods still run", n)
 		}
 		// Cancelled → Running is refused by the API.
-		cur := &v1alpha1.Job{}
+		cur := &executionv1alpha1.Job{}
 		_ = e.c.Get(context.Background(), client.ObjectKeyFromObject(j), cur)
-		cur.Spec.DesiredState = v1alpha1.JobDesiredStateRunning
+		cur.Spec.DesiredState = executionv1alpha1.JobDesiredStateRunning
 		if err := e.c.Update(context.Background(), cur); !apierrors.IsInvalid(err) {
 			t.Fatalf("Cancelled → Running: %v, want Invalid", err)
 		}
@@ -303,11 +303,11 @@ func (e *jobEnv) matrix(t *testing.T) {
 		j := newJob(ns, "nowhere", "ayatori.test/succeed")
 		j.Spec.JobClassName = "missing"
 		e.create(t, j)
-		e.wait(t, j, "Accepted=False", 30*time.Second, func(j *v1alpha1.Job) bool {
-			c := meta.FindStatusCondition(j.Status.Conditions, v1alpha1.JobConditionAccepted)
-			return c != nil && c.Reason == v1alpha1.ReasonJobClassNotFound
+		e.wait(t, j, "Accepted=False", 30*time.Second, func(j *executionv1alpha1.Job) bool {
+			c := meta.FindStatusCondition(j.Status.Conditions, executionv1alpha1.JobConditionAccepted)
+			return c != nil && c.Reason == executionv1alpha1.ReasonJobClassNotFound
 		})
-		e.update(t, j, func(j *v1alpha1.Job) { j.Spec.DesiredState = v1alpha1.JobDesiredStateCancelled })
+		e.update(t, j, func(j *executionv1alpha1.Job) { j.Spec.DesiredState = executionv1alpha1.JobDesiredStateCancelled })
 		got := e.waitSucceeded(t, j, "False/Cancelled")
 		if n := e.natives(t, got); len(n) != 0 {
 			t.Fatal("a native Job exists for a Job cancelled before acceptance")
@@ -336,7 +336,7 @@ func (e *jobEnv) matrix(t *testing.T) {
 		j := newJob(ns, "gone", "ayatori.test/slow-stop")
 		j.Annotations = map[string]string{}
 		e.create(t, j)
-		running := e.wait(t, j, "Running", 60*time.Second, func(j *v1alpha1.Job) bool { return j.Status.StartTime != nil })
+		running := e.wait(t, j, "Running", 60*time.Second, func(j *executionv1alpha1.Job) bool { return j.Status.StartTime != nil })
 		native := e.wantOneNative(t, running)
 		if err := e.c.Delete(context.Background(), running); err != nil {
 			t.Fatal(err)
@@ -345,7 +345,7 @@ func (e *jobEnv) matrix(t *testing.T) {
 		// The Job stays (finalizer) until its native Job is gone.
 		deadline := time.Now().Add(90 * time.Second)
 		for {
-			cur := &v1alpha1.Job{}
+			cur := &executionv1alpha1.Job{}
 			err := e.c.Get(context.Background(), client.ObjectKeyFromObject(j), cur)
 			if apierrors.IsNotFound(err) {
 				break
@@ -364,12 +364,12 @@ func (e *jobEnv) matrix(t *testing.T) {
 		t.Parallel()
 		ns := e.namespace(t, false)
 		j := newJob(ns, "secret", "ayatori.test/succeed")
-		j.Spec.Task.Env = []v1alpha1.EnvVar{{Name: "TOKEN", ValueFrom: &v1alpha1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+		j.Spec.Task.Env = []executionv1alpha1.EnvVar{{Name: "TOKEN", ValueFrom: &executionv1alpha1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
 			LocalObjectReference: corev1.LocalObjectReference{Name: "token"}, Key: "token"}}}}
 		e.create(t, j)
-		e.wait(t, j, "Accepted=False/EnvReferenceNotFound", 30*time.Second, func(j *v1alpha1.Job) bool {
-			c := meta.FindStatusCondition(j.Status.Conditions, v1alpha1.JobConditionAccepted)
-			return c != nil && c.Reason == v1alpha1.ReasonEnvReferenceNotFound
+		e.wait(t, j, "Accepted=False/EnvReferenceNotFound", 30*time.Second, func(j *executionv1alpha1.Job) bool {
+			c := meta.FindStatusCondition(j.Status.Conditions, executionv1alpha1.JobConditionAccepted)
+			return c != nil && c.Reason == executionv1alpha1.ReasonEnvReferenceNotFound
 		})
 		// The Secret appears without the key: still waiting.
 		sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "token"}, StringData: map[string]string{"other": "x"}}
@@ -377,7 +377,7 @@ func (e *jobEnv) matrix(t *testing.T) {
 			t.Fatal(err)
 		}
 		time.Sleep(3 * time.Second)
-		if cur := e.wait(t, j, "still waiting", time.Second, func(*v1alpha1.Job) bool { return true }); meta.IsStatusConditionTrue(cur.Status.Conditions, v1alpha1.JobConditionAccepted) {
+		if cur := e.wait(t, j, "still waiting", time.Second, func(*executionv1alpha1.Job) bool { return true }); meta.IsStatusConditionTrue(cur.Status.Conditions, executionv1alpha1.JobConditionAccepted) {
 			t.Fatal("accepted without the Secret's key")
 		}
 		sec.StringData = map[string]string{"token": envCanary}
@@ -386,9 +386,9 @@ func (e *jobEnv) matrix(t *testing.T) {
 		}
 		// Accepted now, but the class's ServiceAccount is missing: no
 		// execution, never the default ServiceAccount.
-		e.wait(t, j, "Scheduled=False/ServiceAccountNotFound", 60*time.Second, func(j *v1alpha1.Job) bool {
-			c := meta.FindStatusCondition(j.Status.Conditions, v1alpha1.JobConditionScheduled)
-			return c != nil && c.Reason == v1alpha1.ReasonServiceAccountNotFound
+		e.wait(t, j, "Scheduled=False/ServiceAccountNotFound", 60*time.Second, func(j *executionv1alpha1.Job) bool {
+			c := meta.FindStatusCondition(j.Status.Conditions, executionv1alpha1.JobConditionScheduled)
+			return c != nil && c.Reason == executionv1alpha1.ReasonServiceAccountNotFound
 		})
 		if n := e.natives(t, j); len(n) != 0 {
 			t.Fatal("native Job created without its ServiceAccount")
@@ -418,7 +418,7 @@ func (e *jobEnv) matrix(t *testing.T) {
 		t.Parallel()
 		ns := e.namespace(t, true)
 		j := e.create(t, newJob(ns, "lost", "ayatori.test/hang"))
-		running := e.wait(t, j, "Running", 60*time.Second, func(j *v1alpha1.Job) bool { return j.Status.StartTime != nil })
+		running := e.wait(t, j, "Running", 60*time.Second, func(j *executionv1alpha1.Job) bool { return j.Status.StartTime != nil })
 		native := e.wantOneNative(t, running)
 		bg := metav1.DeletePropagationBackground
 		if err := e.c.Delete(context.Background(), &native, &client.DeleteOptions{PropagationPolicy: &bg}); err != nil {
@@ -432,11 +432,11 @@ func (e *jobEnv) matrix(t *testing.T) {
 		if cur := e.waitSucceeded(t, j, "Unknown/ResultUnknown"); len(e.natives(t, cur)) != 0 {
 			t.Fatal("a second execution was created after the first was lost")
 		}
-		e.update(t, j, func(j *v1alpha1.Job) {
+		e.update(t, j, func(j *executionv1alpha1.Job) {
 			if j.Annotations == nil {
 				j.Annotations = map[string]string{}
 			}
-			j.Annotations[v1alpha1.AnnotationBackendLost] = string(j.UID)
+			j.Annotations[executionv1alpha1.AnnotationBackendLost] = string(j.UID)
 		})
 		e.waitSucceeded(t, j, "False/BackendLost")
 	})
@@ -447,24 +447,24 @@ func (e *jobEnv) matrix(t *testing.T) {
 		code := "2"
 		ok := newJob(ns, "ttl-ok", "ayatori.test/succeed")
 		bad := newJob(ns, "ttl-bad", "ayatori.test/exit")
-		bad.Spec.Task.Env = []v1alpha1.EnvVar{{Name: "AYATORI_EXIT_CODE", Value: &code}}
+		bad.Spec.Task.Env = []executionv1alpha1.EnvVar{{Name: "AYATORI_EXIT_CODE", Value: &code}}
 		cancelled := newJob(ns, "ttl-cancelled", "ayatori.test/hang")
 		unknown := newJob(ns, "ttl-unknown", "ayatori.test/hang")
-		for _, j := range []*v1alpha1.Job{ok, bad, cancelled, unknown} {
+		for _, j := range []*executionv1alpha1.Job{ok, bad, cancelled, unknown} {
 			two := int32(2)
 			j.Spec.TTLSecondsAfterFinished = &two
 			e.create(t, j)
 		}
-		e.wait(t, cancelled, "Running", 60*time.Second, func(j *v1alpha1.Job) bool { return j.Status.StartTime != nil })
-		e.update(t, cancelled, func(j *v1alpha1.Job) { j.Spec.DesiredState = v1alpha1.JobDesiredStateCancelled })
-		running := e.wait(t, unknown, "Running", 60*time.Second, func(j *v1alpha1.Job) bool { return j.Status.StartTime != nil })
+		e.wait(t, cancelled, "Running", 60*time.Second, func(j *executionv1alpha1.Job) bool { return j.Status.StartTime != nil })
+		e.update(t, cancelled, func(j *executionv1alpha1.Job) { j.Spec.DesiredState = executionv1alpha1.JobDesiredStateCancelled })
+		running := e.wait(t, unknown, "Running", 60*time.Second, func(j *executionv1alpha1.Job) bool { return j.Status.StartTime != nil })
 		lost := e.wantOneNative(t, running)
 		bg := metav1.DeletePropagationBackground
 		if err := e.c.Delete(context.Background(), &lost, &client.DeleteOptions{PropagationPolicy: &bg}); err != nil {
 			t.Fatal(err)
 		}
 		e.deleted(ok.UID, bad.UID, cancelled.UID)
-		for _, j := range []*v1alpha1.Job{ok, bad, cancelled} {
+		for _, j := range []*executionv1alpha1.Job{ok, bad, cancelled} {
 			e.waitGone(t, j)
 			if n := e.natives(t, j); len(n) != 0 {
 				t.Fatalf("native Job of %s survived its TTL deletion", j.Name)
@@ -519,17 +519,17 @@ func TestJobStack(t *testing.T) {
 
 	t.Run("AmbiguousDefaultClass", func(t *testing.T) {
 		ctx := context.Background()
-		second := &v1alpha1.JobClass{ObjectMeta: metav1.ObjectMeta{Name: "std-too", Annotations: map[string]string{v1alpha1.AnnotationIsDefaultJobClass: "true"}},
-			Spec: v1alpha1.JobClassSpec{ControllerName: v1alpha1.ControllerKubernetes,
-				ParametersRef: v1alpha1.ParametersReference{Group: v1alpha1.GroupVersion.Group, Kind: "KubernetesExecutionParameters", Name: "std"}}}
+		second := &executionv1alpha1.JobClass{ObjectMeta: metav1.ObjectMeta{Name: "std-too", Annotations: map[string]string{executionv1alpha1.AnnotationIsDefaultJobClass: "true"}},
+			Spec: executionv1alpha1.JobClassSpec{ControllerName: executionv1alpha1.ControllerKubernetes,
+				ParametersRef: executionv1alpha1.ParametersReference{Group: executionv1alpha1.GroupVersion.Group, Kind: "KubernetesExecutionParameters", Name: "std"}}}
 		if err := e.c.Create(ctx, second); err != nil {
 			t.Fatal(err)
 		}
 		ns := e.namespace(t, true)
 		j := e.create(t, newJob(ns, "which", "ayatori.test/succeed"))
-		e.wait(t, j, "Accepted=False/AmbiguousDefaultJobClass", 30*time.Second, func(j *v1alpha1.Job) bool {
-			c := meta.FindStatusCondition(j.Status.Conditions, v1alpha1.JobConditionAccepted)
-			return c != nil && c.Reason == v1alpha1.ReasonAmbiguousDefaultJobClass
+		e.wait(t, j, "Accepted=False/AmbiguousDefaultJobClass", 30*time.Second, func(j *executionv1alpha1.Job) bool {
+			c := meta.FindStatusCondition(j.Status.Conditions, executionv1alpha1.JobConditionAccepted)
+			return c != nil && c.Reason == executionv1alpha1.ReasonAmbiguousDefaultJobClass
 		})
 		if len(e.natives(t, j)) != 0 {
 			t.Fatal("an ambiguous default started an execution")
@@ -543,12 +543,12 @@ func TestJobStack(t *testing.T) {
 	t.Run("ReplayEveryJob", func(t *testing.T) {
 		// Every live Job agrees with its journal, and every Job deleted
 		// by its TTL or by hand is explained by it.
-		var list v1alpha1.JobList
+		var list executionv1alpha1.JobList
 		if err := e.c.List(context.Background(), &list); err != nil {
 			t.Fatal(err)
 		}
 		for _, j := range list.Items {
-			if j.Status.CompletionTime == nil && !meta.IsStatusConditionTrue(j.Status.Conditions, v1alpha1.JobConditionScheduled) {
+			if j.Status.CompletionTime == nil && !meta.IsStatusConditionTrue(j.Status.Conditions, executionv1alpha1.JobConditionScheduled) {
 				continue // never accepted (ambiguous default): nothing journaled yet
 			}
 			e.replay(t, j.UID)
@@ -577,7 +577,7 @@ func (e *jobEnv) forgedIntents(t *testing.T) {
 	victim := newJob(ns, "victim", integration.ImageHang)
 	victim.Spec.JobClassName = "std" // AmbiguousDefaultClass left a second default
 	j := e.create(t, victim)
-	running := e.wait(t, j, "running", 60*time.Second, func(j *v1alpha1.Job) bool {
+	running := e.wait(t, j, "running", 60*time.Second, func(j *executionv1alpha1.Job) bool {
 		return j.Status.Execution != nil && j.Status.StartTime != nil
 	})
 	native := e.wantOneNative(t, running)
@@ -587,7 +587,7 @@ func (e *jobEnv) forgedIntents(t *testing.T) {
 	}
 	defer nc.Close()
 	js, _ := jetstream.New(nc)
-	obj := journal.ObjectRef{Group: v1alpha1.GroupVersion.Group, Kind: "Job", Namespace: ns, Name: "victim", UID: string(running.UID), Generation: running.Generation}
+	obj := journal.ObjectRef{Group: executionv1alpha1.GroupVersion.Group, Kind: "Job", Namespace: ns, Name: "victim", UID: string(running.UID), Generation: running.Generation}
 	var forged []uint64
 	for i, c := range []struct {
 		op     string
@@ -645,21 +645,21 @@ func (e *jobEnv) forgedIntents(t *testing.T) {
 	if n := e.activePods(t, cur); n != 1 {
 		t.Fatalf("%d active pods, want 1", n)
 	}
-	got := &v1alpha1.Job{}
+	got := &executionv1alpha1.Job{}
 	if err := e.c.Get(ctx, client.ObjectKeyFromObject(running), got); err != nil || got.Status.CompletionTime != nil {
 		t.Fatalf("the Job ended: %v %+v", err, got.Status)
 	}
 	// Its author cancels it: the real Cancel runs.
-	e.update(t, got, func(j *v1alpha1.Job) { j.Spec.DesiredState = v1alpha1.JobDesiredStateCancelled })
+	e.update(t, got, func(j *executionv1alpha1.Job) { j.Spec.DesiredState = executionv1alpha1.JobDesiredStateCancelled })
 	e.waitSucceeded(t, got, "False/Cancelled")
 }
 
 // waitGone waits until the Job is deleted.
-func (e *jobEnv) waitGone(t *testing.T, j *v1alpha1.Job) {
+func (e *jobEnv) waitGone(t *testing.T, j *executionv1alpha1.Job) {
 	t.Helper()
 	deadline := time.Now().Add(90 * time.Second)
 	for {
-		err := e.c.Get(context.Background(), client.ObjectKeyFromObject(j), &v1alpha1.Job{})
+		err := e.c.Get(context.Background(), client.ObjectKeyFromObject(j), &executionv1alpha1.Job{})
 		if apierrors.IsNotFound(err) {
 			return
 		}
@@ -681,9 +681,9 @@ func httpGet(url string) (string, error) {
 }
 
 // exists reports whether the Job (this UID) is still there.
-func (e *jobEnv) exists(t *testing.T, j *v1alpha1.Job) bool {
+func (e *jobEnv) exists(t *testing.T, j *executionv1alpha1.Job) bool {
 	t.Helper()
-	cur := &v1alpha1.Job{}
+	cur := &executionv1alpha1.Job{}
 	err := e.c.Get(context.Background(), client.ObjectKeyFromObject(j), cur)
 	if err != nil && !apierrors.IsNotFound(err) {
 		t.Fatal(err)
@@ -692,7 +692,7 @@ func (e *jobEnv) exists(t *testing.T, j *v1alpha1.Job) bool {
 }
 
 // countNotes counts the journal notes op of the Job's UID.
-func (e *jobEnv) countNotes(t *testing.T, j *v1alpha1.Job, op string) int {
+func (e *jobEnv) countNotes(t *testing.T, j *executionv1alpha1.Job, op string) int {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

@@ -335,8 +335,8 @@ func TestJobClassController(t *testing.T) {
 	})
 
 	t.Run("class deletion waits for non-terminal Jobs", func(t *testing.T) {
-		c := e.newClass(t, "busy", kube, kParams, "shared", nil)
-		c = e.waitCondition(t, "busy", executionv1alpha1.JobClassConditionReady, metav1.ConditionTrue, executionv1alpha1.ReasonBackendReachable)
+		e.newClass(t, "busy", kube, kParams, "shared", nil)
+		c := e.waitCondition(t, "busy", executionv1alpha1.JobClassConditionReady, metav1.ConditionTrue, executionv1alpha1.ReasonBackendReachable)
 		// Simulate the Job projector's acceptance: status written directly.
 		accept := func(name string, uid types.UID, succeeded metav1.ConditionStatus) *executionv1alpha1.Job {
 			j := &executionv1alpha1.Job{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "team"},

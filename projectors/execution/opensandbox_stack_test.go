@@ -15,7 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	v1alpha1 "git.ddupan.top/panxiao81/ayatori/api/execution/v1alpha1"
+	executionv1alpha1 "git.ddupan.top/panxiao81/ayatori/api/execution/v1alpha1"
 	osexec "git.ddupan.top/panxiao81/ayatori/executors/opensandbox"
 	"git.ddupan.top/panxiao81/ayatori/integration"
 	ostest "git.ddupan.top/panxiao81/ayatori/integration/opensandbox"
@@ -43,12 +43,12 @@ func startOSStack(t *testing.T, extraArgs ...string) *osStack {
 	for _, o := range []client.Object{
 		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: integration.ControllerNamespace}},
 		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: integration.ControllerNamespace, Name: "os-api"}, Data: map[string][]byte{"api-key": []byte("os-stack-key")}},
-		&v1alpha1.OpenSandboxExecutionParameters{ObjectMeta: metav1.ObjectMeta{Name: "microvm"},
-			Spec: v1alpha1.OpenSandboxExecutionParametersSpec{Endpoint: srv.URL(), AllowInsecureHTTP: true, AllowSecretEnv: true,
-				APIKeySecretRef: v1alpha1.NamespacedKeyReference{Namespace: integration.ControllerNamespace, Name: "os-api", Key: "api-key"}}},
-		&v1alpha1.JobClass{ObjectMeta: metav1.ObjectMeta{Name: "microvm"},
-			Spec: v1alpha1.JobClassSpec{ControllerName: v1alpha1.ControllerOpenSandbox,
-				ParametersRef: v1alpha1.ParametersReference{Group: v1alpha1.GroupVersion.Group, Kind: osexec.ParametersKind, Name: "microvm"}}},
+		&executionv1alpha1.OpenSandboxExecutionParameters{ObjectMeta: metav1.ObjectMeta{Name: "microvm"},
+			Spec: executionv1alpha1.OpenSandboxExecutionParametersSpec{Endpoint: srv.URL(), AllowInsecureHTTP: true, AllowSecretEnv: true,
+				APIKeySecretRef: executionv1alpha1.NamespacedKeyReference{Namespace: integration.ControllerNamespace, Name: "os-api", Key: "api-key"}}},
+		&executionv1alpha1.JobClass{ObjectMeta: metav1.ObjectMeta{Name: "microvm"},
+			Spec: executionv1alpha1.JobClassSpec{ControllerName: executionv1alpha1.ControllerOpenSandbox,
+				ParametersRef: executionv1alpha1.ParametersReference{Group: executionv1alpha1.GroupVersion.Group, Kind: osexec.ParametersKind, Name: "microvm"}}},
 	} {
 		if err := e.c.Create(ctx, o); err != nil && !apierrors.IsAlreadyExists(err) {
 			t.Fatal(err)
@@ -62,9 +62,9 @@ func (e *osStack) waitClassReady(t *testing.T, want metav1.ConditionStatus) stri
 	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		c := &v1alpha1.JobClass{}
+		c := &executionv1alpha1.JobClass{}
 		if err := e.c.Get(context.Background(), client.ObjectKey{Name: "microvm"}, c); err == nil {
-			if r := meta.FindStatusCondition(c.Status.Conditions, v1alpha1.JobClassConditionReady); r != nil && r.Status == want {
+			if r := meta.FindStatusCondition(c.Status.Conditions, executionv1alpha1.JobClassConditionReady); r != nil && r.Status == want {
 				return r.Reason
 			}
 		}
@@ -75,13 +75,13 @@ func (e *osStack) waitClassReady(t *testing.T, want metav1.ConditionStatus) stri
 	}
 }
 
-func osStackJob(ns, name string, argv ...string) *v1alpha1.Job {
-	return &v1alpha1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-		Spec: v1alpha1.JobSpec{JobClassName: "microvm", Task: v1alpha1.TaskSpec{Image: "registry.example/tools:1", Command: argv}}}
+func osStackJob(ns, name string, argv ...string) *executionv1alpha1.Job {
+	return &executionv1alpha1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: executionv1alpha1.JobSpec{JobClassName: "microvm", Task: executionv1alpha1.TaskSpec{Image: "registry.example/tools:1", Command: argv}}}
 }
 
 // sandboxesOf counts the sandboxes ever created for the Job.
-func (e *osStack) sandboxesOf(j *v1alpha1.Job) int {
+func (e *osStack) sandboxesOf(j *executionv1alpha1.Job) int {
 	return e.srv.CreatedSandboxes(osexec.LabelJobUID, string(j.UID))
 }
 
@@ -98,7 +98,7 @@ func (e *osStack) sandboxStatus(t *testing.T, id string) int {
 	return resp.StatusCode
 }
 
-func refsOf(j *v1alpha1.Job) map[string]string {
+func refsOf(j *executionv1alpha1.Job) map[string]string {
 	out := map[string]string{}
 	if j.Status.Execution != nil {
 		for _, r := range j.Status.Execution.References {
@@ -154,8 +154,8 @@ func TestOpenSandboxStack(t *testing.T) {
 		t.Run("M12_Cancel", func(t *testing.T) {
 			t.Parallel()
 			j := e.create(t, osStackJob(ns, "cancel", "sleep", "300"))
-			e.wait(t, j, "running", 60*time.Second, func(j *v1alpha1.Job) bool { return j.Status.StartTime != nil })
-			e.update(t, j, func(j *v1alpha1.Job) { j.Spec.DesiredState = v1alpha1.JobDesiredStateCancelled })
+			e.wait(t, j, "running", 60*time.Second, func(j *executionv1alpha1.Job) bool { return j.Status.StartTime != nil })
+			e.update(t, j, func(j *executionv1alpha1.Job) { j.Spec.DesiredState = executionv1alpha1.JobDesiredStateCancelled })
 			e.waitSucceeded(t, j, "False/Cancelled")
 		})
 		t.Run("M14_Deadline", func(t *testing.T) {
@@ -169,7 +169,7 @@ func TestOpenSandboxStack(t *testing.T) {
 			t.Parallel()
 			out := e.srv.FilesRoot() + "/secret-env.out"
 			j := osStackJob(ns, "secret", "bash", "-c", `printf '%s' "$TOKEN" > "$0"`, out)
-			j.Spec.Task.Env = []v1alpha1.EnvVar{{Name: "TOKEN", ValueFrom: &v1alpha1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+			j.Spec.Task.Env = []executionv1alpha1.EnvVar{{Name: "TOKEN", ValueFrom: &executionv1alpha1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
 				LocalObjectReference: corev1.LocalObjectReference{Name: "app"}, Key: "token"}}}}
 			e.waitSucceeded(t, e.create(t, j), "True/Completed")
 			if b, _ := os.ReadFile(out); string(b) != osCanary {
@@ -179,7 +179,7 @@ func TestOpenSandboxStack(t *testing.T) {
 		t.Run("M15_DeleteRemovesTheSandbox", func(t *testing.T) {
 			t.Parallel()
 			j := e.create(t, osStackJob(ns, "delete", "sleep", "300"))
-			got := e.wait(t, j, "running", 60*time.Second, func(j *v1alpha1.Job) bool { return j.Status.StartTime != nil })
+			got := e.wait(t, j, "running", 60*time.Second, func(j *executionv1alpha1.Job) bool { return j.Status.StartTime != nil })
 			sb := refsOf(got)["Sandbox"]
 			if err := e.c.Delete(ctx, got); err != nil {
 				t.Fatal(err)
@@ -198,13 +198,13 @@ func TestOpenSandboxStack(t *testing.T) {
 		// The backend takes only a new key: the class goes not Ready and
 		// a new Job waits; the Secret is rotated: Ready again, the Job runs.
 		e.srv.SetAPIKeys("os-stack-key-2")
-		if r := e.waitClassReady(t, metav1.ConditionFalse); r != v1alpha1.ReasonAPIKeyRejected {
+		if r := e.waitClassReady(t, metav1.ConditionFalse); r != executionv1alpha1.ReasonAPIKeyRejected {
 			t.Fatalf("Ready=False/%s, want APIKeyRejected", r)
 		}
 		j := e.create(t, osStackJob(ns, "after-rotation", "true"))
-		e.wait(t, j, "Scheduled=False/ClassNotReady", 30*time.Second, func(j *v1alpha1.Job) bool {
-			c := meta.FindStatusCondition(j.Status.Conditions, v1alpha1.JobConditionScheduled)
-			return c != nil && c.Reason == v1alpha1.ReasonClassNotReady
+		e.wait(t, j, "Scheduled=False/ClassNotReady", 30*time.Second, func(j *executionv1alpha1.Job) bool {
+			c := meta.FindStatusCondition(j.Status.Conditions, executionv1alpha1.JobConditionScheduled)
+			return c != nil && c.Reason == executionv1alpha1.ReasonClassNotReady
 		})
 		sec := &corev1.Secret{}
 		if err := e.c.Get(ctx, client.ObjectKey{Namespace: integration.ControllerNamespace, Name: "os-api"}, sec); err != nil {
@@ -221,7 +221,7 @@ func TestOpenSandboxStack(t *testing.T) {
 	t.Run("JournalVerifyAndCanary", func(t *testing.T) {
 		e.verifyJournal(t)
 		e.noCanary(t, osCanary, "os-stack-key")
-		var list v1alpha1.JobList
+		var list executionv1alpha1.JobList
 		_ = e.c.List(ctx, &list, client.InNamespace(ns))
 		for _, j := range list.Items {
 			if b, _ := json.Marshal(j.Status); bytes.Contains(b, []byte(osCanary)) {

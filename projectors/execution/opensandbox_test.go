@@ -18,7 +18,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	v1alpha1 "git.ddupan.top/panxiao81/ayatori/api/execution/v1alpha1"
+	executionv1alpha1 "git.ddupan.top/panxiao81/ayatori/api/execution/v1alpha1"
 	contract "git.ddupan.top/panxiao81/ayatori/contracts/execution"
 	"git.ddupan.top/panxiao81/ayatori/integration"
 	"git.ddupan.top/panxiao81/ayatori/journal"
@@ -80,10 +80,10 @@ func (p *fakeProbe) callList() []string {
 	return append([]string(nil), p.calls...)
 }
 
-func sandboxParams(name string) *v1alpha1.OpenSandboxExecutionParameters {
-	return &v1alpha1.OpenSandboxExecutionParameters{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1alpha1.OpenSandboxExecutionParametersSpec{
+func sandboxParams(name string) *executionv1alpha1.OpenSandboxExecutionParameters {
+	return &executionv1alpha1.OpenSandboxExecutionParameters{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: executionv1alpha1.OpenSandboxExecutionParametersSpec{
 		Endpoint:        "https://opensandbox.example.internal",
-		APIKeySecretRef: v1alpha1.NamespacedKeyReference{Namespace: "ayatori-system", Name: "opensandbox-api", Key: "api-key"}}}
+		APIKeySecretRef: executionv1alpha1.NamespacedKeyReference{Namespace: "ayatori-system", Name: "opensandbox-api", Key: "api-key"}}}
 }
 
 // waitEvent waits for an Event of type typ and reason about the object
@@ -119,8 +119,8 @@ func TestJobClassOpenSandboxReady(t *testing.T) {
 		r.Probes = map[string]execution.BackendProbe{osParamsKind: probe.probe}
 		r.ProbeInterval = interval
 	})
-	kube, sandbox := v1alpha1.ControllerKubernetes, v1alpha1.ControllerOpenSandbox
-	ready, accepted := v1alpha1.JobClassConditionReady, v1alpha1.JobClassConditionAccepted
+	kube, sandbox := executionv1alpha1.ControllerKubernetes, executionv1alpha1.ControllerOpenSandbox
+	ready, accepted := executionv1alpha1.JobClassConditionReady, executionv1alpha1.JobClassConditionAccepted
 
 	// A Kubernetes class (no probe for its kind) and an OpenSandbox class
 	// whose parameters are missing: neither is ever probed.
@@ -128,25 +128,25 @@ func TestJobClassOpenSandboxReady(t *testing.T) {
 	e.newClass(t, "kube", kube, "KubernetesExecutionParameters", "kube", nil)
 	e.newClass(t, "c10-missing", sandbox, osParamsKind, "c10-missing", nil)
 
-	probe.set("c10", false, v1alpha1.ReasonAPIKeySecretNotFound, "Secret ayatori-system/opensandbox-api (apiKeySecretRef of OpenSandboxExecutionParameters c10) does not exist")
+	probe.set("c10", false, executionv1alpha1.ReasonAPIKeySecretNotFound, "Secret ayatori-system/opensandbox-api (apiKeySecretRef of OpenSandboxExecutionParameters c10) does not exist")
 	p := sandboxParams("c10")
 	if err := e.c.Create(e.ctx, p); err != nil {
 		t.Fatal(err)
 	}
 	e.newClass(t, "c10", sandbox, osParamsKind, "c10", nil)
 
-	e.waitCondition(t, "c10", accepted, metav1.ConditionTrue, v1alpha1.ReasonAccepted)
-	c := e.waitCondition(t, "c10", ready, metav1.ConditionFalse, v1alpha1.ReasonAPIKeySecretNotFound)
+	e.waitCondition(t, "c10", accepted, metav1.ConditionTrue, executionv1alpha1.ReasonAccepted)
+	c := e.waitCondition(t, "c10", ready, metav1.ConditionFalse, executionv1alpha1.ReasonAPIKeySecretNotFound)
 	if msg := meta.FindStatusCondition(c.Status.Conditions, ready).Message; !strings.Contains(msg, "opensandbox-api") {
 		t.Fatalf("Ready message %q is not the probe's", msg)
 	}
-	waitEvent(t, e.c, "c10", corev1.EventTypeWarning, v1alpha1.ReasonAPIKeySecretNotFound)
-	e.waitCondition(t, "kube", ready, metav1.ConditionTrue, v1alpha1.ReasonBackendReachable)
-	e.waitCondition(t, "c10-missing", accepted, metav1.ConditionFalse, v1alpha1.ReasonParametersNotFound)
+	waitEvent(t, e.c, "c10", corev1.EventTypeWarning, executionv1alpha1.ReasonAPIKeySecretNotFound)
+	e.waitCondition(t, "kube", ready, metav1.ConditionTrue, executionv1alpha1.ReasonBackendReachable)
+	e.waitCondition(t, "c10-missing", accepted, metav1.ConditionFalse, executionv1alpha1.ReasonParametersNotFound)
 
 	// The Secret appears: no watch tells the class, the next probe does.
 	probe.set("c10", true, "", "")
-	c = e.waitConditionWithin(t, soon, "c10", ready, metav1.ConditionTrue, v1alpha1.ReasonBackendReachable)
+	c = e.waitConditionWithin(t, soon, "c10", ready, metav1.ConditionTrue, executionv1alpha1.ReasonBackendReachable)
 	if !meta.IsStatusConditionTrue(c.Status.Conditions, accepted) {
 		t.Fatalf("Accepted %+v", c.Status.Conditions)
 	}
@@ -162,21 +162,21 @@ func TestJobClassOpenSandboxReady(t *testing.T) {
 	}
 
 	// The key is rotated to one the backend refuses, then to a good one.
-	probe.set("c10", false, v1alpha1.ReasonAPIKeyRejected, "the OpenSandbox API refused the API key (HTTP 401)")
-	e.waitConditionWithin(t, soon, "c10", ready, metav1.ConditionFalse, v1alpha1.ReasonAPIKeyRejected)
-	waitEvent(t, e.c, "c10", corev1.EventTypeWarning, v1alpha1.ReasonAPIKeyRejected)
+	probe.set("c10", false, executionv1alpha1.ReasonAPIKeyRejected, "the OpenSandbox API refused the API key (HTTP 401)")
+	e.waitConditionWithin(t, soon, "c10", ready, metav1.ConditionFalse, executionv1alpha1.ReasonAPIKeyRejected)
+	waitEvent(t, e.c, "c10", corev1.EventTypeWarning, executionv1alpha1.ReasonAPIKeyRejected)
 	probe.set("c10", true, "", "")
-	e.waitConditionWithin(t, soon, "c10", ready, metav1.ConditionTrue, v1alpha1.ReasonBackendReachable)
+	e.waitConditionWithin(t, soon, "c10", ready, metav1.ConditionTrue, executionv1alpha1.ReasonBackendReachable)
 
 	// The backend goes down, and recovers.
-	probe.set("c10", false, v1alpha1.ReasonBackendUnavailable, "the OpenSandbox API did not answer within 5s")
-	e.waitConditionWithin(t, soon, "c10", ready, metav1.ConditionFalse, v1alpha1.ReasonBackendUnavailable)
+	probe.set("c10", false, executionv1alpha1.ReasonBackendUnavailable, "the OpenSandbox API did not answer within 5s")
+	e.waitConditionWithin(t, soon, "c10", ready, metav1.ConditionFalse, executionv1alpha1.ReasonBackendUnavailable)
 	probe.set("c10", true, "", "")
-	e.waitConditionWithin(t, soon, "c10", ready, metav1.ConditionTrue, v1alpha1.ReasonBackendReachable)
-	waitEvent(t, e.c, "c10", corev1.EventTypeNormal, v1alpha1.ReasonBackendReachable)
+	e.waitConditionWithin(t, soon, "c10", ready, metav1.ConditionTrue, executionv1alpha1.ReasonBackendReachable)
+	waitEvent(t, e.c, "c10", corev1.EventTypeNormal, executionv1alpha1.ReasonBackendReachable)
 
 	// The probe was only ever given the class's parameters object.
-	want := fmt.Sprintf("*v1alpha1.OpenSandboxExecutionParameters c10 %s", p.UID)
+	want := fmt.Sprintf("*executionv1alpha1.OpenSandboxExecutionParameters c10 %s", p.UID)
 	calls := probe.callList()
 	if len(calls) == 0 {
 		t.Fatal("never probed")
@@ -216,11 +216,11 @@ func startOpenSandboxEnv(t *testing.T) *osEnv {
 	mgr := testManager(t, cp)
 	e := &osEnv{c: cp.Client, ctx: ctx, store: store, probe: newFakeProbe()}
 	rec := mgr.GetEventRecorder("ayatori-manager")
-	controllers := []string{v1alpha1.ControllerKubernetes, v1alpha1.ControllerOpenSandbox}
+	controllers := []string{executionv1alpha1.ControllerKubernetes, executionv1alpha1.ControllerOpenSandbox}
 	cr := &execution.JobClassReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: rec,
 		Controllers: map[string][]string{
-			v1alpha1.ControllerKubernetes:  {"KubernetesExecutionParameters"},
-			v1alpha1.ControllerOpenSandbox: {osParamsKind},
+			executionv1alpha1.ControllerKubernetes:  {"KubernetesExecutionParameters"},
+			executionv1alpha1.ControllerOpenSandbox: {osParamsKind},
 		},
 		Probes:        map[string]execution.BackendProbe{osParamsKind: e.probe.probe},
 		ProbeInterval: 200 * time.Millisecond,
@@ -264,22 +264,22 @@ func (e *osEnv) create(t *testing.T, objs ...client.Object) {
 
 // sandboxClass creates OpenSandbox parameters and a class, both named
 // name (mut changes the parameters first).
-func (e *osEnv) sandboxClass(t *testing.T, name string, mut func(*v1alpha1.OpenSandboxExecutionParameters)) *v1alpha1.OpenSandboxExecutionParameters {
+func (e *osEnv) sandboxClass(t *testing.T, name string, mut func(*executionv1alpha1.OpenSandboxExecutionParameters)) *executionv1alpha1.OpenSandboxExecutionParameters {
 	t.Helper()
 	p := sandboxParams(name)
 	if mut != nil {
 		mut(p)
 	}
-	e.create(t, p, &v1alpha1.JobClass{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1alpha1.JobClassSpec{
-		ControllerName: v1alpha1.ControllerOpenSandbox,
-		ParametersRef:  v1alpha1.ParametersReference{Group: v1alpha1.GroupVersion.Group, Kind: osParamsKind, Name: name}}})
+	e.create(t, p, &executionv1alpha1.JobClass{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: executionv1alpha1.JobClassSpec{
+		ControllerName: executionv1alpha1.ControllerOpenSandbox,
+		ParametersRef:  executionv1alpha1.ParametersReference{Group: executionv1alpha1.GroupVersion.Group, Kind: osParamsKind, Name: name}}})
 	return p
 }
 
-func (e *osEnv) updateParams(t *testing.T, name string, mut func(*v1alpha1.OpenSandboxExecutionParameters)) {
+func (e *osEnv) updateParams(t *testing.T, name string, mut func(*executionv1alpha1.OpenSandboxExecutionParameters)) {
 	t.Helper()
 	for range 10 {
-		p := &v1alpha1.OpenSandboxExecutionParameters{}
+		p := &executionv1alpha1.OpenSandboxExecutionParameters{}
 		if err := e.c.Get(e.ctx, types.NamespacedName{Name: name}, p); err != nil {
 			t.Fatal(err)
 		}
@@ -295,10 +295,10 @@ func (e *osEnv) updateParams(t *testing.T, name string, mut func(*v1alpha1.OpenS
 	t.Fatal("update kept conflicting")
 }
 
-func (e *osEnv) updateJob(t *testing.T, j *v1alpha1.Job, mut func(*v1alpha1.Job)) {
+func (e *osEnv) updateJob(t *testing.T, j *executionv1alpha1.Job, mut func(*executionv1alpha1.Job)) {
 	t.Helper()
 	for range 10 {
-		cur := &v1alpha1.Job{}
+		cur := &executionv1alpha1.Job{}
 		if err := e.c.Get(e.ctx, client.ObjectKeyFromObject(j), cur); err != nil {
 			t.Fatal(err)
 		}
@@ -321,28 +321,28 @@ func (e *osEnv) namespace(t *testing.T, name string) string {
 }
 
 // osJob is a Job of class with a command (what the OpenSandbox adapter needs).
-func osJob(ns, name, class string) *v1alpha1.Job {
-	return &v1alpha1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-		Spec: v1alpha1.JobSpec{JobClassName: class, Task: v1alpha1.TaskSpec{Image: "ayatori.test/succeed", Command: []string{"/bin/task"}}}}
+func osJob(ns, name, class string) *executionv1alpha1.Job {
+	return &executionv1alpha1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: executionv1alpha1.JobSpec{JobClassName: class, Task: executionv1alpha1.TaskSpec{Image: "ayatori.test/succeed", Command: []string{"/bin/task"}}}}
 }
 
 func (e *osEnv) waitClass(t *testing.T, name string, status metav1.ConditionStatus, reason string) {
 	t.Helper()
 	eventually(t, fmt.Sprintf("JobClass %s Ready=%s/%s", name, status, reason), func() (bool, string) {
-		c := &v1alpha1.JobClass{}
+		c := &executionv1alpha1.JobClass{}
 		if err := e.c.Get(e.ctx, types.NamespacedName{Name: name}, c); err != nil {
 			return false, err.Error()
 		}
-		cond := meta.FindStatusCondition(c.Status.Conditions, v1alpha1.JobClassConditionReady)
+		cond := meta.FindStatusCondition(c.Status.Conditions, executionv1alpha1.JobClassConditionReady)
 		return cond != nil && cond.Status == status && cond.Reason == reason, fmt.Sprintf("%+v", c.Status.Conditions)
 	})
 }
 
 // waitJob waits until every "Type=Status/Reason" in want holds and
 // returns the Job.
-func (e *osEnv) waitJob(t *testing.T, j *v1alpha1.Job, want ...string) *v1alpha1.Job {
+func (e *osEnv) waitJob(t *testing.T, j *executionv1alpha1.Job, want ...string) *executionv1alpha1.Job {
 	t.Helper()
-	cur := &v1alpha1.Job{}
+	cur := &executionv1alpha1.Job{}
 	eventually(t, fmt.Sprintf("Job %s/%s %v", j.Namespace, j.Name, want), func() (bool, string) {
 		if err := e.c.Get(e.ctx, client.ObjectKeyFromObject(j), cur); err != nil {
 			return false, err.Error()
@@ -360,9 +360,9 @@ func (e *osEnv) waitJob(t *testing.T, j *v1alpha1.Job, want ...string) *v1alpha1
 	return cur
 }
 
-func (e *osEnv) message(t *testing.T, j *v1alpha1.Job, typ string) string {
+func (e *osEnv) message(t *testing.T, j *executionv1alpha1.Job, typ string) string {
 	t.Helper()
-	cur := &v1alpha1.Job{}
+	cur := &executionv1alpha1.Job{}
 	if err := e.c.Get(e.ctx, client.ObjectKeyFromObject(j), cur); err != nil {
 		t.Fatal(err)
 	}
@@ -372,9 +372,9 @@ func (e *osEnv) message(t *testing.T, j *v1alpha1.Job, typ string) string {
 	return ""
 }
 
-func (e *osEnv) records(t *testing.T, j *v1alpha1.Job) []journal.Record {
+func (e *osEnv) records(t *testing.T, j *executionv1alpha1.Job) []journal.Record {
 	t.Helper()
-	cur := &v1alpha1.Job{}
+	cur := &executionv1alpha1.Job{}
 	if err := e.c.Get(e.ctx, client.ObjectKeyFromObject(j), cur); err == nil {
 		j = cur
 	}
@@ -389,7 +389,7 @@ func (e *osEnv) records(t *testing.T, j *v1alpha1.Job) []journal.Record {
 }
 
 // noIntents asserts the Job's journal holds no intent.
-func (e *osEnv) noIntents(t *testing.T, j *v1alpha1.Job) {
+func (e *osEnv) noIntents(t *testing.T, j *executionv1alpha1.Job) {
 	t.Helper()
 	if ops := intents(e.records(t, j)); len(ops) != 0 {
 		t.Fatalf("%s/%s: intents %v journaled, want none", j.Namespace, j.Name, ops)
@@ -399,7 +399,7 @@ func (e *osEnv) noIntents(t *testing.T, j *v1alpha1.Job) {
 // nextIntent stands in for the executor: it waits for an unanswered intent
 // of op, answering any other unanswered intent with other (nil: leave it),
 // and returns it.
-func (e *osEnv) nextIntent(t *testing.T, j *v1alpha1.Job, op string, other *contract.Observation) journal.Record {
+func (e *osEnv) nextIntent(t *testing.T, j *executionv1alpha1.Job, op string, other *contract.Observation) journal.Record {
 	t.Helper()
 	var found journal.Record
 	eventually(t, fmt.Sprintf("a %s intent of %s/%s", op, j.Namespace, j.Name), func() (bool, string) {
@@ -455,18 +455,18 @@ func countIntents(recs []journal.Record, op string) int {
 // the parameters do not allow is refused before anything is journaled).
 func TestOpenSandboxJobs(t *testing.T) {
 	e := startOpenSandboxEnv(t)
-	accepted, scheduled, succeededC := v1alpha1.JobConditionAccepted, v1alpha1.JobConditionScheduled, v1alpha1.JobConditionSucceeded
+	accepted, scheduled, succeededC := executionv1alpha1.JobConditionAccepted, executionv1alpha1.JobConditionScheduled, executionv1alpha1.JobConditionSucceeded
 
 	t.Run("C8_NotReadyBlocksOnlyNewExecutions", func(t *testing.T) {
 		ns := e.namespace(t, "c8")
-		e.probe.set("c8", false, v1alpha1.ReasonBackendUnavailable, "the OpenSandbox API did not answer within 5s")
+		e.probe.set("c8", false, executionv1alpha1.ReasonBackendUnavailable, "the OpenSandbox API did not answer within 5s")
 		p := e.sandboxClass(t, "c8", nil)
-		e.waitClass(t, "c8", metav1.ConditionFalse, v1alpha1.ReasonBackendUnavailable)
+		e.waitClass(t, "c8", metav1.ConditionFalse, executionv1alpha1.ReasonBackendUnavailable)
 
 		j := osJob(ns, "waits", "c8")
 		e.create(t, j)
-		e.waitJob(t, j, accepted+"=True/"+v1alpha1.ReasonValid, scheduled+"=False/"+v1alpha1.ReasonClassNotReady)
-		if msg := e.message(t, j, scheduled); !strings.Contains(msg, v1alpha1.ReasonBackendUnavailable) {
+		e.waitJob(t, j, accepted+"=True/"+executionv1alpha1.ReasonValid, scheduled+"=False/"+executionv1alpha1.ReasonClassNotReady)
+		if msg := e.message(t, j, scheduled); !strings.Contains(msg, executionv1alpha1.ReasonBackendUnavailable) {
 			t.Fatalf("Scheduled message %q does not say why the class is not ready", msg)
 		}
 		time.Sleep(time.Second)
@@ -485,22 +485,22 @@ func TestOpenSandboxJobs(t *testing.T) {
 
 		// The backend goes away again after the execution was created:
 		// Observe, Cancel and Delete go on.
-		e.probe.set("c8", false, v1alpha1.ReasonBackendUnavailable, "the OpenSandbox API did not answer within 5s")
-		e.waitClass(t, "c8", metav1.ConditionFalse, v1alpha1.ReasonBackendUnavailable)
+		e.probe.set("c8", false, executionv1alpha1.ReasonBackendUnavailable, "the OpenSandbox API did not answer within 5s")
+		e.waitClass(t, "c8", metav1.ConditionFalse, executionv1alpha1.ReasonBackendUnavailable)
 		now := time.Now()
 		refs := []contract.Reference{{Type: "sandbox", ID: "sbx-c8"}}
 		running := contract.Observation{State: contract.StateRunning, Adapter: contract.AdapterOpenSandbox, References: refs, StartTime: &now}
 		created := running
 		created.Created = true
 		e.answer(t, ensure, created)
-		e.waitJob(t, j, scheduled+"=True/"+v1alpha1.ReasonBackendCreated, succeededC+"=Unknown/"+v1alpha1.ReasonRunning)
+		e.waitJob(t, j, scheduled+"=True/"+executionv1alpha1.ReasonBackendCreated, succeededC+"=Unknown/"+executionv1alpha1.ReasonRunning)
 		observe := e.nextIntent(t, j, contract.OpObserve, nil)
 		e.answer(t, observe, running)
 
-		e.updateJob(t, j, func(j *v1alpha1.Job) { j.Spec.DesiredState = v1alpha1.JobDesiredStateCancelled })
+		e.updateJob(t, j, func(j *executionv1alpha1.Job) { j.Spec.DesiredState = executionv1alpha1.JobDesiredStateCancelled })
 		cancel := e.nextIntent(t, j, contract.OpCancel, &running)
 		e.answer(t, cancel, contract.Observation{State: contract.StateCancelled, Terminal: true, Adapter: contract.AdapterOpenSandbox, References: refs})
-		e.waitJob(t, j, succeededC+"=False/"+v1alpha1.ReasonCancelled)
+		e.waitJob(t, j, succeededC+"=False/"+executionv1alpha1.ReasonCancelled)
 
 		if err := e.c.Delete(e.ctx, j); err != nil {
 			t.Fatal(err)
@@ -508,7 +508,7 @@ func TestOpenSandboxJobs(t *testing.T) {
 		del := e.nextIntent(t, j, contract.OpDelete, nil)
 		e.answer(t, del, contract.Observation{State: contract.StateNotFound, Adapter: contract.AdapterOpenSandbox})
 		eventually(t, "the Job to be gone", func() (bool, string) {
-			err := e.c.Get(e.ctx, client.ObjectKeyFromObject(j), &v1alpha1.Job{})
+			err := e.c.Get(e.ctx, client.ObjectKeyFromObject(j), &executionv1alpha1.Job{})
 			return apierrors.IsNotFound(err), fmt.Sprint(err)
 		})
 		recs, err := e.store.Read(e.ctx, string(ensure.Object.UID))
@@ -527,36 +527,36 @@ func TestOpenSandboxJobs(t *testing.T) {
 			&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "token"}, StringData: map[string]string{"token": canary}},
 			&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "settings"}, Data: map[string]string{"level": "debug"}})
 		e.sandboxClass(t, "c11", nil)
-		e.waitClass(t, "c11", metav1.ConditionTrue, v1alpha1.ReasonBackendReachable)
+		e.waitClass(t, "c11", metav1.ConditionTrue, executionv1alpha1.ReasonBackendReachable)
 
 		secretEnv := osJob(ns, "secret-env", "c11")
-		secretEnv.Spec.Task.Env = []v1alpha1.EnvVar{{Name: "PLAIN", Value: ptr.To("x")}, {Name: "TOKEN", ValueFrom: &v1alpha1.EnvVarSource{
+		secretEnv.Spec.Task.Env = []executionv1alpha1.EnvVar{{Name: "PLAIN", Value: ptr.To("x")}, {Name: "TOKEN", ValueFrom: &executionv1alpha1.EnvVarSource{
 			SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "token"}, Key: "token"}}}}
 		optionalSecret := osJob(ns, "optional-secret", "c11")
-		optionalSecret.Spec.Task.Env = []v1alpha1.EnvVar{{Name: "MAYBE", ValueFrom: &v1alpha1.EnvVarSource{
+		optionalSecret.Spec.Task.Env = []executionv1alpha1.EnvVar{{Name: "MAYBE", ValueFrom: &executionv1alpha1.EnvVarSource{
 			SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "absent"}, Key: "k", Optional: ptr.To(true)}}}}
 		imageAuth := osJob(ns, "image-auth", "c11")
 		imageAuth.Spec.Task.ImagePullSecrets = []corev1.LocalObjectReference{{Name: "registry"}}
 		noCommand := osJob(ns, "no-command", "c11")
 		noCommand.Spec.Task.Command, noCommand.Spec.Task.Args = nil, []string{"--flag"}
 		configEnv := osJob(ns, "configmap-env", "c11")
-		configEnv.Spec.Task.Env = []v1alpha1.EnvVar{{Name: "LEVEL", ValueFrom: &v1alpha1.EnvVarSource{
+		configEnv.Spec.Task.Env = []executionv1alpha1.EnvVar{{Name: "LEVEL", ValueFrom: &executionv1alpha1.EnvVarSource{
 			ConfigMapKeyRef: &corev1.ConfigMapKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "settings"}, Key: "level"}}}}
 		e.create(t, secretEnv, optionalSecret, imageAuth, noCommand, configEnv)
 
 		refused := func(reason string) []string {
-			return []string{accepted + "=False/" + reason, scheduled + "=False/" + v1alpha1.ReasonNotScheduled, succeededC + "=Unknown/" + v1alpha1.ReasonPending}
+			return []string{accepted + "=False/" + reason, scheduled + "=False/" + executionv1alpha1.ReasonNotScheduled, succeededC + "=Unknown/" + executionv1alpha1.ReasonPending}
 		}
-		e.waitJob(t, secretEnv, refused(v1alpha1.ReasonSecretEnvNotAllowed)...)
-		e.waitJob(t, optionalSecret, refused(v1alpha1.ReasonSecretEnvNotAllowed)...)
-		e.waitJob(t, imageAuth, refused(v1alpha1.ReasonImageAuthNotAllowed)...)
-		e.waitJob(t, noCommand, refused(v1alpha1.ReasonCommandRequired)...)
+		e.waitJob(t, secretEnv, refused(executionv1alpha1.ReasonSecretEnvNotAllowed)...)
+		e.waitJob(t, optionalSecret, refused(executionv1alpha1.ReasonSecretEnvNotAllowed)...)
+		e.waitJob(t, imageAuth, refused(executionv1alpha1.ReasonImageAuthNotAllowed)...)
+		e.waitJob(t, noCommand, refused(executionv1alpha1.ReasonCommandRequired)...)
 		// A ConfigMap reference never needs the parameters' consent.
-		e.waitJob(t, configEnv, accepted+"=True/"+v1alpha1.ReasonValid)
+		e.waitJob(t, configEnv, accepted+"=True/"+executionv1alpha1.ReasonValid)
 		e.nextIntent(t, configEnv, contract.OpEnsure, nil)
 
 		for _, c := range []struct {
-			j    *v1alpha1.Job
+			j    *executionv1alpha1.Job
 			want []string
 		}{
 			{secretEnv, []string{"TOKEN", "Secret token", "OpenSandboxExecutionParameters c11", "allowSecretEnv"}},
@@ -574,27 +574,27 @@ func TestOpenSandboxJobs(t *testing.T) {
 				t.Errorf("%s: Accepted message %q names a value or an unrelated variable", c.j.Name, msg)
 			}
 		}
-		waitEvent(t, e.c, "secret-env", corev1.EventTypeWarning, v1alpha1.ReasonSecretEnvNotAllowed)
+		waitEvent(t, e.c, "secret-env", corev1.EventTypeWarning, executionv1alpha1.ReasonSecretEnvNotAllowed)
 		time.Sleep(time.Second)
-		for _, j := range []*v1alpha1.Job{secretEnv, optionalSecret, imageAuth, noCommand} {
+		for _, j := range []*executionv1alpha1.Job{secretEnv, optionalSecret, imageAuth, noCommand} {
 			e.noIntents(t, j)
 		}
 
 		// The administrator allows Secret env: the parameters' change wakes
 		// the Jobs that wait (the re-check interval is an hour here).
-		e.updateParams(t, "c11", func(p *v1alpha1.OpenSandboxExecutionParameters) { p.Spec.AllowSecretEnv = true })
-		e.waitJob(t, secretEnv, accepted+"=True/"+v1alpha1.ReasonValid)
-		e.waitJob(t, optionalSecret, accepted+"=True/"+v1alpha1.ReasonValid)
+		e.updateParams(t, "c11", func(p *executionv1alpha1.OpenSandboxExecutionParameters) { p.Spec.AllowSecretEnv = true })
+		e.waitJob(t, secretEnv, accepted+"=True/"+executionv1alpha1.ReasonValid)
+		e.waitJob(t, optionalSecret, accepted+"=True/"+executionv1alpha1.ReasonValid)
 		e.nextIntent(t, secretEnv, contract.OpEnsure, nil)
-		e.waitJob(t, imageAuth, accepted+"=False/"+v1alpha1.ReasonImageAuthNotAllowed)
+		e.waitJob(t, imageAuth, accepted+"=False/"+executionv1alpha1.ReasonImageAuthNotAllowed)
 		e.noIntents(t, imageAuth)
 
-		e.updateParams(t, "c11", func(p *v1alpha1.OpenSandboxExecutionParameters) { p.Spec.AllowImageAuth = true })
-		e.waitJob(t, imageAuth, accepted+"=True/"+v1alpha1.ReasonValid)
+		e.updateParams(t, "c11", func(p *executionv1alpha1.OpenSandboxExecutionParameters) { p.Spec.AllowImageAuth = true })
+		e.waitJob(t, imageAuth, accepted+"=True/"+executionv1alpha1.ReasonValid)
 		e.nextIntent(t, imageAuth, contract.OpEnsure, nil)
 
 		// No parameter admits a task without a command; it is not terminal.
-		e.waitJob(t, noCommand, refused(v1alpha1.ReasonCommandRequired)...)
+		e.waitJob(t, noCommand, refused(executionv1alpha1.ReasonCommandRequired)...)
 		e.noIntents(t, noCommand)
 	})
 }

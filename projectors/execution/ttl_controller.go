@@ -16,9 +16,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
-	v1alpha1 "git.ddupan.top/panxiao81/ayatori/api/execution/v1alpha1"
+	executionv1alpha1 "git.ddupan.top/panxiao81/ayatori/api/execution/v1alpha1"
 	"git.ddupan.top/panxiao81/ayatori/contracts/execution"
 	"git.ddupan.top/panxiao81/ayatori/journal"
+	"git.ddupan.top/panxiao81/ayatori/projectors/journaled"
 )
 
 // RBAC of the TTL controller.
@@ -69,7 +70,7 @@ func (r *TTLReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("jobttl").
-		For(&v1alpha1.Job{}).
+		For(&executionv1alpha1.Job{}).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 2}).
 		Complete(r)
 }
@@ -77,7 +78,7 @@ func (r *TTLReconciler) SetupWithManager(mgr ctrl.Manager) error {
 // TTLDue says whether a Job is eligible for TTL deletion and, if so, how
 // long until it expires (≤ 0: expired), counting ttl from finishedSeen on
 // the caller's clock (now).
-func TTLDue(j *v1alpha1.Job, finishedSeen, now time.Time) (eligible bool, left time.Duration) {
+func TTLDue(j *executionv1alpha1.Job, finishedSeen, now time.Time) (eligible bool, left time.Duration) {
 	if !j.DeletionTimestamp.IsZero() || !IsTerminal(&j.Status) || j.Status.CompletionTime == nil || j.Spec.TTLSecondsAfterFinished == nil {
 		return false, 0
 	}
@@ -121,7 +122,7 @@ func (r *TTLReconciler) forget(uid types.UID) {
 
 // Reconcile handles one Job: forget it, wait for its expiry, or delete it.
 func (r *TTLReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
-	j := &v1alpha1.Job{}
+	j := &executionv1alpha1.Job{}
 	if err := r.Client.Get(ctx, req.NamespacedName, j); err != nil {
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
@@ -138,14 +139,14 @@ func (r *TTLReconciler) Reconcile(ctx context.Context, req reconcile.Request) (r
 		return reconcile.Result{RequeueAfter: left}, nil
 	}
 	// Expired by the cache: read the Job again from the API server.
-	fresh := &v1alpha1.Job{}
+	fresh := &executionv1alpha1.Job{}
 	if err := r.APIReader.Get(ctx, req.NamespacedName, fresh); err != nil {
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
 	if fresh.UID != j.UID {
 		// Recreated under the same name: the new object has its own count.
 		r.forget(j.UID)
-		return reconcile.Result{Requeue: true}, nil
+		return reconcile.Result{RequeueAfter: journaled.RequeueSoon}, nil
 	}
 	eligible, left := TTLDue(fresh, seen, r.Clock.Now())
 	switch {
@@ -172,7 +173,7 @@ func (r *TTLReconciler) Reconcile(ctx context.Context, req reconcile.Request) (r
 		case apierrors.IsNotFound(err):
 		case apierrors.IsConflict(err):
 			// Changed (or gone and recreated) since the GET: read it again.
-			return reconcile.Result{Requeue: true}, nil
+			return reconcile.Result{RequeueAfter: journaled.RequeueSoon}, nil
 		default:
 			return reconcile.Result{}, fmt.Errorf("delete Job %s/%s: %w", fresh.Namespace, fresh.Name, err)
 		}
@@ -184,7 +185,7 @@ func (r *TTLReconciler) Reconcile(ctx context.Context, req reconcile.Request) (r
 
 // journalExpiry appends the TTLExpired note: once per Job UID (the ID
 // derives from the UID, and the journal drops a second append of an ID).
-func (r *TTLReconciler) journalExpiry(ctx context.Context, j *v1alpha1.Job) error {
+func (r *TTLReconciler) journalExpiry(ctx context.Context, j *executionv1alpha1.Job) error {
 	note := journal.Record{ID: string(j.UID) + "/note/" + execution.NoteTTLExpired, Type: journal.TypeNote,
 		Operation: execution.NoteTTLExpired, Object: objectRef(j), Attempt: 1}
 	if err := note.SetPayload(execution.TTLNote{TTLSecondsAfterFinished: *j.Spec.TTLSecondsAfterFinished}); err != nil {

@@ -12,7 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
-	v1alpha1 "git.ddupan.top/panxiao81/ayatori/api/execution/v1alpha1"
+	executionv1alpha1 "git.ddupan.top/panxiao81/ayatori/api/execution/v1alpha1"
 	"git.ddupan.top/panxiao81/ayatori/contracts/execution"
 	"git.ddupan.top/panxiao81/ayatori/integration"
 	"git.ddupan.top/panxiao81/ayatori/journal"
@@ -60,7 +60,7 @@ func (e *ttlEnv) reconciler(cache client.Client) *exprojector.TTLReconciler {
 
 // finished creates a Job and writes a terminal status (succeeded, reason)
 // with ttl (nil: none).
-func (e *ttlEnv) finished(name string, ttl *int32, status metav1.ConditionStatus, reason string) *v1alpha1.Job {
+func (e *ttlEnv) finished(name string, ttl *int32, status metav1.ConditionStatus, reason string) *executionv1alpha1.Job {
 	e.t.Helper()
 	j := newJob(e.ns, name, "ayatori.test/succeed")
 	j.Spec.TTLSecondsAfterFinished = ttl
@@ -69,7 +69,7 @@ func (e *ttlEnv) finished(name string, ttl *int32, status metav1.ConditionStatus
 		e.t.Fatal(err)
 	}
 	now := metav1.NewTime(e.clock.Now())
-	j.Status.Conditions = []metav1.Condition{{Type: v1alpha1.JobConditionSucceeded, Status: status, Reason: reason, Message: reason, LastTransitionTime: now}}
+	j.Status.Conditions = []metav1.Condition{{Type: executionv1alpha1.JobConditionSucceeded, Status: status, Reason: reason, Message: reason, LastTransitionTime: now}}
 	if status != metav1.ConditionUnknown {
 		j.Status.CompletionTime = &now
 	}
@@ -79,7 +79,7 @@ func (e *ttlEnv) finished(name string, ttl *int32, status metav1.ConditionStatus
 	// The projector journals the result before the terminal status.
 	if status != metav1.ConditionUnknown {
 		note := journal.Record{ID: string(j.UID) + "/note/Finished", Type: journal.TypeNote, Operation: execution.NoteFinished, Attempt: 1,
-			Object: journal.ObjectRef{Group: v1alpha1.GroupVersion.Group, Kind: "Job", Namespace: j.Namespace, Name: j.Name, UID: string(j.UID), Generation: j.Generation}}
+			Object: journal.ObjectRef{Group: executionv1alpha1.GroupVersion.Group, Kind: "Job", Namespace: j.Namespace, Name: j.Name, UID: string(j.UID), Generation: j.Generation}}
 		if err := note.SetPayload(execution.FinishedNote{Succeeded: status == metav1.ConditionTrue, Reason: reason}); err != nil {
 			e.t.Fatal(err)
 		}
@@ -90,7 +90,7 @@ func (e *ttlEnv) finished(name string, ttl *int32, status metav1.ConditionStatus
 	return j
 }
 
-func (e *ttlEnv) reconcile(r *exprojector.TTLReconciler, j *v1alpha1.Job) reconcile.Result {
+func (e *ttlEnv) reconcile(r *exprojector.TTLReconciler, j *executionv1alpha1.Job) reconcile.Result {
 	e.t.Helper()
 	res, err := r.Reconcile(context.Background(), reconcile.Request{NamespacedName: client.ObjectKeyFromObject(j)})
 	if err != nil {
@@ -99,8 +99,8 @@ func (e *ttlEnv) reconcile(r *exprojector.TTLReconciler, j *v1alpha1.Job) reconc
 	return res
 }
 
-func (e *ttlEnv) exists(j *v1alpha1.Job) bool {
-	cur := &v1alpha1.Job{}
+func (e *ttlEnv) exists(j *executionv1alpha1.Job) bool {
+	cur := &executionv1alpha1.Job{}
 	err := e.c.Get(context.Background(), client.ObjectKeyFromObject(j), cur)
 	return err == nil && cur.UID == j.UID
 }
@@ -127,11 +127,11 @@ func ttl(s int32) *int32 { return &s }
 // has not seen the latest update), everything else from the server.
 type staleCache struct {
 	client.Client
-	snapshot *v1alpha1.Job
+	snapshot *executionv1alpha1.Job
 }
 
 func (s staleCache) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
-	if j, ok := obj.(*v1alpha1.Job); ok && key == client.ObjectKeyFromObject(s.snapshot) {
+	if j, ok := obj.(*executionv1alpha1.Job); ok && key == client.ObjectKeyFromObject(s.snapshot) {
 		s.snapshot.DeepCopyInto(j)
 		return nil
 	}
@@ -147,9 +147,9 @@ func TestTTLController(t *testing.T) {
 			status metav1.ConditionStatus
 			reason string
 		}{
-			{"succeeded", metav1.ConditionTrue, v1alpha1.ReasonCompleted},
-			{"failed", metav1.ConditionFalse, v1alpha1.ReasonProcessFailed},
-			{"cancelled", metav1.ConditionFalse, v1alpha1.ReasonCancelled},
+			{"succeeded", metav1.ConditionTrue, executionv1alpha1.ReasonCompleted},
+			{"failed", metav1.ConditionFalse, executionv1alpha1.ReasonProcessFailed},
+			{"cancelled", metav1.ConditionFalse, executionv1alpha1.ReasonCancelled},
 		} {
 			r := e.reconciler(nil)
 			j := e.finished("m17-"+c.name, ttl(60), c.status, c.reason)
@@ -173,12 +173,12 @@ func TestTTLController(t *testing.T) {
 
 	t.Run("M17_TTLZeroAtOnce_NoTTLNever", func(t *testing.T) {
 		r := e.reconciler(nil)
-		now := e.finished("zero", ttl(0), metav1.ConditionTrue, v1alpha1.ReasonCompleted)
+		now := e.finished("zero", ttl(0), metav1.ConditionTrue, executionv1alpha1.ReasonCompleted)
 		e.reconcile(r, now)
 		if e.exists(now) {
 			t.Fatal("TTL 0 not deleted at once")
 		}
-		never := e.finished("never", nil, metav1.ConditionTrue, v1alpha1.ReasonCompleted)
+		never := e.finished("never", nil, metav1.ConditionTrue, executionv1alpha1.ReasonCompleted)
 		e.clock.Step(1000 * time.Hour)
 		if res := e.reconcile(r, never); res.RequeueAfter != 0 || !e.exists(never) {
 			t.Fatal("a Job without TTL must never be deleted nor requeued")
@@ -187,7 +187,7 @@ func TestTTLController(t *testing.T) {
 
 	t.Run("ResultUnknownNeverDeleted", func(t *testing.T) {
 		r := e.reconciler(nil)
-		j := e.finished("unknown", ttl(0), metav1.ConditionUnknown, v1alpha1.ReasonResultUnknown)
+		j := e.finished("unknown", ttl(0), metav1.ConditionUnknown, executionv1alpha1.ReasonResultUnknown)
 		for range 3 {
 			e.clock.Step(time.Hour)
 			if res := e.reconcile(r, j); res.RequeueAfter != 0 || !e.exists(j) {
@@ -197,7 +197,7 @@ func TestTTLController(t *testing.T) {
 	})
 
 	t.Run("M18_RestartWhileWaitingDeletesOnce", func(t *testing.T) {
-		j := e.finished("restart", ttl(60), metav1.ConditionTrue, v1alpha1.ReasonCompleted)
+		j := e.finished("restart", ttl(60), metav1.ConditionTrue, executionv1alpha1.ReasonCompleted)
 		e.reconcile(e.reconciler(nil), j)
 		e.clock.Step(30 * time.Second)
 		// A new process (restart or new leader): the count starts again
@@ -215,12 +215,12 @@ func TestTTLController(t *testing.T) {
 	})
 
 	t.Run("M19_TTLExtendedNearExpiryIsRechecked", func(t *testing.T) {
-		j := e.finished("extend", ttl(10), metav1.ConditionTrue, v1alpha1.ReasonCompleted)
+		j := e.finished("extend", ttl(10), metav1.ConditionTrue, executionv1alpha1.ReasonCompleted)
 		stale := j.DeepCopy()
 		r := e.reconciler(staleCache{Client: e.c, snapshot: stale})
 		e.reconcile(r, j)
 		e.clock.Step(9 * time.Second)
-		cur := &v1alpha1.Job{}
+		cur := &executionv1alpha1.Job{}
 		if err := e.c.Get(context.Background(), client.ObjectKeyFromObject(j), cur); err != nil {
 			t.Fatal(err)
 		}
@@ -237,14 +237,14 @@ func TestTTLController(t *testing.T) {
 	})
 
 	t.Run("M20_SameNameNewUIDNotDeleted", func(t *testing.T) {
-		old := e.finished("again", ttl(5), metav1.ConditionTrue, v1alpha1.ReasonCompleted)
+		old := e.finished("again", ttl(5), metav1.ConditionTrue, executionv1alpha1.ReasonCompleted)
 		stale := old.DeepCopy()
 		r := e.reconciler(staleCache{Client: e.c, snapshot: stale})
 		e.reconcile(r, old)
 		if err := e.c.Delete(context.Background(), old); err != nil {
 			t.Fatal(err)
 		}
-		recreated := e.finished("again", nil, metav1.ConditionTrue, v1alpha1.ReasonCompleted)
+		recreated := e.finished("again", nil, metav1.ConditionTrue, executionv1alpha1.ReasonCompleted)
 		e.clock.Step(10 * time.Second)
 		e.reconcile(r, old) // the cache still holds the old UID, expired
 		if !e.exists(recreated) {
@@ -270,10 +270,10 @@ func (x extendAfterGet) Get(ctx context.Context, key client.ObjectKey, obj clien
 	if err := x.Client.Get(ctx, key, obj, opts...); err != nil {
 		return err
 	}
-	if _, ok := obj.(*v1alpha1.Job); !ok {
+	if _, ok := obj.(*executionv1alpha1.Job); !ok {
 		return nil
 	}
-	cur := &v1alpha1.Job{}
+	cur := &executionv1alpha1.Job{}
 	if err := x.Client.Get(ctx, key, cur); err != nil {
 		return err
 	}
@@ -286,7 +286,7 @@ func (x extendAfterGet) Get(ctx context.Context, key client.ObjectKey, obj clien
 // only on its UID.
 func TestTTLExtendedBetweenGetAndDeleteIsHonoured(t *testing.T) {
 	e := startTTLEnv(t)
-	j := e.finished("extend-race", ttl(10), metav1.ConditionTrue, v1alpha1.ReasonCompleted)
+	j := e.finished("extend-race", ttl(10), metav1.ConditionTrue, executionv1alpha1.ReasonCompleted)
 	r := &exprojector.TTLReconciler{Client: e.c, APIReader: extendAfterGet{Client: e.c, to: 3600}, Journal: e.store, Clock: e.clock}
 	e.reconcile(r, j)
 	e.clock.Step(10 * time.Second)
@@ -294,14 +294,14 @@ func TestTTLExtendedBetweenGetAndDeleteIsHonoured(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cur := &v1alpha1.Job{}
+	cur := &executionv1alpha1.Job{}
 	if err := e.c.Get(context.Background(), client.ObjectKeyFromObject(j), cur); err != nil {
 		t.Fatal(err)
 	}
 	if !cur.DeletionTimestamp.IsZero() {
 		t.Fatalf("the Job was deleted although its TTL was extended to %ds before the delete", *cur.Spec.TTLSecondsAfterFinished)
 	}
-	if !res.Requeue && res.RequeueAfter == 0 {
+	if res.RequeueAfter == 0 {
 		t.Fatal("the Job whose delete was refused must be looked at again")
 	}
 	// The next pass reads the extended TTL and waits for it.

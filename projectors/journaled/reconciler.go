@@ -145,7 +145,7 @@ func Reconcile[O client.Object, D any](ctx context.Context, req reconcile.Reques
 			return reconcile.Result{}, client.IgnoreNotFound(err)
 		}
 		if k.StatusPhase(live) != "" {
-			return reconcile.Result{Requeue: true}, nil
+			return reconcile.Result{RequeueAfter: RequeueSoon}, nil
 		}
 	}
 	atRest := p.Record == nil && len(h.State.Pending()) == 0
@@ -163,7 +163,7 @@ func Reconcile[O client.Object, D any](ctx context.Context, req reconcile.Reques
 		if errors.Is(err, journal.ErrConflict) {
 			// Another replica (or pass) appended first: decide again on
 			// the fresh journal.
-			return reconcile.Result{Requeue: true}, nil
+			return reconcile.Result{RequeueAfter: RequeueSoon}, nil
 		}
 		if err != nil {
 			return reconcile.Result{}, fmt.Errorf("append %s %s: %w", rec.Operation, rec.Type, err)
@@ -204,5 +204,15 @@ func Reconcile[O client.Object, D any](ctx context.Context, req reconcile.Reques
 		deps.OwnWrites.Record(obj) // Project wrote the status
 	}
 	timer.done("status")
-	return reconcile.Result{Requeue: p.Requeue, RequeueAfter: p.RequeueAfter}, nil
+	after := p.RequeueAfter
+	if p.Requeue && (after == 0 || after > RequeueSoon) {
+		after = RequeueSoon
+	}
+	return reconcile.Result{RequeueAfter: after}, nil
 }
+
+// RequeueSoon is the pause before a pass asked for "at once" (after a
+// note, a lost journal race, a status the cache has not seen): short
+// enough to be immediate for a user, long enough that a retry loop on a
+// persistent conflict costs the API server little.
+const RequeueSoon = 20 * time.Millisecond

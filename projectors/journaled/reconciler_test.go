@@ -152,7 +152,7 @@ func TestSkeleton(t *testing.T) {
 	}
 	projects := len(k.projects)
 	res, err = journaled.Reconcile(ctx, req, deps, k)
-	if err != nil || !res.Requeue || len(k.projects) != projects {
+	if err != nil || res.RequeueAfter == 0 || len(k.projects) != projects {
 		t.Fatalf("conflicting pass: %v %+v, projected %d times", err, res, len(k.projects)-projects)
 	}
 	if recs, _ := store.Read(ctx, string(pod.UID)); len(recs) != 2 {
@@ -166,7 +166,7 @@ func TestSkeleton(t *testing.T) {
 	}
 	projects = len(k.projects)
 	res, err = journaled.Reconcile(ctx, req, deps, k)
-	if err != nil || !res.Requeue || len(k.projects) != projects {
+	if err != nil || res.RequeueAfter == 0 || len(k.projects) != projects {
 		t.Fatalf("status-lost pass: %v %+v", err, res)
 	}
 

@@ -16,7 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
-	v1alpha1 "git.ddupan.top/panxiao81/ayatori/api/database/v1alpha1"
+	databasev1alpha1 "git.ddupan.top/panxiao81/ayatori/api/database/v1alpha1"
 	"git.ddupan.top/panxiao81/ayatori/integration"
 )
 
@@ -108,14 +108,14 @@ func TestSchemaValidation(t *testing.T) {
 	if err := cp.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "app"}}); err != nil {
 		t.Fatal(err)
 	}
-	inst := func(mut func(*v1alpha1.PostgreSQLInstance)) error {
-		i := &v1alpha1.PostgreSQLInstance{ObjectMeta: metav1.ObjectMeta{GenerateName: "i-"}, Spec: v1alpha1.PostgreSQLInstanceSpec{
-			Endpoint: v1alpha1.PostgreSQLEndpoint{Host: "db.home.arpa", HostAddr: "192.0.2.10"}, AdminCredentialRef: v1alpha1.AdminCredentialReference{Name: "admin"}}}
+	inst := func(mut func(*databasev1alpha1.PostgreSQLInstance)) error {
+		i := &databasev1alpha1.PostgreSQLInstance{ObjectMeta: metav1.ObjectMeta{GenerateName: "i-"}, Spec: databasev1alpha1.PostgreSQLInstanceSpec{
+			Endpoint: databasev1alpha1.PostgreSQLEndpoint{Host: "db.home.arpa", HostAddr: "192.0.2.10"}, AdminCredentialRef: databasev1alpha1.AdminCredentialReference{Name: "admin"}}}
 		mut(i)
 		return cp.Client.Create(ctx, i)
 	}
-	tenant := func(name string, mut func(*v1alpha1.PostgreSQLTenant)) (*v1alpha1.PostgreSQLTenant, error) {
-		tn := &v1alpha1.PostgreSQLTenant{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "app"}, Spec: v1alpha1.PostgreSQLTenantSpec{InstanceRef: "shared"}}
+	tenant := func(name string, mut func(*databasev1alpha1.PostgreSQLTenant)) (*databasev1alpha1.PostgreSQLTenant, error) {
+		tn := &databasev1alpha1.PostgreSQLTenant{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "app"}, Spec: databasev1alpha1.PostgreSQLTenantSpec{InstanceRef: "shared"}}
 		mut(tn)
 		return tn, cp.Client.Create(ctx, tn)
 	}
@@ -124,18 +124,18 @@ func TestSchemaValidation(t *testing.T) {
 		err  error
 		want string
 	}{
-		{"hostaddr not an IP", inst(func(i *v1alpha1.PostgreSQLInstance) { i.Spec.Endpoint.HostAddr = "db.home.arpa" }), "hostaddr"},
-		{"port 0", inst(func(i *v1alpha1.PostgreSQLInstance) { i.Spec.Endpoint.Port = -1 }), "port"},
-		{"port 70000", inst(func(i *v1alpha1.PostgreSQLInstance) { i.Spec.Endpoint.Port = 70000 }), "port"},
-		{"ssl mode", inst(func(i *v1alpha1.PostgreSQLInstance) { i.Spec.Endpoint.SSLMode = "prefer" }), "sslMode"},
-		{"admin database upper case", inst(func(i *v1alpha1.PostgreSQLInstance) { i.Spec.Endpoint.Database = "Postgres" }), "database"},
-		{"bad host", inst(func(i *v1alpha1.PostgreSQLInstance) { i.Spec.Endpoint.Host = "bad host" }), "host"},
+		{"hostaddr not an IP", inst(func(i *databasev1alpha1.PostgreSQLInstance) { i.Spec.Endpoint.HostAddr = "db.home.arpa" }), "hostaddr"},
+		{"port 0", inst(func(i *databasev1alpha1.PostgreSQLInstance) { i.Spec.Endpoint.Port = -1 }), "port"},
+		{"port 70000", inst(func(i *databasev1alpha1.PostgreSQLInstance) { i.Spec.Endpoint.Port = 70000 }), "port"},
+		{"ssl mode", inst(func(i *databasev1alpha1.PostgreSQLInstance) { i.Spec.Endpoint.SSLMode = "prefer" }), "sslMode"},
+		{"admin database upper case", inst(func(i *databasev1alpha1.PostgreSQLInstance) { i.Spec.Endpoint.Database = "Postgres" }), "database"},
+		{"bad host", inst(func(i *databasev1alpha1.PostgreSQLInstance) { i.Spec.Endpoint.Host = "bad host" }), "host"},
 	}
 	for _, tc := range []struct{ name, db, role string }{
 		{"upper case", "NetBox", ""}, {"quote", `a"b`, ""}, {"semicolon", "a;b", ""}, {"space", "a b", ""},
 		{"64 chars", strings.Repeat("a", 64), ""}, {"reserved db", "template1", ""}, {"reserved role", "", "pg_app"}, {"postgres role", "", "postgres"},
 	} {
-		_, err := tenant("t-"+strings.ReplaceAll(tc.name, " ", "-"), func(tn *v1alpha1.PostgreSQLTenant) {
+		_, err := tenant("t-"+strings.ReplaceAll(tc.name, " ", "-"), func(tn *databasev1alpha1.PostgreSQLTenant) {
 			tn.Spec.Database, tn.Spec.LoginRole = tc.db, tc.role
 		})
 		bad = append(bad, struct {
@@ -144,7 +144,7 @@ func TestSchemaValidation(t *testing.T) {
 			want string
 		}{"tenant " + tc.name, err, "spec"})
 	}
-	_, err := tenant(strings.Repeat("n", 60), func(tn *v1alpha1.PostgreSQLTenant) { tn.Spec.InstanceRef = strings.Repeat("i", 190) })
+	_, err := tenant(strings.Repeat("n", 60), func(tn *databasev1alpha1.PostgreSQLTenant) { tn.Spec.InstanceRef = strings.Repeat("i", 190) })
 	bad = append(bad, struct {
 		name string
 		err  error
@@ -165,7 +165,7 @@ func TestSchemaValidation(t *testing.T) {
 	}
 
 	// Immutability after provisioning started (status.phase past Pending).
-	tn, err := tenant("immutable", func(tn *v1alpha1.PostgreSQLTenant) { tn.Spec.Extensions = []string{"pg_trgm"} })
+	tn, err := tenant("immutable", func(tn *databasev1alpha1.PostgreSQLTenant) { tn.Spec.Extensions = []string{"pg_trgm"} })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -174,7 +174,7 @@ func TestSchemaValidation(t *testing.T) {
 	if err := cp.Client.Update(ctx, tn); err != nil {
 		t.Fatalf("edit before provisioning: %v", err)
 	}
-	tn.Status.Phase = v1alpha1.TenantPhasePlanned
+	tn.Status.Phase = databasev1alpha1.TenantPhasePlanned
 	if err := cp.Client.Status().Update(ctx, tn); err != nil {
 		t.Fatal(err)
 	}
@@ -182,17 +182,17 @@ func TestSchemaValidation(t *testing.T) {
 	// "spec.database: Forbidden: ...", never "<nil>: Invalid value: ...".
 	for _, tc := range []struct {
 		name, field string
-		mut         func(*v1alpha1.PostgreSQLTenant)
+		mut         func(*databasev1alpha1.PostgreSQLTenant)
 	}{
-		{"database", "spec.database", func(x *v1alpha1.PostgreSQLTenant) { x.Spec.Database = "other" }},
-		{"database removed", "spec.database", func(x *v1alpha1.PostgreSQLTenant) { x.Spec.Database = "" }},
-		{"loginRole", "spec.loginRole", func(x *v1alpha1.PostgreSQLTenant) { x.Spec.LoginRole = "other" }},
-		{"instanceRef", "spec.instanceRef", func(x *v1alpha1.PostgreSQLTenant) { x.Spec.InstanceRef = "other" }},
-		{"secretName", "spec.credential.secretName", func(x *v1alpha1.PostgreSQLTenant) { x.Spec.Credential.SecretName = "other" }},
-		{"extension removal", "spec.extensions", func(x *v1alpha1.PostgreSQLTenant) { x.Spec.Extensions = nil }},
-		{"extension replaced", "spec.extensions", func(x *v1alpha1.PostgreSQLTenant) { x.Spec.Extensions = []string{"citext"} }},
+		{"database", "spec.database", func(x *databasev1alpha1.PostgreSQLTenant) { x.Spec.Database = "other" }},
+		{"database removed", "spec.database", func(x *databasev1alpha1.PostgreSQLTenant) { x.Spec.Database = "" }},
+		{"loginRole", "spec.loginRole", func(x *databasev1alpha1.PostgreSQLTenant) { x.Spec.LoginRole = "other" }},
+		{"instanceRef", "spec.instanceRef", func(x *databasev1alpha1.PostgreSQLTenant) { x.Spec.InstanceRef = "other" }},
+		{"secretName", "spec.credential.secretName", func(x *databasev1alpha1.PostgreSQLTenant) { x.Spec.Credential.SecretName = "other" }},
+		{"extension removal", "spec.extensions", func(x *databasev1alpha1.PostgreSQLTenant) { x.Spec.Extensions = nil }},
+		{"extension replaced", "spec.extensions", func(x *databasev1alpha1.PostgreSQLTenant) { x.Spec.Extensions = []string{"citext"} }},
 	} {
-		cur := &v1alpha1.PostgreSQLTenant{}
+		cur := &databasev1alpha1.PostgreSQLTenant{}
 		if err := cp.Client.Get(ctx, client.ObjectKeyFromObject(tn), cur); err != nil {
 			t.Fatal(err)
 		}
@@ -206,11 +206,13 @@ func TestSchemaValidation(t *testing.T) {
 			t.Errorf("changing %s: want a message naming the field (%q), got: %v", tc.name, want, err)
 		}
 	}
-	for name, mut := range map[string]func(*v1alpha1.PostgreSQLTenant){
-		"extension append": func(x *v1alpha1.PostgreSQLTenant) { x.Spec.Extensions = append(x.Spec.Extensions, "citext") },
-		"deletionPolicy":   func(x *v1alpha1.PostgreSQLTenant) { x.Spec.DeletionPolicy = v1alpha1.DeletionPolicyDelete },
+	for name, mut := range map[string]func(*databasev1alpha1.PostgreSQLTenant){
+		"extension append": func(x *databasev1alpha1.PostgreSQLTenant) { x.Spec.Extensions = append(x.Spec.Extensions, "citext") },
+		"deletionPolicy": func(x *databasev1alpha1.PostgreSQLTenant) {
+			x.Spec.DeletionPolicy = databasev1alpha1.DeletionPolicyDelete
+		},
 	} {
-		cur := &v1alpha1.PostgreSQLTenant{}
+		cur := &databasev1alpha1.PostgreSQLTenant{}
 		if err := cp.Client.Get(ctx, client.ObjectKeyFromObject(tn), cur); err != nil {
 			t.Fatal(err)
 		}
