@@ -1,6 +1,7 @@
 package execution
 
 import (
+	"context"
 	"errors"
 
 	"git.ddupan.top/panxiao81/ayatori/journal"
@@ -128,5 +129,18 @@ func Complete(adapter string) func(journal.Record, journal.Outcome) journal.Outc
 		}
 		out.Payload = obs
 		return out
+	}
+}
+
+// Observed turns an adapter's step that observes the execution into a
+// step of the executor skeleton: its Observation is the Succeeded
+// outcome's payload, its error the attempt's failure.
+func Observed[In any](fn func(ctx context.Context, rec journal.Record, in In) (Observation, error)) func(context.Context, journal.Record, In) (journal.Outcome, error) {
+	return func(ctx context.Context, rec journal.Record, in In) (journal.Outcome, error) {
+		obs, err := fn(ctx, rec, in)
+		if err != nil {
+			return journal.Outcome{}, err
+		}
+		return journal.Outcome{Payload: obs}, nil
 	}
 }

@@ -169,10 +169,10 @@ func (e *Executor) Handlers() map[string]journal.Handler {
 	b := &journal.Backend{Name: execution.AdapterKubernetes, Deadline: e.Timeout, Log: e.Log,
 		Classify: execution.Classifier(classify), Complete: execution.Complete(execution.AdapterKubernetes)}
 	return map[string]journal.Handler{
-		execution.OpEnsure:  journal.Execute(b, journal.Step[execution.EnsureIntent]{Run: observed(e.ensure), Validate: validEnsure}),
-		execution.OpObserve: journal.Execute(b, journal.Step[execution.ExecutionIntent]{Run: observed(ignoring(e.observeOp))}),
-		execution.OpCancel:  journal.Execute(b, journal.Step[execution.ExecutionIntent]{Run: observed(ignoring(e.cancel))}),
-		execution.OpDelete:  journal.Execute(b, journal.Step[execution.ExecutionIntent]{Run: observed(ignoring(e.delete))}),
+		execution.OpEnsure:  journal.Execute(b, journal.Step[execution.EnsureIntent]{Run: execution.Observed(e.ensure), Validate: validEnsure}),
+		execution.OpObserve: journal.Execute(b, journal.Step[execution.ExecutionIntent]{Run: execution.Observed(ignoring(e.observeOp))}),
+		execution.OpCancel:  journal.Execute(b, journal.Step[execution.ExecutionIntent]{Run: execution.Observed(ignoring(e.cancel))}),
+		execution.OpDelete:  journal.Execute(b, journal.Step[execution.ExecutionIntent]{Run: execution.Observed(ignoring(e.delete))}),
 	}
 }
 
@@ -181,18 +181,6 @@ func (e *Executor) fieldOwner() client.FieldOwner {
 		return client.FieldOwner(e.Actor)
 	}
 	return client.FieldOwner("ayatori-executor-kubernetes")
-}
-
-// observed turns a step that observes the execution into a step of the
-// skeleton: its Observation is the Succeeded outcome's payload.
-func observed[In any](fn func(ctx context.Context, rec journal.Record, in In) (execution.Observation, error)) func(context.Context, journal.Record, In) (journal.Outcome, error) {
-	return func(ctx context.Context, rec journal.Record, in In) (journal.Outcome, error) {
-		obs, err := fn(ctx, rec, in)
-		if err != nil {
-			return journal.Outcome{}, err
-		}
-		return journal.Outcome{Payload: obs}, nil
-	}
 }
 
 // ignoring adapts a step that reads nothing from its payload (the

@@ -190,22 +190,10 @@ func (e *Executor) Handlers() map[string]journal.Handler {
 	b := &journal.Backend{Name: execution.AdapterOpenSandbox, Deadline: t, Log: e.Log,
 		Classify: execution.Classifier(classify), Complete: execution.Complete(execution.AdapterOpenSandbox)}
 	return map[string]journal.Handler{
-		execution.OpEnsure:  journal.Execute(b, journal.Step[execution.EnsureIntent]{Run: observed(e.ensure), Validate: validEnsure, Deadline: t + e.provisionTimeout()}),
-		execution.OpObserve: journal.Execute(b, journal.Step[execution.ExecutionIntent]{Run: observed(e.observeOp), Validate: validExecution}),
-		execution.OpCancel:  journal.Execute(b, journal.Step[execution.ExecutionIntent]{Run: observed(e.cancel), Validate: validExecution}),
-		execution.OpDelete:  journal.Execute(b, journal.Step[execution.ExecutionIntent]{Run: observed(e.delete), Validate: validExecution}),
-	}
-}
-
-// observed turns a step that observes the execution into a step of the
-// skeleton: its Observation is the Succeeded outcome's payload.
-func observed[In any](fn func(ctx context.Context, rec journal.Record, in In) (execution.Observation, error)) func(context.Context, journal.Record, In) (journal.Outcome, error) {
-	return func(ctx context.Context, rec journal.Record, in In) (journal.Outcome, error) {
-		obs, err := fn(ctx, rec, in)
-		if err != nil {
-			return journal.Outcome{}, err
-		}
-		return journal.Outcome{Payload: obs}, nil
+		execution.OpEnsure:  journal.Execute(b, journal.Step[execution.EnsureIntent]{Run: execution.Observed(e.ensure), Validate: validEnsure, Deadline: t + e.provisionTimeout()}),
+		execution.OpObserve: journal.Execute(b, journal.Step[execution.ExecutionIntent]{Run: execution.Observed(e.observeOp), Validate: validExecution}),
+		execution.OpCancel:  journal.Execute(b, journal.Step[execution.ExecutionIntent]{Run: execution.Observed(e.cancel), Validate: validExecution}),
+		execution.OpDelete:  journal.Execute(b, journal.Step[execution.ExecutionIntent]{Run: execution.Observed(e.delete), Validate: validExecution}),
 	}
 }
 
