@@ -82,8 +82,37 @@ func TestJournalKnowsNoDomain(t *testing.T) {
 
 func TestReconcileSkeletonKnowsNoDomain(t *testing.T) {
 	pkgs := deps(t, "./projectors/journaled")
-	if bad := forbidden(pkgs, append([]string{module + "/api", module + "/contracts", module + "/executors", module + "/projectors/database"}, backendSDKs...)...); len(bad) > 0 {
+	if bad := forbidden(pkgs, append([]string{module + "/api", module + "/contracts", module + "/executors", module + "/projectors/"}, backendSDKs...)...); len(bad) > 0 {
 		t.Errorf("projectors/journaled is shared by every domain's projectors and must not depend on one:\n%s", strings.Join(bad, "\n"))
+	}
+}
+
+// domainPackages are, per domain, the package patterns that belong to it:
+// its API, its contract, its projector and the executors of its backends.
+var domainPackages = map[string][]string{
+	"database":  {"./api/database/...", "./contracts/database/...", "./projectors/database/...", "./executors/postgresql/...", "./executors/openbao/...", "./executors/externalsecrets/..."},
+	"execution": {"./api/execution/...", "./contracts/execution/...", "./projectors/execution/...", "./executors/kubernetes/...", "./executors/opensandbox/..."},
+}
+
+// TestDomainsDoNotImportEachOther: nothing of one domain depends on the
+// API, contract, projector or executors of another; they meet only in
+// cmd/ (the wiring) and in contracts/contracts.go (the CLI's links).
+func TestDomainsDoNotImportEachOther(t *testing.T) {
+	for d, own := range domainPackages {
+		var others []string
+		for o, pats := range domainPackages {
+			if o == d {
+				continue
+			}
+			for _, pat := range pats {
+				others = append(others, module+"/"+strings.TrimSuffix(strings.TrimPrefix(pat, "./"), "/..."))
+			}
+		}
+		for _, pat := range own {
+			if bad := forbidden(deps(t, pat), others...); len(bad) > 0 {
+				t.Errorf("domain %s depends on another domain:\n%s", d, strings.Join(bad, "\n"))
+			}
+		}
 	}
 }
 
@@ -95,12 +124,16 @@ func TestForensicsCLILinksNoExecutorOrProjector(t *testing.T) {
 }
 
 // TestRulesSeeViolations proves the checks above can fail: the PostgreSQL
-// executor does link pgx, and the manager links the executors.
+// executor does link pgx, and the manager links the executors and both
+// domains.
 func TestRulesSeeViolations(t *testing.T) {
 	if bad := forbidden(deps(t, "./executors/postgresql"), backendSDKs...); len(bad) == 0 {
 		t.Error("executors/postgresql shows no backend SDK: the dependency listing is broken")
 	}
 	if bad := forbidden(deps(t, "./cmd/ayatori-manager"), module+"/executors"); len(bad) == 0 {
 		t.Error("cmd/ayatori-manager shows no executor: the dependency listing is broken")
+	}
+	if bad := forbidden(deps(t, "./cmd/ayatori-manager"), module+"/contracts/database", module+"/contracts/execution"); len(bad) < 2 {
+		t.Error("cmd/ayatori-manager, which wires both domains, shows fewer than two: the domain listing is broken")
 	}
 }
