@@ -174,6 +174,31 @@ func NewIntent(obj ObjectRef, operation, step string, attempt int, payload any) 
 	return r, nil
 }
 
+// NewNote builds a note record decided by a projector pass that read the
+// object's records up to sequence after: its ID,
+// "<uid>/g<generation>/note/<operation>/<after>", is the same for every
+// pass deciding it on the same journal, so a repeated append is dropped.
+// payload may be nil (no payload).
+func NewNote(obj ObjectRef, operation string, after uint64, payload any) (Record, error) {
+	return newNote(fmt.Sprintf("%s/g%d/note/%s/%d", obj.UID, obj.Generation, operation, after), obj, operation, payload)
+}
+
+// NewOnceNote builds a note that exists at most once per object UID: its
+// ID is "<uid>/note/<operation>".
+func NewOnceNote(obj ObjectRef, operation string, payload any) (Record, error) {
+	return newNote(obj.UID+"/note/"+operation, obj, operation, payload)
+}
+
+func newNote(id string, obj ObjectRef, operation string, payload any) (Record, error) {
+	r := Record{ID: id, Type: TypeNote, Operation: operation, Object: obj, Attempt: 1}
+	if payload != nil {
+		if err := r.SetPayload(payload); err != nil {
+			return Record{}, err
+		}
+	}
+	return r, nil
+}
+
 // NewOutcome builds the outcome record of intent.
 func NewOutcome(intent Record, result Result, payload any) (Record, error) {
 	r := Record{

@@ -353,12 +353,13 @@ func (k tenantKind) Plan(ctx context.Context, t *databasev1alpha1.PostgreSQLTena
 	p := plan{Status: tenantProjection{names: shown, decision: d}, StatusLost: d.StatusLost, RequeueAfter: d.RequeueAfter}
 	switch {
 	case d.Note != "":
-		note := journal.Record{ID: fmt.Sprintf("%s/g%d/note/%s/%d", t.UID, t.Generation, d.Note, st.LastSequence), Type: journal.TypeNote,
-			Operation: d.Note, Object: objectRef(t), Attempt: 1}
+		var payload any
 		if d.Note == dbcontract.NoteDeletionStarted {
-			if err := note.SetPayload(dbcontract.DeletionNote{Policy: d.NotePolicy}); err != nil {
-				return plan{}, err
-			}
+			payload = dbcontract.DeletionNote{Policy: d.NotePolicy}
+		}
+		note, err := journal.NewNote(objectRef(t), d.Note, st.LastSequence, payload)
+		if err != nil {
+			return plan{}, err
 		}
 		p.Record, p.Requeue, p.RequeueAfter = &note, true, 0
 		return p, nil

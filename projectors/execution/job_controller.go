@@ -166,9 +166,8 @@ func (k jobKind) Plan(ctx context.Context, j *executionv1alpha1.Job, h journaled
 	ref := objectRef(j)
 	switch {
 	case d.Note != "":
-		note := journal.Record{ID: fmt.Sprintf("%s/g%d/note/%s/%d", j.UID, j.Generation, d.Note, h.State.LastSequence),
-			Type: journal.TypeNote, Operation: d.Note, Object: ref, Attempt: 1}
-		if err := note.SetPayload(d.NotePayload); err != nil {
+		note, err := journal.NewNote(ref, d.Note, h.State.LastSequence, d.NotePayload)
+		if err != nil {
 			return p, err
 		}
 		p.Record = &note

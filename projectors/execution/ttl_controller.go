@@ -186,9 +186,8 @@ func (r *TTLReconciler) Reconcile(ctx context.Context, req reconcile.Request) (r
 // journalExpiry appends the TTLExpired note: once per Job UID (the ID
 // derives from the UID, and the journal drops a second append of an ID).
 func (r *TTLReconciler) journalExpiry(ctx context.Context, j *executionv1alpha1.Job) error {
-	note := journal.Record{ID: string(j.UID) + "/note/" + execution.NoteTTLExpired, Type: journal.TypeNote,
-		Operation: execution.NoteTTLExpired, Object: objectRef(j), Attempt: 1}
-	if err := note.SetPayload(execution.TTLNote{TTLSecondsAfterFinished: *j.Spec.TTLSecondsAfterFinished}); err != nil {
+	note, err := journal.NewOnceNote(objectRef(j), execution.NoteTTLExpired, execution.TTLNote{TTLSecondsAfterFinished: *j.Spec.TTLSecondsAfterFinished})
+	if err != nil {
 		return err
 	}
 	if _, err := r.Journal.Append(ctx, &note); err != nil {
