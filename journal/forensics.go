@@ -398,3 +398,51 @@ func Summaries(records []Record) []ObjectSummary {
 	})
 	return out
 }
+
+// Describer is a domain's vocabulary for the forensics CLI
+// (ayatori-journal): what a payload means and how a live object compares
+// with its journal. Every field may be nil.
+type Describer struct {
+	// Describe is a one-line summary of r's payload ("" if none).
+	Describe func(r Record) string
+	// Summary is one line on an object's state from its records ("" if
+	// none).
+	Summary func(recs []Record) string
+	// CompareLive compares the live object (its unstructured content;
+	// nil: not found) with the records of the object with UID uid. found
+	// says a live object with that UID exists; mismatches are the
+	// disagreements; detail is the domain's own account (printed as JSON).
+	CompareLive func(live map[string]any, uid string, recs []Record) (found bool, mismatches []string, detail any)
+}
+
+var (
+	describerMu sync.RWMutex
+	describers  = map[string]Describer{}
+)
+
+// RegisterDescriber sets domain's Describer (domain is the subject token,
+// see Domain). It panics on a bad token or a second registration.
+func RegisterDescriber(domain string, d Describer) {
+	if !domainPattern.MatchString(domain) {
+		panic(fmt.Sprintf("journal: describer of domain %q needs a domain token", domain))
+	}
+	describerMu.Lock()
+	defer describerMu.Unlock()
+	if _, dup := describers[domain]; dup {
+		panic(fmt.Sprintf("journal: describer of domain %s registered twice", domain))
+	}
+	describers[domain] = d
+}
+
+// DescriberOf returns the Describer registered for the domain of group
+// (an API group), if any.
+func DescriberOf(group string) (Describer, bool) {
+	dom, err := Domain(group)
+	if err != nil {
+		return Describer{}, false
+	}
+	describerMu.RLock()
+	defer describerMu.RUnlock()
+	d, ok := describers[dom]
+	return d, ok
+}

@@ -3,18 +3,17 @@ package main
 import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
-	"git.ddupan.top/panxiao81/ayatori/contracts/execution"
 	"git.ddupan.top/panxiao81/ayatori/journal"
 )
 
-// The CLI's only domain knowledge: which contract describes a record and
-// compares a live object. What a payload means and how a live object is
-// compared with its journal is the domain contract's (contracts/<domain>).
+// The CLI has no domain knowledge: each domain contract registers its
+// journal.Describer (contracts/<domain>/register.go), linked by the
+// contracts package.
 
 // describe is the domain's one-line summary of r's payload ("" if none).
 func describe(r journal.Record) string {
-	if d, _ := journal.Domain(r.Object.Group); d == execution.Domain {
-		return execution.Describe(r)
+	if d, ok := journal.DescriberOf(r.Object.Group); ok && d.Describe != nil {
+		return d.Describe(r)
 	}
 	return ""
 }
@@ -22,19 +21,24 @@ func describe(r journal.Record) string {
 // compareDomainLive compares the live object (nil: not found) with its
 // records when its domain has its own comparison (ok false otherwise: the
 // generic Ready/generation comparison applies).
-func compareDomainLive(o journal.ObjectRef, live *unstructured.Unstructured, recs []journal.Record) (*execution.LiveComparison, bool) {
-	if d, _ := journal.Domain(o.Group); d == execution.Domain {
-		c := execution.CompareLive(live, o.UID, recs)
-		return &c, true
+func compareDomainLive(o journal.ObjectRef, live *unstructured.Unstructured, recs []journal.Record) (found bool, mismatches []string, detail any, ok bool) {
+	d, ok := journal.DescriberOf(o.Group)
+	if !ok || d.CompareLive == nil {
+		return false, nil, nil, false
 	}
-	return nil, false
+	var obj map[string]any
+	if live != nil {
+		obj = live.Object
+	}
+	found, mismatches, detail = d.CompareLive(obj, o.UID, recs)
+	return found, mismatches, detail, true
 }
 
 // summarizeObject is the domain's one line on an object's state from its
 // records ("" if none).
 func summarizeObject(o journal.ObjectRef, recs []journal.Record) string {
-	if d, _ := journal.Domain(o.Group); d == execution.Domain {
-		return execution.Summary(recs)
+	if d, ok := journal.DescriberOf(o.Group); ok && d.Summary != nil {
+		return d.Summary(recs)
 	}
 	return ""
 }

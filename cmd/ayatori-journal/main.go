@@ -11,10 +11,9 @@ import (
 
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
-	// Every domain's contract: its payload types and the invariants verify
-	// checks. The CLI itself has no domain code: domains.go hands a record
-	// or a live object to its domain's contract (contracts/execution
-	// describes Job records and compares a live Job with its journal).
+	// Every domain's contract: its payload types, the invariants verify
+	// checks and its journal.Describer. The CLI itself has no domain code:
+	// domains.go asks the describer registered for a record's domain.
 	_ "git.ddupan.top/panxiao81/ayatori/contracts"
 )
 

@@ -14,7 +14,6 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"git.ddupan.top/panxiao81/ayatori/contracts/execution"
 	"git.ddupan.top/panxiao81/ayatori/journal"
 )
 
@@ -182,8 +181,9 @@ type liveDiff struct {
 	ObservedGeneration int64    `json:"observedGeneration,omitempty"`
 	Generation         int64    `json:"generation,omitempty"`
 	Mismatches         []string `json:"mismatches"`
-	// Job is the execution domain's comparison of a Job's result.
-	Job *execution.LiveComparison `json:"job,omitempty"`
+	// Job is the domain's own comparison (the execution domain's of a
+	// Job's result), from its journal.Describer.
+	Job any `json:"job,omitempty"`
 }
 
 func diffLive(ctx context.Context, kubeconfig string, st *journal.State, recs []journal.Record) (*liveDiff, error) {
@@ -208,8 +208,8 @@ func diffLive(ctx context.Context, kubeconfig string, st *journal.State, recs []
 		}
 		u = nil
 	}
-	if jc, ok := compareDomainLive(o, u, recs); ok {
-		return &liveDiff{Found: jc.Found, Mismatches: jc.Mismatches, Job: jc}, nil
+	if found, mismatches, detail, ok := compareDomainLive(o, u, recs); ok {
+		return &liveDiff{Found: found, Mismatches: mismatches, Job: detail}, nil
 	}
 	return compareLive(u, st), nil
 }
@@ -256,8 +256,10 @@ func compareLive(u *unstructured.Unstructured, st *journal.State) *liveDiff {
 
 func printDiff(w io.Writer, d *liveDiff) {
 	fmt.Fprintln(w, "live object:")
-	if d.Job != nil {
-		printJobDiff(w, d.Job)
+	if l, ok := d.Job.(interface{ Lines() []string }); ok {
+		for _, line := range l.Lines() {
+			fmt.Fprintf(w, "    %s\n", line)
+		}
 	} else if d.Found {
 		fmt.Fprintf(w, "    phase=%s ready=%s reason=%s generation=%d observedGeneration=%d\n", dash(d.Phase), dash(d.Ready), dash(d.ReadyReason), d.Generation, d.ObservedGeneration)
 	}
@@ -267,57 +269,4 @@ func printDiff(w io.Writer, d *liveDiff) {
 	for _, m := range d.Mismatches {
 		fmt.Fprintf(w, "    MISMATCH: %s\n", m)
 	}
-}
-
-func printJobDiff(w io.Writer, c *execution.LiveComparison) {
-	a := c.Journal
-	switch {
-	case c.Found:
-		exit := "-"
-		if c.ExitCode != nil {
-			exit = fmt.Sprint(*c.ExitCode)
-		}
-		fmt.Fprintf(w, "    succeeded=%s reason=%s exitCode=%s references=%s", dash(c.Succeeded), dash(c.SucceededReason), exit, refsText(c.References))
-		if c.Deleting {
-			fmt.Fprint(w, " deleting")
-		}
-		fmt.Fprintln(w)
-	case c.OtherUID != "":
-		fmt.Fprintf(w, "    not found: the Job of that name is another object (uid %s)\n", c.OtherUID)
-	default:
-		fmt.Fprintln(w, "    not found")
-	}
-	var j []string
-	if a.Finished != nil {
-		j = append(j, fmt.Sprintf("Finished #%d %s", a.FinishedSeq, execution.DescribeFinished(*a.Finished)))
-	} else {
-		j = append(j, "no Finished note")
-	}
-	if a.LastObservation != nil {
-		j = append(j, fmt.Sprintf("last observation #%d %s", a.LastObservationSeq, execution.DescribeObservation(*a.LastObservation)))
-	}
-	if len(a.References) > 0 {
-		j = append(j, "references "+refsText(a.References))
-	}
-	if a.TTL != nil {
-		j = append(j, fmt.Sprintf("TTLExpired #%d ttl=%ds", a.TTLSeq, a.TTL.TTLSecondsAfterFinished))
-	}
-	if a.DeleteSeq != 0 {
-		j = append(j, fmt.Sprintf("Delete #%d (done=%t)", a.DeleteSeq, a.DeleteDone))
-	}
-	fmt.Fprintf(w, "    journal: %s\n", strings.Join(j, "; "))
-	if c.Verdict != "" {
-		fmt.Fprintf(w, "    %s\n", c.Verdict)
-	}
-}
-
-func refsText(refs []execution.Reference) string {
-	if len(refs) == 0 {
-		return "-"
-	}
-	parts := make([]string, len(refs))
-	for i, r := range refs {
-		parts[i] = r.Type + "/" + r.ID
-	}
-	return strings.Join(parts, ",")
 }

@@ -374,3 +374,60 @@ func Summary(recs []journal.Record) string {
 	}
 	return ""
 }
+
+// Lines are the human account of the comparison, one line each
+// (`ayatori-journal replay --live`).
+func (c *LiveComparison) Lines() []string {
+	var out []string
+	a := c.Journal
+	switch {
+	case c.Found:
+		exit := "-"
+		if c.ExitCode != nil {
+			exit = fmt.Sprint(*c.ExitCode)
+		}
+		line := fmt.Sprintf("succeeded=%s reason=%s exitCode=%s references=%s", dashed(c.Succeeded), dashed(c.SucceededReason), exit, referencesText(c.References))
+		if c.Deleting {
+			line += " deleting"
+		}
+		out = append(out, line)
+	case c.OtherUID != "":
+		out = append(out, fmt.Sprintf("not found: the Job of that name is another object (uid %s)", c.OtherUID))
+	default:
+		out = append(out, "not found")
+	}
+	var j []string
+	if a.Finished != nil {
+		j = append(j, fmt.Sprintf("Finished #%d %s", a.FinishedSeq, DescribeFinished(*a.Finished)))
+	} else {
+		j = append(j, "no Finished note")
+	}
+	if a.LastObservation != nil {
+		j = append(j, fmt.Sprintf("last observation #%d %s", a.LastObservationSeq, DescribeObservation(*a.LastObservation)))
+	}
+	if len(a.References) > 0 {
+		j = append(j, "references "+referencesText(a.References))
+	}
+	if a.TTL != nil {
+		j = append(j, fmt.Sprintf("TTLExpired #%d ttl=%ds", a.TTLSeq, a.TTL.TTLSecondsAfterFinished))
+	}
+	if a.DeleteSeq != 0 {
+		j = append(j, fmt.Sprintf("Delete #%d (done=%t)", a.DeleteSeq, a.DeleteDone))
+	}
+	out = append(out, "journal: "+strings.Join(j, "; "))
+	if c.Verdict != "" {
+		out = append(out, c.Verdict)
+	}
+	return out
+}
+
+func referencesText(refs []Reference) string {
+	if len(refs) == 0 {
+		return "-"
+	}
+	parts := make([]string, len(refs))
+	for i, r := range refs {
+		parts[i] = r.Type + "/" + r.ID
+	}
+	return strings.Join(parts, ",")
+}

@@ -143,23 +143,3 @@ var Invariants = []journal.Invariant{{
 		}
 	},
 }}
-
-func init() {
-	for _, inv := range Invariants {
-		journal.RegisterInvariant(Domain, inv)
-	}
-	journal.RegisterPayload(Domain, OpEnsure, journal.TypeIntent, EnsureIntent{})
-	for _, op := range []string{OpObserve, OpCancel, OpDelete} {
-		journal.RegisterPayload(Domain, op, journal.TypeIntent, ExecutionIntent{})
-	}
-	for _, op := range Operations {
-		journal.RegisterPayload(Domain, op, journal.TypeOutcome, Observation{})
-	}
-	journal.RegisterPayload(Domain, NoteBackendLostConfirmed, journal.TypeNote, BackendLostNote{})
-	journal.RegisterPayload(Domain, NoteDeadlineStarted, journal.TypeNote, DeadlineNote{})
-	journal.RegisterPayload(Domain, NoteFinished, journal.TypeNote, FinishedNote{})
-	journal.RegisterPayload(Domain, NoteTTLExpired, journal.TypeNote, TTLNote{})
-	// The created execution's outcome stays in every checkpoint: the
-	// projector reads from it that an execution exists.
-	journal.KeepSucceeded(Domain, OpEnsure)
-}
