@@ -92,7 +92,7 @@ func NewExternalSecrets(ctx context.Context, cp *ControlPlane, ob *OpenBao, opts
 			"--enable-leader-election=false",
 			"--loglevel=info",
 			// ESO reconciles one ExternalSecret at a time by default: 100
-			// Tenants created at once would wait in its queue (issue 17).
+			// Tenants created at once would wait in its queue.
 			"--concurrent=8",
 			"--store-requeue-interval=10s",
 		},

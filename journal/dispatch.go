@@ -51,7 +51,7 @@ func NewDispatcher(domain string) (*Dispatcher, error) {
 // succeed: a transient handler error is redelivered with back-off
 // whatever the delivery count (ConsumerConfig.MaxDeliver and
 // DeliveryLimit do not apply). For steps that run after the object is
-// gone, when no projector is left to decide a retry (issue 12, fault 6).
+// gone, when no projector is left to decide a retry.
 // Their handlers must return a transient error only for what a retry can
 // cure.
 func (d *Dispatcher) Persistent(operations ...string) {

@@ -53,7 +53,7 @@ const (
 	externalSecretsExecutor = "externalsecrets"
 
 	// databaseDurable is the domain's durable consumer (docs/architecture.md).
-	// v1 still: the unlimited MaxDeliver of issue 12 is applied to the
+	// v1 still: the unlimited MaxDeliver is applied to the
 	// existing consumer in place (docs/journal.md "Delivery budget"). Bump
 	// the suffix only for settings JetStream can not update.
 	databaseDurable = "ayatori-executor-database-v1"

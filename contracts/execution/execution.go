@@ -1,6 +1,6 @@
 // Package execution is the contract of the execution domain
 // (execution.ayatori.ddupan.top): the operations the Job projector appends
-// and the execution adapters (executors/kubernetes, later OpenSandbox)
+// and the execution adapters (executors/kubernetes, executors/opensandbox)
 // execute, their payloads, the observation an adapter reports, the
 // derived backend names and the domain's journal invariants. It imports no
 // backend SDK; projectors and executors both import it.

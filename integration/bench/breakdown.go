@@ -1,6 +1,6 @@
 package main
 
-// The critical-path breakdown of a Tenant run (issue 17): per step, where
+// The critical-path breakdown of a Tenant run: per step, where
 // the time between the Tenant's creation and its Ready went, from the
 // journal's own records (intent and outcome times) and the manager's
 // metrics (executor queue and execution per operation, projector pass

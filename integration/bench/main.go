@@ -514,7 +514,7 @@ func journalMetrics(url string) (appendSum, appendCount, deliverySum, deliveryCo
 // and reports what the steady state costs: journal records appended per
 // hour (all of them, per Tenant), Tenant reconciles and their p99 from the
 // manager's controller-runtime histogram, and whether every Tenant stayed
-// Ready throughout (issue 12, fault 2).
+// Ready throughout.
 func idleRow(ctx context.Context, s *integration.Stack, n int, resync, d time.Duration) error {
 	nc, err := s.ConnectNATS(journal.IdentityManager)
 	if err != nil {

@@ -85,7 +85,7 @@ type TenantFacts struct {
 	// (ESO synced it). The controller reads it only while the chain waits
 	// to observe the projection again after an attempt found it not yet
 	// synced: the ExternalSecret's status change (watched) then ends the
-	// wait at once instead of the back-off (issue 17).
+	// wait at once instead of the back-off.
 	ProjectionSynced bool
 	Deleting         bool
 	SpecPolicy       databasev1alpha1.DeletionPolicy
@@ -144,7 +144,7 @@ func DecideTenant(f TenantFacts, p TenantPolicy) TenantDecision {
 	}
 	// Once the first external write happened the phase never returns to
 	// Pending, not even while every step is re-checked: the API's
-	// immutability rules hold from then on (issue 12, fault 4).
+	// immutability rules hold from then on.
 	start := databasev1alpha1.TenantPhasePending
 	if provisionedAs(st) != nil {
 		start = databasev1alpha1.TenantPhasePlanned
@@ -198,7 +198,7 @@ func DecideTenant(f TenantFacts, p TenantPolicy) TenantDecision {
 }
 
 // decideRecheck keeps a provisioned Tenant Ready and re-checks it every
-// ResyncInterval with one ObserveTenant intent (issue 12, fault 2: a quiet
+// ResyncInterval with one ObserveTenant intent (a quiet
 // re-check appends one intent and its outcome). Ready stays True while the
 // observation runs and after one that finds nothing wrong. An observation
 // that finds a fact broken re-runs every step (a Revalidate note); one
@@ -451,7 +451,7 @@ func decideTenantDelete(f TenantFacts, p TenantPolicy, st *journal.State) Tenant
 	if pending := pendingBefore(st, note.Sequence); len(pending) > 0 {
 		// An intent decided before deletion began may still run (a
 		// redelivered CreateRole or CreateDatabase): deleting or releasing
-		// now could leave what it creates behind (issue 12, fault 5).
+		// now could leave what it creates behind.
 		// Every intent gets an outcome (the consumer records
 		// RetriesExhausted at the latest), so this wait ends.
 		return TenantDecision{Phase: databasev1alpha1.TenantPhaseDeleting, RequeueAfter: p.PendingRecheck,

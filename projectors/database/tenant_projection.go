@@ -28,7 +28,7 @@ func newExternalSecret() *unstructured.Unstructured {
 }
 
 // projectionDrift is the read-only check of what a Ready Tenant owns in
-// Kubernetes (issue 10 §3): its ExternalSecret exists, is owned by it and
+// Kubernetes: its ExternalSecret exists, is owned by it and
 // is Ready, and the target Secret exists (metadata only). It returns what
 // is wrong ("" when nothing is). The cache answers first; a problem is
 // confirmed with a live read, so a cache that lags behind the executor

@@ -5,7 +5,7 @@
 //	kind's pure decide function) → append one record (an intent or a note)
 //	→ release the finalizer, or one status write.
 //
-// A kind (PostgreSQLInstance, PostgreSQLTenant, later Job) contributes a
+// A kind (PostgreSQLInstance, PostgreSQLTenant, Job) contributes a
 // Kind: how to gather its facts and decide (Plan), and how to write the
 // decision into its status (Project). Everything between — the finalizer,
 // the journal read, the optimistic append (journal.ExpectLastSequence, a

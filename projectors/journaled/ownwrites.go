@@ -14,7 +14,7 @@ import (
 // the watch event of that very write does not start another pass: the pass
 // that wrote it already decided on everything the event carries, and a
 // redundant pass holds the object's key while the executor's outcome
-// arrives (issue 17: about one such pass per step). Any other write — a
+// arrives (about one such pass per step). Any other write — a
 // user's, a forged status, another replica's — has another
 // resourceVersion and starts a pass as before. Safe for concurrent use;
 // the zero value is ready. A nil *OwnWrites records nothing and filters
