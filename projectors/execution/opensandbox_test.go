@@ -176,7 +176,7 @@ func TestJobClassOpenSandboxReady(t *testing.T) {
 	waitEvent(t, e.c, "c10", corev1.EventTypeNormal, executionv1alpha1.ReasonBackendReachable)
 
 	// The probe was only ever given the class's parameters object.
-	want := fmt.Sprintf("*executionv1alpha1.OpenSandboxExecutionParameters c10 %s", p.UID)
+	want := fmt.Sprintf("*v1alpha1.OpenSandboxExecutionParameters c10 %s", p.UID)
 	calls := probe.callList()
 	if len(calls) == 0 {
 		t.Fatal("never probed")
