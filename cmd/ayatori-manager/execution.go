@@ -28,7 +28,7 @@ import (
 )
 
 // The execution domain: the Job and JobClass projectors and the
-// Kubernetes executor (docs/execution/operations.md).
+// executors of executionBackends (docs/execution/operations.md).
 //
 // What each component needs besides the shared flags:
 //
@@ -42,15 +42,30 @@ import (
 //     come from each class's OpenSandboxExecutionParameters;
 //     --opensandbox-ca-file adds a CA for https endpoints.
 const (
-	jobProjector        = "job"
-	jobClassProjector   = "jobclass"
-	jobTTLProjector     = "jobttl"
-	kubernetesExecutor  = "kubernetes"
-	opensandboxExecutor = "opensandbox"
+	jobProjector      = "job"
+	jobClassProjector = "jobclass"
+	jobTTLProjector   = "jobttl"
 
 	// executionDurable is the domain's durable consumer.
 	executionDurable = "ayatori-executor-execution-v1"
 )
+
+// executionBackend is one execution adapter this manager can run: its
+// name (the adapter's, and its executor's component name as --executors
+// spells it) and how its execution.Adapter is built once the manager
+// exists. Its flags, if any, are executionOptions fields bound in bind.
+type executionBackend struct {
+	name  string
+	build func(o *executionOptions, mgr manager.Manager, store *journal.Store, sh shared) (execution.Adapter, error)
+}
+
+// executionBackends are the execution adapters of this manager, in order:
+// the one place a backend is registered. The Job and JobClass projectors
+// and the domain's dispatcher see only what these build.
+var executionBackends = []executionBackend{
+	{execution.AdapterKubernetes, (*executionOptions).kubernetesAdapter},
+	{execution.AdapterOpenSandbox, (*executionOptions).opensandboxAdapter},
+}
 
 // executionOptions are the execution domain's flags.
 type executionOptions struct {
@@ -69,7 +84,7 @@ func newExecutionDomain() *domain {
 	return &domain{
 		name:        execution.Domain,
 		projectors:  []string{jobProjector, jobClassProjector, jobTTLProjector},
-		executors:   []string{kubernetesExecutor, opensandboxExecutor},
+		executors:   executionBackendNames(),
 		bind:        o.bind,
 		validate:    o.validate,
 		addToScheme: executionv1alpha1.AddToScheme,
@@ -113,12 +128,65 @@ func (o *executionOptions) validate(on selection) []error {
 			errs = append(errs, err)
 		}
 	}
-	if o.workloadKubeconfig != "" && on.executor(kubernetesExecutor) {
+	if o.workloadKubeconfig != "" && on.executor(execution.AdapterKubernetes) {
 		if st, err := os.Stat(o.workloadKubeconfig); err != nil || st.IsDir() {
 			errs = append(errs, fmt.Errorf("--execution-kubeconfig %q is not a readable file", o.workloadKubeconfig))
 		}
 	}
 	return errs
+}
+
+// executionBackendNames are the names of executionBackends, in order.
+func executionBackendNames() []string {
+	names := make([]string, 0, len(executionBackends))
+	for _, b := range executionBackends {
+		names = append(names, b.name)
+	}
+	return names
+}
+
+// adapters builds the adapters of executionBackends (none connects to
+// anything: each executor is built by its NewHandlers, only when enabled).
+func (o *executionOptions) adapters(mgr manager.Manager, store *journal.Store, sh shared) (execution.Adapters, error) {
+	as := make(execution.Adapters, 0, len(executionBackends))
+	for _, b := range executionBackends {
+		a, err := b.build(o, mgr, store, sh)
+		if err != nil {
+			return nil, fmt.Errorf("execution backend %s: %w", b.name, err)
+		}
+		if a.Name != b.name {
+			return nil, fmt.Errorf("execution backend %s built an adapter named %q", b.name, a.Name)
+		}
+		as = append(as, a)
+	}
+	return as, as.Validate()
+}
+
+// kubernetesAdapter runs native batch/v1 Jobs in the management cluster
+// or the one --execution-kubeconfig names.
+func (o *executionOptions) kubernetesAdapter(mgr manager.Manager, store *journal.Store, sh shared) (execution.Adapter, error) {
+	return kexec.Adapter(func() (*kexec.Executor, error) {
+		workload, err := o.workloadClient(mgr)
+		if err != nil {
+			return nil, err
+		}
+		return &kexec.Executor{Management: mgr.GetAPIReader(), Workload: workload, Timeout: sh.reconcileTimeout,
+			Log: executorLog(execution.AdapterKubernetes), Proof: journal.ObjectProof{Signer: store.Config().Signer, Trust: store.Config().Trust}}, nil
+	}), nil
+}
+
+// opensandboxAdapter runs Jobs as commands in OpenSandbox sandboxes; the
+// endpoint and API key come from each class's parameters, extra CAs from
+// --opensandbox-ca-file.
+func (o *executionOptions) opensandboxAdapter(mgr manager.Manager, _ *journal.Store, sh shared) (execution.Adapter, error) {
+	hc, err := o.osHTTPClient()
+	if err != nil {
+		return execution.Adapter{}, err
+	}
+	ex := &osexec.Executor{Management: mgr.GetAPIReader(), SecretNamespace: sh.namespace, HTTPClient: hc, Timeout: sh.reconcileTimeout,
+		ProbeTimeout: min(sh.reconcileTimeout, osexec.DefaultProbeTimeout), ProvisionTimeout: o.osProvision,
+		Marker: osexec.Marker{Dir: o.osMarkerDir}, Log: executorLog(execution.AdapterOpenSandbox)}
+	return ex.Adapter(), nil
 }
 
 // setup registers the enabled projectors and the enabled executors'
@@ -127,16 +195,13 @@ func (o *executionOptions) validate(on selection) []error {
 func (o *executionOptions) setup(_ context.Context, mgr manager.Manager, store *journal.Store, sh shared) (func(), error) {
 	on := sh.on
 	rec := mgr.GetEventRecorder("ayatori-manager")
+	adapters, err := o.adapters(mgr, store, sh)
+	if err != nil {
+		return nil, err
+	}
 	if on.projector(jobClassProjector) {
 		r := &exprojector.JobClassReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: rec,
-			Controllers: map[string][]string{executionv1alpha1.ControllerKubernetes: {"KubernetesExecutionParameters"}, executionv1alpha1.ControllerOpenSandbox: {osexec.ParametersKind}}}
-		hc, err := o.osHTTPClient()
-		if err != nil {
-			return nil, err
-		}
-		probe := &osexec.Executor{Management: mgr.GetAPIReader(), SecretNamespace: sh.namespace, HTTPClient: hc, Timeout: min(sh.reconcileTimeout, 10*time.Second)}
-		r.Probes = map[string]exprojector.BackendProbe{osexec.ParametersKind: probe.Probe}
-		r.ProbeInterval = o.classProbeInterval
+			Adapters: adapters, ProbeInterval: o.classProbeInterval}
 		if err := r.SetupWithManager(mgr); err != nil {
 			return nil, fmt.Errorf("set up the JobClass projector: %w", err)
 		}
@@ -157,7 +222,7 @@ func (o *executionOptions) setup(_ context.Context, mgr manager.Manager, store *
 		policy.ObserveMax, policy.ResolveRecheck = o.observeMax, o.resolveRecheck
 		policy.RetryBase, policy.RetryMax = sh.retryBase, sh.retryMax
 		r := &exprojector.JobReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Journal: store, Recorder: rec,
-			Policy: policy, Controllers: []string{executionv1alpha1.ControllerKubernetes, executionv1alpha1.ControllerOpenSandbox}, Workers: o.jobWorkers}
+			Policy: policy, Adapters: adapters, Workers: o.jobWorkers}
 		if err := r.SetupWithManager(mgr, router.For(exprojector.KindJob)); err != nil {
 			return nil, fmt.Errorf("set up the Job projector: %w", err)
 		}
@@ -166,27 +231,8 @@ func (o *executionOptions) setup(_ context.Context, mgr manager.Manager, store *
 	if err != nil {
 		return nil, err
 	}
-	if on.executor(kubernetesExecutor) {
-		workload, err := o.workloadClient(mgr)
-		if err != nil {
-			return nil, err
-		}
-		ex := &kexec.Executor{Management: mgr.GetAPIReader(), Workload: workload, Timeout: sh.reconcileTimeout, Log: executorLog(kubernetesExecutor),
-			Proof: journal.ObjectProof{Signer: store.Config().Signer, Trust: store.Config().Trust}}
-		if err := ex.Register(dispatch); err != nil {
-			return nil, err
-		}
-	}
-	if on.executor(opensandboxExecutor) {
-		hc, err := o.osHTTPClient()
-		if err != nil {
-			return nil, err
-		}
-		ex := &osexec.Executor{Management: mgr.GetAPIReader(), SecretNamespace: sh.namespace, HTTPClient: hc, Timeout: sh.reconcileTimeout,
-			ProvisionTimeout: o.osProvision, Marker: osexec.Marker{Dir: o.osMarkerDir}, Log: executorLog(opensandboxExecutor)}
-		if err := ex.Register(dispatch); err != nil {
-			return nil, err
-		}
+	if err := adapters.Register(dispatch, on.executor); err != nil {
+		return nil, err
 	}
 	dispatch.SetGuard(liveGuard(mgr, checkJobIntent))
 	return nil, sh.consume(mgr, store, executionDurable, dispatch)

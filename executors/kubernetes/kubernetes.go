@@ -143,11 +143,9 @@ type Executor struct {
 	Log logr.Logger
 }
 
-// Register registers the handlers of execution.Operations on d under the
-// backend name execution.AdapterKubernetes. It fails when a client is
-// missing, the Management client's scheme (when it exposes one) lacks the
-// execution API, or an operation is registered twice.
-func (e *Executor) Register(d *journal.Dispatcher) error {
+// Validate reports a missing client or proof key, and a Management client
+// whose scheme (when it exposes one) lacks the execution API.
+func (e *Executor) Validate() error {
 	if e.Management == nil || e.Workload == nil {
 		return errors.New("executors/kubernetes: Management and Workload clients are required")
 	}
@@ -160,6 +158,16 @@ func (e *Executor) Register(d *journal.Dispatcher) error {
 				return fmt.Errorf("executors/kubernetes: the Management client's scheme lacks %s %s", executionv1alpha1.GroupVersion, kind)
 			}
 		}
+	}
+	return nil
+}
+
+// Register registers the handlers of execution.Operations on d under the
+// backend name execution.AdapterKubernetes. It fails as Validate does, or
+// when an operation is registered twice.
+func (e *Executor) Register(d *journal.Dispatcher) error {
+	if err := e.Validate(); err != nil {
+		return err
 	}
 	return d.HandleAll(execution.AdapterKubernetes, e.Handlers())
 }

@@ -138,6 +138,7 @@ const (
 const (
 	DefaultTimeout          = 30 * time.Second
 	DefaultProvisionTimeout = 2 * time.Minute
+	DefaultProbeTimeout     = 10 * time.Second
 )
 
 // Executor executes the execution domain's intents with OpenSandbox.
@@ -153,6 +154,9 @@ type Executor struct {
 	// Timeout bounds one operation (default DefaultTimeout); Ensure gets
 	// ProvisionTimeout on top.
 	Timeout time.Duration
+	// ProbeTimeout bounds one JobClass probe (default the smaller of
+	// Timeout and DefaultProbeTimeout).
+	ProbeTimeout time.Duration
 	// ProvisionTimeout bounds how long Ensure waits for a new sandbox to
 	// run before it gives up for this delivery (default
 	// DefaultProvisionTimeout; the redelivery continues).
@@ -172,21 +176,34 @@ type Executor struct {
 	Log logr.Logger
 }
 
+// Validate reports a missing Management client.
+func (e *Executor) Validate() error {
+	if e.Management == nil {
+		return errors.New("executors/opensandbox: the Management client is required")
+	}
+	return nil
+}
+
+// timeout is Timeout or its default.
+func (e *Executor) timeout() time.Duration {
+	if e.Timeout > 0 {
+		return e.Timeout
+	}
+	return DefaultTimeout
+}
+
 // Register registers the handlers of execution.Operations on d under the
 // backend name execution.AdapterOpenSandbox.
 func (e *Executor) Register(d *journal.Dispatcher) error {
-	if e.Management == nil {
-		return errors.New("executors/opensandbox: the Management client is required")
+	if err := e.Validate(); err != nil {
+		return err
 	}
 	return d.HandleAll(execution.AdapterOpenSandbox, e.Handlers())
 }
 
 // Handlers returns the journal handlers by operation.
 func (e *Executor) Handlers() map[string]journal.Handler {
-	t := e.Timeout
-	if t <= 0 {
-		t = DefaultTimeout
-	}
+	t := e.timeout()
 	b := &journal.Backend{Name: execution.AdapterOpenSandbox, Deadline: t, Log: e.Log,
 		Classify: execution.Classifier(classify), Complete: execution.Complete(execution.AdapterOpenSandbox)}
 	return map[string]journal.Handler{
@@ -304,9 +321,9 @@ func (e *Executor) Probe(ctx context.Context, params client.Object) (bool, strin
 	if !ok {
 		return false, executionv1alpha1.ReasonInvalidParametersReference, "not an OpenSandboxExecutionParameters object"
 	}
-	t := e.Timeout
+	t := e.ProbeTimeout
 	if t <= 0 {
-		t = DefaultTimeout
+		t = min(e.timeout(), DefaultProbeTimeout)
 	}
 	ctx, cancel := context.WithTimeout(ctx, t)
 	defer cancel()

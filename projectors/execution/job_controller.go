@@ -3,7 +3,6 @@ package execution
 import (
 	"context"
 	"fmt"
-	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -34,7 +33,7 @@ import (
 // accepted; their values are never kept, logged or written anywhere.
 // +kubebuilder:rbac:groups=execution.ayatori.ddupan.top,resources=jobs,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups=execution.ayatori.ddupan.top,resources=jobs/status,verbs=patch
-// +kubebuilder:rbac:groups=execution.ayatori.ddupan.top,resources=jobclasses;kubernetesexecutionparameters;opensandboxexecutionparameters,verbs=get;list;watch
+// +kubebuilder:rbac:groups=execution.ayatori.ddupan.top,resources=jobclasses,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=secrets;configmaps,verbs=get
 
@@ -59,9 +58,11 @@ type JobReconciler struct {
 	Recorder  events.EventRecorder
 	Policy    JobPolicy
 	Clock     clock.PassiveClock
-	// Controllers are the class controller names this manager runs an
-	// adapter for (a class of another controller is not accepted here).
-	Controllers []string
+	// Adapters are the execution backends this manager runs (at least
+	// one; a class of another controller is not accepted here): the
+	// parameters kinds read and watched, each adapter's admission, and
+	// the adapter an Ensure names.
+	Adapters execution.Adapters
 	// Workers is how many Jobs are reconciled at once (default 4; one Job
 	// is never reconciled by two workers at once).
 	Workers int
@@ -80,8 +81,8 @@ func (r *JobReconciler) SetupWithManager(mgr ctrl.Manager, outcomes <-chan recon
 	if r.Policy == (JobPolicy{}) {
 		r.Policy = DefaultJobPolicy
 	}
-	if len(r.Controllers) == 0 {
-		r.Controllers = []string{executionv1alpha1.ControllerKubernetes}
+	if err := r.Adapters.Validate(); err != nil {
+		return fmt.Errorf("job projector: %w", err)
 	}
 	waiting := handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
 		return r.waitingJobs(ctx, "")
@@ -94,11 +95,12 @@ func (r *JobReconciler) SetupWithManager(mgr ctrl.Manager, outcomes <-chan recon
 		WithOptions(controller.Options{MaxConcurrentReconciles: r.Workers}).
 		For(&executionv1alpha1.Job{}, builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
 		Watches(&executionv1alpha1.JobClass{}, waiting).
-		Watches(&executionv1alpha1.KubernetesExecutionParameters{}, waiting).
-		Watches(&executionv1alpha1.OpenSandboxExecutionParameters{}, waiting).
 		Watches(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
 			return r.waitingJobs(ctx, o.GetName())
 		}))
+	for _, a := range r.Adapters {
+		b = b.Watches(a.NewParameters(), waiting)
+	}
 	if outcomes != nil {
 		b = b.WatchesRawSource(journaled.Source(outcomes))
 	}
@@ -146,19 +148,28 @@ func (jobKind) StatusPhase(j *executionv1alpha1.Job) string {
 func (k jobKind) Plan(ctx context.Context, j *executionv1alpha1.Job, h journaled.History) (journaled.Plan[JobDecision], error) {
 	r := k.r
 	f := JobFacts{Now: r.Clock.Now()}
+	pinned := j.Status.ResolvedJobClass
 	if j.DeletionTimestamp.IsZero() && !IsTerminal(&j.Status) {
-		if j.Status.ResolvedJobClass == nil {
+		if pinned == nil {
 			res, err := r.resolve(ctx, j)
 			if err != nil {
 				return journaled.Plan[JobDecision]{}, err
 			}
 			f.Resolution = res
+			if res != nil {
+				pinned = res.Class
+			}
 		} else if !meta.IsStatusConditionTrue(j.Status.Conditions, executionv1alpha1.JobConditionScheduled) {
 			reason, msg, err := r.classReadiness(ctx, j.Status.ResolvedJobClass)
 			if err != nil {
 				return journaled.Plan[JobDecision]{}, err
 			}
 			f.ClassReason, f.ClassMessage = reason, msg
+		}
+	}
+	if pinned != nil {
+		if a, ok := r.Adapters.ForController(pinned.ControllerName); ok {
+			f.Adapter = a.Name
 		}
 	}
 	d := DecideJob(j, h.Records, f, r.Policy)
@@ -278,7 +289,8 @@ func (r *JobReconciler) resolve(ctx context.Context, j *executionv1alpha1.Job) (
 		return refuse(choice.Reason, "%s", choice.Message)
 	}
 	class := choice.Class
-	if !contains(r.Controllers, class.Spec.ControllerName) {
+	adapter, ok := r.Adapters.ForController(class.Spec.ControllerName)
+	if !ok {
 		return refuse(executionv1alpha1.ReasonJobClassNotAccepted, "JobClass %s belongs to controller %s, which this manager does not run", class.Name, class.Spec.ControllerName)
 	}
 	if c := meta.FindStatusCondition(class.Status.Conditions, executionv1alpha1.JobClassConditionAccepted); c == nil || c.Status != metav1.ConditionTrue || c.ObservedGeneration != class.Generation {
@@ -292,7 +304,7 @@ func (r *JobReconciler) resolve(ctx context.Context, j *executionv1alpha1.Job) (
 	if err != nil || !allowed {
 		return refuse(executionv1alpha1.ReasonNamespaceNotAllowed, "JobClass %s does not allow namespace %s (allowedNamespaces)", class.Name, j.Namespace)
 	}
-	params, err := r.parameters(ctx, class.Spec.ParametersRef)
+	params, err := r.parameters(ctx, class.Spec.ControllerName, class.Spec.ParametersRef)
 	if err != nil {
 		return nil, err
 	}
@@ -305,11 +317,8 @@ func (r *JobReconciler) resolve(ctx context.Context, j *executionv1alpha1.Job) (
 	}
 	// The adapter's own rules come before the env check: a Secret the
 	// parameters do not let the adapter send is not even read.
-	if osp, ok := params.(*executionv1alpha1.OpenSandboxExecutionParameters); ok {
-		if reason, msg := AdmitOpenSandbox(j, osp); reason != "" {
-			return refuse(reason, "%s", msg)
-		}
-		if reason, msg := AdmitOpenSandboxResources(res, osp); reason != "" {
+	if adapter.Admit != nil {
+		if reason, msg := adapter.Admit(j, params, res); reason != "" {
 			return refuse(reason, "%s", msg)
 		}
 	}
@@ -324,23 +333,13 @@ func (r *JobReconciler) resolve(ctx context.Context, j *executionv1alpha1.Job) (
 	return &Resolution{
 		Class:     &executionv1alpha1.ResolvedJobClassReference{Name: class.Name, UID: class.UID, ControllerName: class.Spec.ControllerName, ParametersRef: pref},
 		Resources: res,
-		Adapter:   adapterOf(class.Spec.ControllerName),
 	}, nil
 }
 
-func contains(xs []string, s string) bool {
-	for _, x := range xs {
-		if x == s {
-			return true
-		}
-	}
-	return false
-}
-
 // parametersUID returns the UID of the parameters object ref names ("":
-// not found, being deleted, or of a kind this manager does not know).
-func (r *JobReconciler) parametersUID(ctx context.Context, ref executionv1alpha1.ParametersReference) (types.UID, error) {
-	obj, err := r.parameters(ctx, ref)
+// not found, being deleted, or not of the kind of controller's adapter).
+func (r *JobReconciler) parametersUID(ctx context.Context, controller string, ref executionv1alpha1.ParametersReference) (types.UID, error) {
+	obj, err := r.parameters(ctx, controller, ref)
 	if err != nil || obj == nil {
 		return "", err
 	}
@@ -348,13 +347,13 @@ func (r *JobReconciler) parametersUID(ctx context.Context, ref executionv1alpha1
 }
 
 // parameters reads the parameters object ref names (nil: not found, being
-// deleted, or of a kind this manager does not know).
-func (r *JobReconciler) parameters(ctx context.Context, ref executionv1alpha1.ParametersReference) (client.Object, error) {
-	newObj, ok := parametersKinds[ref.Kind]
-	if ref.Group != executionv1alpha1.GroupVersion.Group || !ok {
+// deleted, or not of the kind of controller's adapter).
+func (r *JobReconciler) parameters(ctx context.Context, controller string, ref executionv1alpha1.ParametersReference) (client.Object, error) {
+	a, ok := r.Adapters.ForKind(ref.Group, ref.Kind)
+	if !ok || a.ControllerName != controller {
 		return nil, nil
 	}
-	obj := newObj()
+	obj := a.NewParameters()
 	if err := r.Client.Get(ctx, types.NamespacedName{Name: ref.Name}, obj); err != nil {
 		if apierrors.IsNotFound(err) {
 			return nil, nil
@@ -365,70 +364,6 @@ func (r *JobReconciler) parameters(ctx context.Context, ref executionv1alpha1.Pa
 		return nil, nil
 	}
 	return obj, nil
-}
-
-// AdmitOpenSandbox checks a Job against the OpenSandbox parameters of its
-// class (docs/execution/jobclass-api.md C11) before it is accepted: an env
-// variable that references a Secret needs params.spec.allowSecretEnv,
-// task.imagePullSecrets need params.spec.allowImageAuth (either would
-// make the adapter send a Secret's content to OpenSandbox), and the task
-// needs a command (the adapter runs it as a command in the sandbox and can
-// not read the image's entrypoint). It returns "", "" when the Job is
-// admitted, else executionv1alpha1.ReasonSecretEnvNotAllowed,
-// ReasonImageAuthNotAllowed or ReasonCommandRequired and a message naming
-// the variable or Secret and the parameters object, never a value. It
-// reads nothing.
-func AdmitOpenSandbox(j *executionv1alpha1.Job, params *executionv1alpha1.OpenSandboxExecutionParameters) (string, string) {
-	task := j.Spec.Task
-	if !params.Spec.AllowSecretEnv {
-		for _, e := range task.Env {
-			if e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil {
-				continue
-			}
-			return executionv1alpha1.ReasonSecretEnvNotAllowed, fmt.Sprintf(
-				"env %s references Secret %s, but OpenSandboxExecutionParameters %s do not set allowSecretEnv (the adapter would send the Secret's value to OpenSandbox); the Job waits until they do",
-				e.Name, e.ValueFrom.SecretKeyRef.Name, params.Name)
-		}
-	}
-	if !params.Spec.AllowImageAuth && len(task.ImagePullSecrets) > 0 {
-		names := make([]string, 0, len(task.ImagePullSecrets))
-		for _, s := range task.ImagePullSecrets {
-			names = append(names, s.Name)
-		}
-		return executionv1alpha1.ReasonImageAuthNotAllowed, fmt.Sprintf(
-			"imagePullSecrets names Secret(s) %s, but OpenSandboxExecutionParameters %s do not set allowImageAuth (the adapter would send registry credentials to OpenSandbox); the Job waits until they do",
-			strings.Join(names, ", "), params.Name)
-	}
-	if len(task.Command) == 0 {
-		return executionv1alpha1.ReasonCommandRequired,
-			"the OpenSandbox adapter runs the task as a command in the sandbox and can not read the image's entrypoint; set task.command"
-	}
-	return "", ""
-}
-
-// AdmitOpenSandboxResources checks a Job's effective resources against
-// the requestMapping of its OpenSandbox parameters: under Native every set
-// request must equal its limit, because the lifecycle API has only
-// resourceLimits (executionv1alpha1.ReasonRequestMappingUnsupported otherwise);
-// under AdmissionOnly requests only admit. It reads nothing.
-func AdmitOpenSandboxResources(res executionv1alpha1.ExecutionResourceRequirements, params *executionv1alpha1.OpenSandboxExecutionParameters) (string, string) {
-	if params.Spec.RequestMapping != executionv1alpha1.OpenSandboxRequestMappingNative {
-		return "", ""
-	}
-	for _, p := range []struct {
-		name     string
-		req, lim *resource.Quantity
-	}{{"cpu", res.Requests.CPU, res.Limits.CPU}, {"memory", res.Requests.Memory, res.Limits.Memory}} {
-		if p.req == nil {
-			continue
-		}
-		if p.lim == nil || p.req.Cmp(*p.lim) != 0 {
-			return executionv1alpha1.ReasonRequestMappingUnsupported, fmt.Sprintf(
-				"OpenSandboxExecutionParameters %s set requestMapping Native, but OpenSandbox has only resourceLimits: the effective %s request must equal its limit; the Job waits until the class or the parameters change",
-				params.Name, p.name)
-		}
-	}
-	return "", ""
 }
 
 // checkEnv checks that every non-optional Secret/ConfigMap key an env
@@ -533,6 +468,9 @@ func invalidReferences(j *executionv1alpha1.Job) (string, string) {
 // class ("" when it may): the class or its parameters are gone or were
 // recreated with another UID (never adopted), or the class is not Ready.
 func (r *JobReconciler) classReadiness(ctx context.Context, rc *executionv1alpha1.ResolvedJobClassReference) (string, string, error) {
+	if _, ok := r.Adapters.ForController(rc.ControllerName); !ok {
+		return executionv1alpha1.ReasonClassNotReady, fmt.Sprintf("no adapter of this manager runs controller %s of JobClass %s; the Job waits for a manager that does", rc.ControllerName, rc.Name), nil
+	}
 	var class executionv1alpha1.JobClass
 	if err := r.Client.Get(ctx, types.NamespacedName{Name: rc.Name}, &class); err != nil {
 		if apierrors.IsNotFound(err) {
@@ -543,7 +481,7 @@ func (r *JobReconciler) classReadiness(ctx context.Context, rc *executionv1alpha
 	if class.UID != rc.UID {
 		return executionv1alpha1.ReasonJobClassNotFound, fmt.Sprintf("JobClass %s was recreated (UID %s, accepted with %s); the Job does not adopt it", rc.Name, class.UID, rc.UID), nil
 	}
-	uid, err := r.parametersUID(ctx, rc.ParametersRef)
+	uid, err := r.parametersUID(ctx, rc.ControllerName, rc.ParametersRef)
 	if err != nil {
 		return "", "", err
 	}

@@ -26,6 +26,10 @@ type JobFacts struct {
 	// or the class is not Ready); "" when it may. Read only before an
 	// execution exists.
 	ClassReason, ClassMessage string
+	// Adapter is the name of the adapter this manager runs for the pinned
+	// class's controller ("" when none, or no class is pinned yet): the
+	// adapter an Ensure names.
+	Adapter string
 }
 
 // Resolution is the outcome of resolving a Job's class, namespace policy,
@@ -38,9 +42,6 @@ type Resolution struct {
 	Class *executionv1alpha1.ResolvedJobClassReference
 	// Resources are the effective resources when accepted.
 	Resources executionv1alpha1.ExecutionResourceRequirements
-	// Adapter runs the class's Jobs (execution.AdapterKubernetes,
-	// execution.AdapterOpenSandbox).
-	Adapter string
 }
 
 // JobPolicy are the projector's timings.
@@ -338,11 +339,15 @@ func (d *decider) cancelIntent(reason execution.StopReason) execution.ExecutionI
 	return in
 }
 
+// adapter names the adapter of the Job's execution: the one its outcomes
+// report, else the one of its pinned class ("" when neither is known: the
+// dispatcher reads that as execution.AdapterKubernetes, as intents of
+// projectors before adapters were named did).
 func (d *decider) adapter() string {
 	if d.l.adapter != "" {
 		return d.l.adapter
 	}
-	return execution.AdapterKubernetes
+	return d.f.Adapter
 }
 
 // due returns how long until at+delay on the projector's clock (≤ 0: now).
@@ -582,6 +587,11 @@ func (d *decider) decideScheduling() {
 
 func (d *decider) ensure() {
 	rc := d.st.ResolvedJobClass
+	if d.f.Adapter == "" {
+		d.running(executionv1alpha1.ReasonScheduling, "no adapter of this manager runs controller "+rc.ControllerName+"; waiting for a manager that does")
+		d.requeueAfter(d.p.ResolveRecheck)
+		return
+	}
 	digest, err := execution.TaskDigest(d.job.Spec.Task)
 	if err != nil {
 		d.running(executionv1alpha1.ReasonScheduling, "the task can not be fingerprinted")
@@ -590,7 +600,7 @@ func (d *decider) ensure() {
 	}
 	er := d.st.EffectiveResources
 	d.intent(execution.OpEnsure, "", execution.EnsureIntent{
-		Adapter:        adapterOf(rc.ControllerName),
+		Adapter:        d.f.Adapter,
 		JobClass:       rc.Name,
 		JobClassUID:    string(rc.UID),
 		ParametersKind: rc.ParametersRef.Kind,
@@ -604,15 +614,6 @@ func (d *decider) ensure() {
 		},
 		References: append([]execution.Reference(nil), d.l.refs...),
 	})
-}
-
-// adapterOf maps a class's controller name to its adapter.
-func adapterOf(controller string) string {
-	switch controller {
-	case executionv1alpha1.ControllerOpenSandbox:
-		return execution.AdapterOpenSandbox
-	}
-	return execution.AdapterKubernetes
 }
 
 // decideObservation follows an existing execution.

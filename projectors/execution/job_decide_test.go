@@ -37,7 +37,8 @@ func newSim(t *testing.T) *sim {
 	job := &executionv1alpha1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: "ci", Name: "build", UID: types.UID("3f1e6c1a-0000-4000-8000-000000000001"), Generation: 1},
 		Spec: executionv1alpha1.JobSpec{Task: executionv1alpha1.TaskSpec{Image: "ayatori.test/succeed"}, DesiredState: executionv1alpha1.JobDesiredStateRunning}}
 	s := &sim{t: t, job: job, now: time.Date(2026, 12, 1, 8, 0, 0, 0, time.UTC)}
-	s.facts.Resolution = &Resolution{Adapter: execution.AdapterKubernetes, Class: &executionv1alpha1.ResolvedJobClassReference{Name: "default", UID: "class-uid",
+	s.facts.Adapter = execution.AdapterKubernetes
+	s.facts.Resolution = &Resolution{Class: &executionv1alpha1.ResolvedJobClassReference{Name: "default", UID: "class-uid",
 		ControllerName: executionv1alpha1.ControllerKubernetes, ParametersRef: executionv1alpha1.ParametersReference{Group: executionv1alpha1.GroupVersion.Group,
 			Kind: "KubernetesExecutionParameters", Name: "default", UID: "params-uid"}}}
 	return s

@@ -3,13 +3,12 @@ package execution
 import (
 	"context"
 	"fmt"
-	"slices"
+	"reflect"
 	"sort"
 	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	nodev1 "k8s.io/api/node/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -22,14 +21,13 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	executionv1alpha1 "git.ddupan.top/panxiao81/ayatori/api/execution/v1alpha1"
+	"git.ddupan.top/panxiao81/ayatori/contracts/execution"
 )
 
 // RBAC of the JobClass controller and the parameters protection.
 // +kubebuilder:rbac:groups=execution.ayatori.ddupan.top,resources=jobclasses,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups=execution.ayatori.ddupan.top,resources=jobclasses/status,verbs=patch
 // +kubebuilder:rbac:groups=execution.ayatori.ddupan.top,resources=jobs,verbs=get;list;watch
-// +kubebuilder:rbac:groups=execution.ayatori.ddupan.top,resources=kubernetesexecutionparameters;opensandboxexecutionparameters,verbs=get;list;watch;patch
-// +kubebuilder:rbac:groups=node.k8s.io,resources=runtimeclasses,verbs=get;list;watch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // Field indexes of the execution projectors (registered by
@@ -63,8 +61,9 @@ func ParametersKey(group, kind, name string) string { return group + "/" + kind 
 // (executionv1alpha1.JobClassFinalizer, kept while a non-terminal Job was
 // accepted with the class's UID) and of the parameters objects
 // (executionv1alpha1.ParametersFinalizer, kept while a JobClass references
-// them by group/kind/name). It never touches a backend itself: the Probes
-// it is given (executors/opensandbox) do, for the kinds they are keyed by.
+// them by group/kind/name). It knows no backend: the Adapters it is given
+// say which controller names and parameters kinds it accepts, and decide
+// Ready through their Ready and Probe.
 type JobClassReconciler struct {
 	// Client reads from the manager's cache and writes to the API server.
 	Client client.Client
@@ -74,18 +73,14 @@ type JobClassReconciler struct {
 	APIReader client.Reader
 	// Recorder emits Events on condition transitions and blocked deletions.
 	Recorder events.EventRecorder
-	// Controllers maps each controllerName this manager serves to the
-	// parameters kinds (group execution.ayatori.ddupan.top) it supports,
-	// e.g. {ControllerKubernetes: {"KubernetesExecutionParameters"}}.
-	Controllers map[string][]string
-	// Probes maps a parameters kind (e.g. "OpenSandboxExecutionParameters")
-	// to the check of its backend that decides Ready once the class is
-	// Accepted. A kind without a probe is Ready from the cluster's own
-	// objects alone (the RuntimeClass of KubernetesExecutionParameters).
-	Probes map[string]BackendProbe
-	// ProbeInterval is how often a class whose parameters kind has a probe
-	// is probed again, so that a backend recovering or an API key rotated
-	// in its Secret is noticed without a Secret watch (default
+	// Adapters are the execution backends this manager runs (at least
+	// one): a class is Accepted only for an adapter's controllerName with
+	// that adapter's parameters kind, and Ready by the adapter's Ready and
+	// Probe.
+	Adapters execution.Adapters
+	// ProbeInterval is how often a class whose adapter has a probe is
+	// probed again, so that a backend recovering or an API key rotated in
+	// its Secret is noticed without a Secret watch (default
 	// DefaultProbeInterval).
 	ProbeInterval time.Duration
 }
@@ -93,29 +88,14 @@ type JobClassReconciler struct {
 // DefaultProbeInterval is JobClassReconciler.ProbeInterval's default.
 const DefaultProbeInterval = 30 * time.Second
 
-// BackendProbe checks whether the backend configured by a parameters object
-// can take new executions (JobClass Ready). It returns ready, or a stable
-// CamelCase reason and a message safe for a Condition (never a secret or a
-// raw backend response). It must bound its own duration.
-//
-// params is the class's parameters object as read from the cache (a copy
-// the probe may keep); the probe is given nothing else. The message should
-// be the same for the same state: the class's status is written only when
-// a condition changes, so a message that varies from probe to probe (a
-// latency, a time) rewrites the class every interval.
-type BackendProbe func(ctx context.Context, params client.Object) (ready bool, reason, message string)
-
-// parametersKinds are the parameters kinds this package can read.
-var parametersKinds = map[string]func() client.Object{
-	"KubernetesExecutionParameters":  func() client.Object { return &executionv1alpha1.KubernetesExecutionParameters{} },
-	"OpenSandboxExecutionParameters": func() client.Object { return &executionv1alpha1.OpenSandboxExecutionParameters{} },
-}
-
 // SetupWithManager registers the indexes, the JobClass controller and one
 // protection controller per parameters kind.
 func (r *JobClassReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.APIReader == nil {
 		r.APIReader = r.Client
+	}
+	if err := r.Adapters.Validate(); err != nil {
+		return fmt.Errorf("jobclass projector: %w", err)
 	}
 	ctx := context.Background()
 	idx := mgr.GetFieldIndexer()
@@ -136,19 +116,25 @@ func (r *JobClassReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	b := ctrl.NewControllerManagedBy(mgr).
 		Named("jobclass").
 		For(&executionv1alpha1.JobClass{}).
-		Watches(&executionv1alpha1.Job{}, handler.EnqueueRequestsFromMapFunc(r.deletingClassOfJob)).
-		Watches(&nodev1.RuntimeClass{}, handler.EnqueueRequestsFromMapFunc(r.allClasses))
-	for kind, newObj := range parametersKinds {
-		b = b.Watches(newObj(), handler.EnqueueRequestsFromMapFunc(r.classesOfParameters(kind)))
+		Watches(&executionv1alpha1.Job{}, handler.EnqueueRequestsFromMapFunc(r.deletingClassOfJob))
+	watched := map[reflect.Type]bool{}
+	for _, a := range r.Adapters {
+		b = b.Watches(a.NewParameters(), handler.EnqueueRequestsFromMapFunc(r.classesOfParameters(a.ParametersGroupName(), a.ParametersKind)))
+		for _, w := range a.Watches {
+			if t := reflect.TypeOf(w); !watched[t] {
+				watched[t] = true
+				b = b.Watches(w, handler.EnqueueRequestsFromMapFunc(r.allClasses))
+			}
+		}
 	}
 	if err := b.Complete(r); err != nil {
 		return err
 	}
-	for kind, newObj := range parametersKinds {
-		p := &parametersProtection{r: r, kind: kind, newObj: newObj}
+	for _, a := range r.Adapters {
+		p := &parametersProtection{r: r, group: a.ParametersGroupName(), kind: a.ParametersKind, newObj: a.NewParameters}
 		err := ctrl.NewControllerManagedBy(mgr).
-			Named(strings.ToLower(kind)+"-protection").
-			For(newObj()).
+			Named(strings.ToLower(a.ParametersKind)+"-protection").
+			For(a.NewParameters()).
 			Watches(&executionv1alpha1.JobClass{}, handler.EnqueueRequestsFromMapFunc(p.parametersOfClass)).
 			Complete(p)
 		if err != nil {
@@ -172,8 +158,8 @@ func (r *JobClassReconciler) deletingClassOfJob(ctx context.Context, o client.Ob
 	return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: rc.Name}}}
 }
 
-// allClasses enqueues every JobClass (RuntimeClass changes: the class
-// count is small and the check is a cache read).
+// allClasses enqueues every JobClass (a change of an object an adapter's
+// Ready reads: the class count is small and the check is a cache read).
 func (r *JobClassReconciler) allClasses(ctx context.Context, _ client.Object) []reconcile.Request {
 	var list executionv1alpha1.JobClassList
 	if err := r.Client.List(ctx, &list); err != nil {
@@ -186,10 +172,10 @@ func (r *JobClassReconciler) allClasses(ctx context.Context, _ client.Object) []
 	return out
 }
 
-func (r *JobClassReconciler) classesOfParameters(kind string) handler.MapFunc {
+func (r *JobClassReconciler) classesOfParameters(group, kind string) handler.MapFunc {
 	return func(ctx context.Context, o client.Object) []reconcile.Request {
 		var list executionv1alpha1.JobClassList
-		key := ParametersKey(executionv1alpha1.GroupVersion.Group, kind, o.GetName())
+		key := ParametersKey(group, kind, o.GetName())
 		if err := r.Client.List(ctx, &list, client.MatchingFields{IndexJobClassParameters: key}); err != nil {
 			return nil
 		}
@@ -243,8 +229,8 @@ func (r *JobClassReconciler) probeInterval() time.Duration {
 
 // evaluate computes the Accepted and Ready conditions of class (without
 // observedGeneration and transition times). probed: the class is
-// Accepted and its parameters kind has a probe (called when the cluster's
-// own objects leave the class Ready), so it is to be probed again.
+// Accepted and its adapter has a probe (called when the adapter's Ready
+// leaves the class Ready), so it is to be probed again.
 func (r *JobClassReconciler) evaluate(ctx context.Context, class *executionv1alpha1.JobClass) (accepted, ready metav1.Condition, probed bool, err error) {
 	accepted = metav1.Condition{Type: executionv1alpha1.JobClassConditionAccepted}
 	ready = metav1.Condition{Type: executionv1alpha1.JobClassConditionReady}
@@ -256,17 +242,16 @@ func (r *JobClassReconciler) evaluate(ctx context.Context, class *executionv1alp
 	}
 	spec := class.Spec
 	ref := spec.ParametersRef
-	kinds, ok := r.Controllers[spec.ControllerName]
+	adapter, ok := r.Adapters.ForController(spec.ControllerName)
 	if !ok {
 		return notAccepted(executionv1alpha1.ReasonUnsupportedController, "no controller of this manager owns controllerName %s", spec.ControllerName)
 	}
-	newObj, known := parametersKinds[ref.Kind]
-	if ref.Group != executionv1alpha1.GroupVersion.Group || !slices.Contains(kinds, ref.Kind) || !known {
+	if ref.Group != adapter.ParametersGroupName() || ref.Kind != adapter.ParametersKind {
 		return notAccepted(executionv1alpha1.ReasonInvalidParametersReference,
 			"controller %s does not support parameters %s %s (supported: %s in group %s)",
-			spec.ControllerName, ref.Kind, ref.Group, strings.Join(kinds, ", "), executionv1alpha1.GroupVersion.Group)
+			spec.ControllerName, ref.Kind, ref.Group, adapter.ParametersKind, adapter.ParametersGroupName())
 	}
-	params := newObj()
+	params := adapter.NewParameters()
 	switch err := r.Client.Get(ctx, types.NamespacedName{Name: ref.Name}, params); {
 	case apierrors.IsNotFound(err):
 		return notAccepted(executionv1alpha1.ReasonParametersNotFound, "%s %s does not exist", ref.Kind, ref.Name)
@@ -280,17 +265,16 @@ func (r *JobClassReconciler) evaluate(ctx context.Context, class *executionv1alp
 	accepted.Message = fmt.Sprintf("controller %s accepts the class with %s %s (uid %s)", spec.ControllerName, ref.Kind, ref.Name, params.GetUID())
 
 	ready.Status, ready.Reason, ready.Message = metav1.ConditionTrue, executionv1alpha1.ReasonBackendReachable, "the class can take new executions"
-	if k, ok := params.(*executionv1alpha1.KubernetesExecutionParameters); ok && k.Spec.RuntimeClassName != "" {
-		rc := &nodev1.RuntimeClass{}
-		switch err := r.Client.Get(ctx, types.NamespacedName{Name: k.Spec.RuntimeClassName}, rc); {
-		case apierrors.IsNotFound(err):
-			ready.Status, ready.Reason = metav1.ConditionFalse, executionv1alpha1.ReasonRuntimeClassNotFound
-			ready.Message = fmt.Sprintf("RuntimeClass %s (runtimeClassName of %s %s) does not exist", k.Spec.RuntimeClassName, ref.Kind, ref.Name)
-		case err != nil:
+	if adapter.Ready != nil {
+		reason, msg, err := adapter.Ready(ctx, r.Client, params)
+		if err != nil {
 			return accepted, ready, false, err
 		}
+		if reason != "" {
+			ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, reason, msg
+		}
 	}
-	if probe := r.Probes[ref.Kind]; probe != nil {
+	if probe := adapter.Probe; probe != nil {
 		if ready.Status != metav1.ConditionTrue {
 			return accepted, ready, true, nil
 		}
@@ -432,14 +416,14 @@ func (r *JobClassReconciler) event(obj client.Object, typ, reason, action, forma
 // parametersProtection keeps executionv1alpha1.ParametersFinalizer on the
 // parameters objects of one kind while a JobClass references them.
 type parametersProtection struct {
-	r      *JobClassReconciler
-	kind   string
-	newObj func() client.Object
+	r           *JobClassReconciler
+	group, kind string
+	newObj      func() client.Object
 }
 
 func (p *parametersProtection) parametersOfClass(_ context.Context, o client.Object) []reconcile.Request {
 	ref := o.(*executionv1alpha1.JobClass).Spec.ParametersRef
-	if ref.Group != executionv1alpha1.GroupVersion.Group || ref.Kind != p.kind {
+	if ref.Group != p.group || ref.Kind != p.kind {
 		return nil
 	}
 	return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: ref.Name}}}
@@ -453,7 +437,7 @@ func (p *parametersProtection) Reconcile(ctx context.Context, req reconcile.Requ
 	if err := r.Client.Get(ctx, req.NamespacedName, obj); err != nil {
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
-	key := ParametersKey(executionv1alpha1.GroupVersion.Group, p.kind, obj.GetName())
+	key := ParametersKey(p.group, p.kind, obj.GetName())
 	var cached executionv1alpha1.JobClassList
 	if err := r.Client.List(ctx, &cached, client.MatchingFields{IndexJobClassParameters: key}); err != nil {
 		return reconcile.Result{}, err

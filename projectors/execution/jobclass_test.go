@@ -24,9 +24,22 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	executionv1alpha1 "git.ddupan.top/panxiao81/ayatori/api/execution/v1alpha1"
+	contract "git.ddupan.top/panxiao81/ayatori/contracts/execution"
+	kexec "git.ddupan.top/panxiao81/ayatori/executors/kubernetes"
+	osexec "git.ddupan.top/panxiao81/ayatori/executors/opensandbox"
 	"git.ddupan.top/panxiao81/ayatori/integration"
 	"git.ddupan.top/panxiao81/ayatori/projectors/execution"
 )
+
+// testAdapters are the manager's two adapters as the projectors see them,
+// with probe as the OpenSandbox probe (nil: none) and executors nobody
+// builds (these tests run no executor).
+func testAdapters(probe func(context.Context, client.Object) (bool, string, string)) contract.Adapters {
+	noExecutor := func() (*kexec.Executor, error) { return nil, fmt.Errorf("no executor in this test") }
+	sandbox := (&osexec.Executor{}).Adapter()
+	sandbox.Probe = probe
+	return contract.Adapters{kexec.Adapter(noExecutor), sandbox}
+}
 
 // classEnv is a real apiserver plus a manager running the JobClass
 // controller (metrics and probes off).
@@ -68,10 +81,7 @@ func startClassEnvWith(t *testing.T, configure func(*execution.JobClassReconcile
 	mgr := testManager(t, cp)
 	r := &execution.JobClassReconciler{
 		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("ayatori-manager"),
-		Controllers: map[string][]string{
-			executionv1alpha1.ControllerKubernetes:  {"KubernetesExecutionParameters"},
-			executionv1alpha1.ControllerOpenSandbox: {"OpenSandboxExecutionParameters"},
-		},
+		Adapters: testAdapters(nil),
 	}
 	if configure != nil {
 		configure(r)

@@ -40,7 +40,7 @@ type probeVerdict struct {
 	reason, message string
 }
 
-// fakeProbe is a BackendProbe whose verdict the test sets per parameters
+// fakeProbe is an OpenSandbox adapter's Probe whose verdict the test sets per parameters
 // name (default: ready); it records what it was given.
 type fakeProbe struct {
 	mu       sync.Mutex
@@ -116,7 +116,7 @@ func TestJobClassOpenSandboxReady(t *testing.T) {
 	const soon = 3 * time.Second
 	probe := newFakeProbe()
 	e := startClassEnvWith(t, func(r *execution.JobClassReconciler) {
-		r.Probes = map[string]execution.BackendProbe{osParamsKind: probe.probe}
+		r.Adapters = testAdapters(probe.probe)
 		r.ProbeInterval = interval
 	})
 	kube, sandbox := executionv1alpha1.ControllerKubernetes, executionv1alpha1.ControllerOpenSandbox
@@ -216,13 +216,9 @@ func startOpenSandboxEnv(t *testing.T) *osEnv {
 	mgr := testManager(t, cp)
 	e := &osEnv{c: cp.Client, ctx: ctx, store: store, probe: newFakeProbe()}
 	rec := mgr.GetEventRecorder("ayatori-manager")
-	controllers := []string{executionv1alpha1.ControllerKubernetes, executionv1alpha1.ControllerOpenSandbox}
+	adapters := testAdapters(e.probe.probe)
 	cr := &execution.JobClassReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: rec,
-		Controllers: map[string][]string{
-			executionv1alpha1.ControllerKubernetes:  {"KubernetesExecutionParameters"},
-			executionv1alpha1.ControllerOpenSandbox: {osParamsKind},
-		},
-		Probes:        map[string]execution.BackendProbe{osParamsKind: e.probe.probe},
+		Adapters:      adapters,
 		ProbeInterval: 200 * time.Millisecond,
 	}
 	if err := cr.SetupWithManager(mgr); err != nil {
@@ -237,7 +233,7 @@ func startOpenSandboxEnv(t *testing.T) *osEnv {
 	// by the periodic re-check.
 	policy.ResolveRecheck = time.Hour
 	jr := &execution.JobReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Journal: store, Recorder: rec,
-		Policy: policy, Controllers: controllers}
+		Policy: policy, Adapters: adapters}
 	if err := jr.SetupWithManager(mgr, router.For(execution.KindJob)); err != nil {
 		t.Fatal(err)
 	}
