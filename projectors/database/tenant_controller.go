@@ -295,60 +295,10 @@ func (k tenantKind) Plan(ctx context.Context, t *databasev1alpha1.PostgreSQLTena
 			}
 		}
 	}
-	d := DecideTenant(facts, r.Policy)
-	if !deleting && d.Intent != nil && (d.Intent.Operation == dbcontract.OpClaimOwnership || d.Intent.Operation == dbcontract.OpEnsureExternalSecret) {
-		// Before the first external write, and before the ExternalSecret is
-		// created: is the projection target someone else's?
-		taken, err := r.targetTaken(ctx, t, n, st)
-		if err != nil {
-			return plan{}, err
-		}
-		if taken != "" {
-			facts.TargetTaken = taken
-			d = DecideTenant(facts, r.Policy)
-		}
-	}
-	if !deleting && d.Intent != nil && d.Intent.Operation == dbcontract.OpObserveProjection && d.Intent.Attempt == 1 &&
-		facts.Now.Before(ensuredAt(st, t.Generation).Add(r.Policy.RetryBase)) {
-		// ESO syncs the ExternalSecret just created asynchronously: observe
-		// once it reports Ready (its status change is watched and wakes
-		// this pass), not before: an observation now would only fail and
-		// back off. After RetryBase the observation is decided anyway, so
-		// a projection that never syncs is still reported.
-		synced, err := r.projectionSynced(ctx, t, n)
-		if err != nil {
-			return plan{}, err
-		}
-		if !synced {
-			d.Intent, d.RequeueAfter = nil, ensuredAt(st, t.Generation).Add(r.Policy.RetryBase).Sub(facts.Now)
-		}
-	}
-	if !deleting && d.Intent == nil && d.RequeueAfter > 0 && reobserveDue(st, t.Generation) {
-		// Waiting to observe the projection again: if ESO has synced the
-		// ExternalSecret meanwhile (its status change woke this pass), do
-		// it now.
-		synced, err := r.projectionSynced(ctx, t, n)
-		if err != nil {
-			return plan{}, err
-		}
-		if synced {
-			facts.ProjectionSynced = true
-			d = DecideTenant(facts, r.Policy)
-		}
-	}
-	if !deleting && !d.StatusLost && d.Note == "" && d.Intent == nil && d.Ready.Status == metav1.ConditionTrue {
-		// What the Tenant owns in Kubernetes changed (watched): repair or
-		// report now, not at the next periodic re-check.
-		problem, err := r.projectionDrift(ctx, t, n)
-		if err != nil {
-			return plan{}, err
-		}
-		if changed := credentialDrift(st, r.credentialIntent(inst, n)); problem == "" && len(changed) > 0 {
-			problem = "the Instance endpoint changed (" + strings.Join(changed, ", ") + "); the credential record and the Secret follow it"
-		}
-		if problem != "" {
-			d = TenantDecision{Phase: d.Phase, Note: dbcontract.NoteRevalidate, DatabaseOID: d.DatabaseOID, Ready: reconciling(problem + "; re-checking every step")}
-		}
+	facts.InstanceMissing = ierr != nil
+	d, err := r.decide(ctx, t, inst, n, facts)
+	if err != nil {
+		return plan{}, err
 	}
 	p := plan{Status: tenantProjection{names: shown, decision: d}, StatusLost: d.StatusLost, RequeueAfter: d.RequeueAfter}
 	switch {
@@ -363,11 +313,6 @@ func (k tenantKind) Plan(ctx context.Context, t *databasev1alpha1.PostgreSQLTena
 		}
 		p.Record, p.Requeue, p.RequeueAfter = &note, true, 0
 		return p, nil
-	case d.Intent != nil && ierr != nil && d.Intent.Operation != dbcontract.OpRetainOwnership && d.Intent.Operation != dbcontract.OpRetainExternalSecret:
-		// The Instance is gone: Delete-path steps can not run; keep waiting.
-		p.Status.decision = TenantDecision{Phase: d.Phase, Ready: notReady(databasev1alpha1.ReasonInstanceNotReady, facts.InstanceProblem)}
-		p.RequeueAfter = r.Policy.PendingRecheck
-		return p, nil
 	case d.Intent != nil:
 		rec, err := r.intent(t, inst, n, d.Intent, st)
 		if err != nil {
@@ -380,6 +325,40 @@ func (k tenantKind) Plan(ctx context.Context, t *databasev1alpha1.PostgreSQLTena
 		p.OnRelease = func() { reportLeftInPlace(r.Recorder, t, d.LeftInPlace) }
 	}
 	return p, nil
+}
+
+// decide runs DecideTenant, reading each read-on-demand fact it asks for
+// (at most once each) and deciding again, and returns its complete
+// decision.
+func (r *TenantReconciler) decide(ctx context.Context, t *databasev1alpha1.PostgreSQLTenant, inst *databasev1alpha1.PostgreSQLInstance, n tenantNames, facts TenantFacts) (TenantDecision, error) {
+	facts.Unread = AllTenantFacts
+	for {
+		d := DecideTenant(facts, r.Policy)
+		if d.Need == 0 {
+			return d, nil
+		}
+		if facts.Unread&d.Need == 0 {
+			return TenantDecision{}, fmt.Errorf("DecideTenant asked again for fact %d", d.Need)
+		}
+		facts.Unread &^= d.Need
+		var err error
+		switch d.Need {
+		case FactTargetTaken:
+			facts.TargetTaken, err = r.targetTaken(ctx, t, n, facts.Journal)
+		case FactProjectionSynced:
+			facts.ProjectionSynced, err = r.projectionSynced(ctx, t, n)
+		case FactDrift:
+			facts.Drift, err = r.projectionDrift(ctx, t, n)
+			if changed := credentialDrift(facts.Journal, r.credentialIntent(inst, n)); err == nil && facts.Drift == "" && len(changed) > 0 {
+				facts.Drift = "the Instance endpoint changed (" + strings.Join(changed, ", ") + "); the credential record and the Secret follow it"
+			}
+		default:
+			return TenantDecision{}, fmt.Errorf("DecideTenant asked for an unknown fact %d", d.Need)
+		}
+		if err != nil {
+			return TenantDecision{}, err
+		}
+	}
 }
 
 // provisionedAs returns the intent of the last successful ClaimOwnership

@@ -75,18 +75,36 @@ type TenantFacts struct {
 	// conclusion either (Ready=Unknown: first validation, registry
 	// bootstrap); the Tenant then reports Reconciling, not a failure.
 	InstanceProgressing bool
+	// InstanceMissing: the Instance the steps run on (the one the Tenant
+	// was provisioned on, while deleting) does not exist: no step but the
+	// Retain steps can run.
+	InstanceMissing bool
+	// Unread are the read-on-demand facts below that the controller has
+	// not read yet. DecideTenant asks for one it needs (TenantDecision.Need)
+	// instead of deciding without it; the controller reads it, clears its
+	// bit and decides again, so each is read at most once per pass and only
+	// when the decision depends on it. A fact not in Unread is known (its
+	// zero value: nothing found).
+	Unread TenantFactSet
 	// TargetTaken is non-empty when the projection target (the derived
 	// ExternalSecret name or the target Secret) exists and is not this
-	// Tenant's: it names what takes it. The controller gathers it with
-	// metadata-only reads just before ClaimOwnership and
-	// EnsureExternalSecret would be planned, never while deleting.
+	// Tenant's: it names what takes it (FactTargetTaken: metadata-only
+	// reads, asked for before ClaimOwnership and EnsureExternalSecret,
+	// never while deleting).
 	TargetTaken string
 	// ProjectionSynced: the Tenant's ExternalSecret reports Ready=True
-	// (ESO synced it). The controller reads it only while the chain waits
-	// to observe the projection again after an attempt found it not yet
-	// synced: the ExternalSecret's status change (watched) then ends the
-	// wait at once instead of the back-off.
+	// (ESO synced it; FactProjectionSynced). Asked for before the first
+	// observation of a just-created ExternalSecret, and while the chain
+	// waits to observe the projection again after an attempt found it not
+	// yet synced: the ExternalSecret's status change (watched) then ends
+	// the wait at once instead of the back-off.
 	ProjectionSynced bool
+	// Drift is non-empty when what a Ready Tenant owns in Kubernetes (its
+	// ExternalSecret, the Secret) or its credential record no longer
+	// matches what was provisioned (FactDrift, asked for only when the
+	// Tenant is Ready and nothing else is to be done): every step is
+	// checked again.
+	Drift string
 	Deleting         bool
 	SpecPolicy       databasev1alpha1.DeletionPolicy
 	Journal          *journal.State
@@ -96,8 +114,25 @@ type TenantFacts struct {
 	Now     time.Time
 }
 
+// TenantFactSet is a set of read-on-demand Tenant facts.
+type TenantFactSet uint8
+
+// The read-on-demand Tenant facts (TenantFacts.Unread, TenantDecision.Need).
+const (
+	FactTargetTaken TenantFactSet = 1 << iota
+	FactProjectionSynced
+	FactDrift
+	// AllTenantFacts are every read-on-demand fact: the controller's
+	// TenantFacts.Unread at the start of a pass.
+	AllTenantFacts = FactTargetTaken | FactProjectionSynced | FactDrift
+)
+
 // TenantDecision is what the Tenant projector does next.
 type TenantDecision struct {
+	// Need is one fact of TenantFacts.Unread the decision depends on (0:
+	// the decision is complete): the controller reads it and decides
+	// again; every other field is then empty.
+	Need TenantFactSet
 	Phase      databasev1alpha1.TenantPhase
 	Ready      ReadyCondition
 	Conclusive bool
@@ -126,11 +161,72 @@ func lastNote(recs []journal.Record, op string) *journal.Record {
 	return nil
 }
 
-// DecideTenant is the Tenant state machine. The phase only names the
-// candidate step: every step is an intent whose executor checks the
+// DecideTenant is the whole Tenant state machine. The phase only names
+// the candidate step: every step is an intent whose executor checks the
 // external facts before and after, and the phase advances only from
-// outcomes in the journal. It never performs I/O.
+// outcomes in the journal. It never performs I/O: when the decision
+// depends on a fact the controller reads on demand and has not read yet
+// (f.Unread), it returns only Need. The controller acts on the decision as
+// it is, never overriding it.
 func DecideTenant(f TenantFacts, p TenantPolicy) TenantDecision {
+	need := func(fact TenantFactSet) bool { return f.Unread&fact != 0 }
+	ask := func(fact TenantFactSet) TenantDecision { return TenantDecision{Need: fact} }
+	d := decideTenantChain(f, p)
+	st := f.Journal
+	if st == nil {
+		st = journal.NewState()
+	}
+	op := func() string {
+		if d.Intent == nil {
+			return ""
+		}
+		return d.Intent.Operation
+	}
+	if !f.Deleting && (op() == dbcontract.OpClaimOwnership || op() == dbcontract.OpEnsureExternalSecret) && need(FactTargetTaken) {
+		// Before the first external write, and before the ExternalSecret
+		// is created: is the projection target someone else's?
+		return ask(FactTargetTaken)
+	}
+	if !f.Deleting && op() == dbcontract.OpObserveProjection && d.Intent.Attempt == 1 &&
+		f.Now.Before(ensuredAt(st, f.Generation).Add(p.RetryBase)) {
+		// ESO syncs the ExternalSecret just created asynchronously: observe
+		// once it reports Ready (its status change is watched and wakes a
+		// pass), not before: an observation now would only fail and back
+		// off. After RetryBase the observation is decided anyway, so a
+		// projection that never syncs is still reported.
+		if need(FactProjectionSynced) {
+			return ask(FactProjectionSynced)
+		}
+		if !f.ProjectionSynced {
+			d.Intent, d.RequeueAfter = nil, ensuredAt(st, f.Generation).Add(p.RetryBase).Sub(f.Now)
+		}
+	}
+	if !f.Deleting && d.Intent == nil && d.RequeueAfter > 0 && reobserveDue(st, f.Generation) && need(FactProjectionSynced) {
+		// Waiting to observe the projection again: if ESO has synced the
+		// ExternalSecret meanwhile (its status change woke this pass), do
+		// it now (the chain then plans the observation).
+		return ask(FactProjectionSynced)
+	}
+	if !f.Deleting && !d.StatusLost && d.Note == "" && d.Intent == nil && d.Ready.Status == metav1.ConditionTrue {
+		// What the Tenant owns in Kubernetes changed (watched): repair or
+		// report now, not at the next periodic re-check.
+		if need(FactDrift) {
+			return ask(FactDrift)
+		}
+		if f.Drift != "" {
+			return TenantDecision{Phase: d.Phase, Note: dbcontract.NoteRevalidate, DatabaseOID: d.DatabaseOID, Ready: reconciling(f.Drift + "; re-checking every step")}
+		}
+	}
+	if d.Note == "" && d.Intent != nil && f.InstanceMissing && op() != dbcontract.OpRetainOwnership && op() != dbcontract.OpRetainExternalSecret {
+		// The Instance is gone: the steps that need it can not run; wait.
+		return TenantDecision{Phase: d.Phase, Ready: notReady(databasev1alpha1.ReasonInstanceNotReady, f.InstanceProblem), RequeueAfter: p.PendingRecheck, StatusLost: d.StatusLost}
+	}
+	return d
+}
+
+// decideTenantChain walks the step chain (or the deletion) from the
+// journal and the facts read up front.
+func decideTenantChain(f TenantFacts, p TenantPolicy) TenantDecision {
 	st := f.Journal
 	if st == nil {
 		st = journal.NewState()

@@ -228,3 +228,80 @@ func TestDecideTenantRecheck(t *testing.T) {
 		})
 	}
 }
+
+// DecideTenant asks for a read-on-demand fact only when its decision
+// depends on it, never twice, and its complete decision is what the
+// controller acts on (the controller overrides nothing).
+func TestDecideTenantAsksForWhatItNeeds(t *testing.T) {
+	all := []step{ok(dbcontract.OpCheckExtensions), ok(dbcontract.OpClaimOwnership), ok(dbcontract.OpWriteCredential), ok(dbcontract.OpCreateRole),
+		ok(dbcontract.OpCreateDatabase), ok(dbcontract.OpEnsureExtensions), ok(dbcontract.OpEnsureExternalSecret), ok(dbcontract.OpObserveProjection), ok(dbcontract.OpVerifyLogin)}
+	facts := func(steps []step) TenantFacts {
+		st, recs := tenantHistory(steps...)
+		return TenantFacts{Generation: 1, Journal: st, Records: recs, Now: t0.Add(time.Hour), Unread: AllTenantFacts,
+			Status: databasev1alpha1.PostgreSQLTenantStatus{Phase: databasev1alpha1.TenantPhasePending}}
+	}
+	// run answers every Need with read and returns the decision and what
+	// was asked, in order.
+	run := func(f TenantFacts, read func(TenantFactSet, *TenantFacts)) (TenantDecision, []TenantFactSet) {
+		var asked []TenantFactSet
+		for {
+			d := DecideTenant(f, tenantPolicy)
+			if d.Need == 0 {
+				return d, asked
+			}
+			if f.Unread&d.Need == 0 {
+				t.Fatalf("asked again for %d", d.Need)
+			}
+			asked = append(asked, d.Need)
+			f.Unread &^= d.Need
+			read(d.Need, &f)
+		}
+	}
+	nothing := func(TenantFactSet, *TenantFacts) {}
+
+	d, asked := run(facts(all[:1]), nothing)
+	if len(asked) != 1 || asked[0] != FactTargetTaken || d.Intent == nil || d.Intent.Operation != dbcontract.OpClaimOwnership {
+		t.Fatalf("before the claim: asked %v, decided %+v", asked, d)
+	}
+	d, _ = run(facts(all[:1]), func(_ TenantFactSet, f *TenantFacts) { f.TargetTaken = "Secret ns/app taken" })
+	if d.Intent != nil || d.Ready.Reason != databasev1alpha1.ReasonConflict {
+		t.Fatalf("taken target: %+v", d)
+	}
+	d, asked = run(facts(all[:3]), nothing)
+	if len(asked) != 0 || d.Intent == nil || d.Intent.Operation != dbcontract.OpCreateRole {
+		t.Fatalf("mid-chain: asked %v, decided %+v", asked, d)
+	}
+
+	// Ready: drift is read, and a drift is a Revalidate note.
+	ready := facts(all)
+	ready.Now = t0.Add(time.Minute) // before the periodic re-check
+	d, asked = run(ready, nothing)
+	if len(asked) != 1 || asked[0] != FactDrift || d.Ready.Status != metav1.ConditionTrue || d.Note != "" {
+		t.Fatalf("Ready: asked %v, decided %+v", asked, d)
+	}
+	d, _ = run(ready, func(_ TenantFactSet, f *TenantFacts) { f.Drift = "the ExternalSecret was deleted" })
+	if d.Note != dbcontract.NoteRevalidate || !strings.Contains(d.Ready.Message, "the ExternalSecret was deleted") {
+		t.Fatalf("drift: %+v", d)
+	}
+
+	// A just-created ExternalSecret is observed once ESO synced it, or
+	// after RetryBase.
+	fresh := facts(all[:7])
+	fresh.Now = t0.Add(tenantPolicy.RetryBase / 2)
+	d, asked = run(fresh, nothing)
+	if len(asked) != 1 || asked[0] != FactProjectionSynced || d.Intent != nil || d.RequeueAfter <= 0 {
+		t.Fatalf("not synced yet: asked %v, decided %+v", asked, d)
+	}
+	d, _ = run(fresh, func(_ TenantFactSet, f *TenantFacts) { f.ProjectionSynced = true })
+	if d.Intent == nil || d.Intent.Operation != dbcontract.OpObserveProjection {
+		t.Fatalf("synced: %+v", d)
+	}
+
+	// The Instance is gone: nothing but the Retain steps runs.
+	gone := facts(all[:3])
+	gone.InstanceMissing, gone.InstanceProblem = true, "PostgreSQLInstance pg does not exist"
+	d, _ = run(gone, nothing)
+	if d.Intent != nil || d.Ready.Reason != databasev1alpha1.ReasonInstanceNotReady || d.RequeueAfter != tenantPolicy.PendingRecheck {
+		t.Fatalf("Instance gone: %+v", d)
+	}
+}
