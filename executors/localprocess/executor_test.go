@@ -190,7 +190,9 @@ func TestLostProcessIsResultUnknown(t *testing.T) {
 	f := newFixture(t)
 	j := f.job([]string{"/bin/sleep", "30"})
 	f.ensure(j)
-	t.Cleanup(func() { f.run(execution.OpCancel, j, execution.ExecutionIntent{Adapter: localprocess.Name, Reason: execution.StopCancelled}) })
+	t.Cleanup(func() {
+		f.run(execution.OpCancel, j, execution.ExecutionIntent{Adapter: localprocess.Name, Reason: execution.StopCancelled})
+	})
 	old := f.hs
 	f.restart()
 	out, _ := f.run(execution.OpObserve, j, execution.ExecutionIntent{Adapter: localprocess.Name})

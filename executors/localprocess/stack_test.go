@@ -168,4 +168,3 @@ func waitFor(t *testing.T, within time.Duration, cond func() (bool, string)) {
 		time.Sleep(100 * time.Millisecond)
 	}
 }
-

@@ -104,10 +104,10 @@ type TenantFacts struct {
 	// matches what was provisioned (FactDrift, asked for only when the
 	// Tenant is Ready and nothing else is to be done): every step is
 	// checked again.
-	Drift string
-	Deleting         bool
-	SpecPolicy       databasev1alpha1.DeletionPolicy
-	Journal          *journal.State
+	Drift      string
+	Deleting   bool
+	SpecPolicy databasev1alpha1.DeletionPolicy
+	Journal    *journal.State
 	// Records are the UID's records in order (for notes).
 	Records []journal.Record
 	Status  databasev1alpha1.PostgreSQLTenantStatus
@@ -132,7 +132,7 @@ type TenantDecision struct {
 	// Need is one fact of TenantFacts.Unread the decision depends on (0:
 	// the decision is complete): the controller reads it and decides
 	// again; every other field is then empty.
-	Need TenantFactSet
+	Need       TenantFactSet
 	Phase      databasev1alpha1.TenantPhase
 	Ready      ReadyCondition
 	Conclusive bool
