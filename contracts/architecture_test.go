@@ -4,7 +4,9 @@
 package contracts_test
 
 import (
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -135,5 +137,32 @@ func TestRulesSeeViolations(t *testing.T) {
 	}
 	if bad := forbidden(deps(t, "./cmd/ayatori-manager"), module+"/contracts/database", module+"/contracts/execution"); len(bad) < 2 {
 		t.Error("cmd/ayatori-manager, which wires both domains, shows fewer than two: the domain listing is broken")
+	}
+}
+
+// contractFiles are the files every domain contract has, so that a reader
+// who knows one domain finds the same thing in the same place in another
+// (docs/architecture.md "Adding a domain").
+var contractFiles = []string{"operations.go", "register.go", "failure.go", "reasons.go", "names.go", "invariants.go", "provenance.go"}
+
+func TestEveryContractHasTheSameFiles(t *testing.T) {
+	domains, err := os.ReadDir(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, d := range domains {
+		if !d.IsDir() {
+			continue
+		}
+		n++
+		for _, f := range contractFiles {
+			if _, err := os.Stat(filepath.Join(d.Name(), f)); err != nil {
+				t.Errorf("contracts/%s has no %s", d.Name(), f)
+			}
+		}
+	}
+	if n < 2 {
+		t.Fatalf("found %d domain contracts", n)
 	}
 }
