@@ -2,8 +2,10 @@ package externalsecrets
 
 import (
 	"errors"
+	"net/http"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	dbcontract "git.ddupan.top/panxiao81/ayatori/contracts/database"
 )
@@ -13,12 +15,15 @@ import (
 // the StatusReason at most (a fixed word such as Forbidden or Conflict),
 // never the API server's message, which can name other objects.
 //
-// Every API failure is DependencyUnavailable and not Transient: the
-// handler turns every failure into a Failed outcome and the projector
-// decides whether to append a new attempt (the transient rule of the
-// database domain, see docs/architecture.md and
-// executors/postgresql/classify.go). A Failure the executor built itself
-// (Conflict, CredentialProjectionFailed) is kept as it is.
+// Every API failure is DependencyUnavailable. It is Transient
+// (docs/decisions/0007: redelivered by the consumer, a Failed outcome only
+// once the delivery budget is spent) when the same request may succeed
+// unchanged: no answer (not a Status error: connection refused, a
+// timeout), a server-side timeout, 5xx, 429, or an optimistic-lock
+// conflict. A refusal (Forbidden, Unauthorized, Invalid, NotFound, other
+// 4xx) is definite: a Failed outcome at once, and the projector decides a
+// new attempt. A Failure the executor built itself (Conflict,
+// CredentialProjectionFailed) is kept as it is.
 
 // isNotFound: the object does not exist (StatusReasonNotFound).
 func isNotFound(err error) bool { return apierrors.IsNotFound(err) }
@@ -37,21 +42,34 @@ func ignoreNotFound(err error) error {
 // readerFailure: the reader ServiceAccount of namespace ns could not be
 // read, or is missing and could not be created (created); the Tenant names
 // it (ESO can not log in to OpenBao for the namespace without it) and the
-// StatusReason.
+// StatusReason; transient as classify says.
 func readerFailure(ns string, created bool, err error) *dbcontract.Failure {
 	what := "could not be read"
 	if created {
 		what = "is missing and could not be created"
 	}
-	return &dbcontract.Failure{Reason: dbcontract.ReasonDependencyUnavailable,
+	return &dbcontract.Failure{Reason: dbcontract.ReasonDependencyUnavailable, Transient: classify(err).Transient,
 		Message: "the ServiceAccount " + ns + "/" + dbcontract.ReaderServiceAccount + " (ESO's OpenBao login for this namespace) " + what + ": " + string(apierrors.ReasonForError(err))}
 }
 
 // classify maps an error of a step to the domain's Failure.
 func classify(err error) *dbcontract.Failure {
-	var f *dbcontract.Failure
-	if errors.As(err, &f) {
-		return f
+	var kept *dbcontract.Failure
+	if errors.As(err, &kept) {
+		return kept
 	}
-	return &dbcontract.Failure{Reason: dbcontract.ReasonDependencyUnavailable, Message: "the Kubernetes API request failed: " + string(apierrors.ReasonForError(err))}
+	var st apierrors.APIStatus
+	if !errors.As(err, &st) {
+		return &dbcontract.Failure{Reason: dbcontract.ReasonDependencyUnavailable, Message: "the Kubernetes API did not answer", Transient: true}
+	}
+	reason := apierrors.ReasonForError(err)
+	f := &dbcontract.Failure{Reason: dbcontract.ReasonDependencyUnavailable, Message: "the Kubernetes API request failed: " + string(reason)}
+	switch reason {
+	case metav1.StatusReasonConflict, metav1.StatusReasonServerTimeout, metav1.StatusReasonTimeout, metav1.StatusReasonTooManyRequests,
+		metav1.StatusReasonServiceUnavailable, metav1.StatusReasonInternalError:
+		f.Transient = true
+	default:
+		f.Transient = st.Status().Code >= http.StatusInternalServerError || st.Status().Code == http.StatusTooManyRequests
+	}
+	return f
 }

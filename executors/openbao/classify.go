@@ -17,10 +17,12 @@ import (
 // body (it can echo request data such as the login JWT).
 //
 // Every OpenBao failure is DependencyUnavailable (or a Failure the store
-// built itself, such as Conflict) and not Transient: the handlers turn
-// every failure into a Failed outcome and the projector decides whether to
-// append a new attempt (the transient rule of the database domain, see
-// docs/architecture.md and executors/postgresql/classify.go).
+// built itself, such as Conflict). It is Transient (docs/decisions/0007:
+// redelivered by the consumer, a Failed outcome only once the delivery
+// budget is spent) when the same request may succeed unchanged: no answer
+// (a network error, a timeout), HTTP 5xx or 429, or an error of no known
+// kind. A refusal (401, 403, any other 4xx) is definite: a Failed outcome
+// at once, and the projector decides a new attempt.
 
 // notFound: the KV path does not exist (the client's ErrSecretNotFound or
 // HTTP 404).
@@ -48,14 +50,19 @@ func classify(err error, what string) *dbcontract.Failure {
 		case http.StatusForbidden, http.StatusUnauthorized:
 			return &dbcontract.Failure{Reason: dbcontract.ReasonDependencyUnavailable, Message: fmt.Sprintf("OpenBao denied %s (HTTP %d): check the controller policy", what, re.StatusCode)}
 		default:
-			return &dbcontract.Failure{Reason: dbcontract.ReasonDependencyUnavailable, Message: fmt.Sprintf("OpenBao %s failed (HTTP %d)", what, re.StatusCode)}
+			return &dbcontract.Failure{Reason: dbcontract.ReasonDependencyUnavailable, Message: fmt.Sprintf("OpenBao %s failed (HTTP %d)", what, re.StatusCode), Transient: retryable(re.StatusCode)}
 		}
 	}
 	var ne net.Error
 	if errors.As(err, &ne) {
-		return &dbcontract.Failure{Reason: dbcontract.ReasonDependencyUnavailable, Message: "OpenBao is unreachable (" + what + ")"}
+		return &dbcontract.Failure{Reason: dbcontract.ReasonDependencyUnavailable, Message: "OpenBao is unreachable (" + what + ")", Transient: true}
 	}
-	return &dbcontract.Failure{Reason: dbcontract.ReasonDependencyUnavailable, Message: "OpenBao " + what + " failed"}
+	return &dbcontract.Failure{Reason: dbcontract.ReasonDependencyUnavailable, Message: "OpenBao " + what + " failed", Transient: true}
+}
+
+// retryable: an HTTP status the same request may not get again (5xx, 429).
+func retryable(code int) bool {
+	return code >= http.StatusInternalServerError || code == http.StatusTooManyRequests
 }
 
 // loginFailure says that the Kubernetes auth login failed, for which role,
@@ -67,11 +74,11 @@ func loginFailure(err error, mount, role string) *dbcontract.Failure {
 		return &dbcontract.Failure{Reason: dbcontract.ReasonDependencyUnavailable, Message: fmt.Sprintf("the OpenBao Kubernetes auth login was refused (auth/%s, role %s, HTTP %d): "+
 			"check that the role binds the controller's ServiceAccount name and namespace and accepts the token's audience", mount, role, re.StatusCode)}
 	case errors.As(err, &re):
-		return &dbcontract.Failure{Reason: dbcontract.ReasonDependencyUnavailable, Message: fmt.Sprintf("the OpenBao Kubernetes auth login failed (auth/%s, role %s, HTTP %d)", mount, role, re.StatusCode)}
+		return &dbcontract.Failure{Reason: dbcontract.ReasonDependencyUnavailable, Message: fmt.Sprintf("the OpenBao Kubernetes auth login failed (auth/%s, role %s, HTTP %d)", mount, role, re.StatusCode), Transient: retryable(re.StatusCode)}
 	}
 	var ne net.Error
 	if errors.As(err, &ne) {
-		return &dbcontract.Failure{Reason: dbcontract.ReasonDependencyUnavailable, Message: fmt.Sprintf("the OpenBao Kubernetes auth login failed (auth/%s, role %s): OpenBao is unreachable", mount, role)}
+		return &dbcontract.Failure{Reason: dbcontract.ReasonDependencyUnavailable, Message: fmt.Sprintf("the OpenBao Kubernetes auth login failed (auth/%s, role %s): OpenBao is unreachable", mount, role), Transient: true}
 	}
-	return &dbcontract.Failure{Reason: dbcontract.ReasonDependencyUnavailable, Message: fmt.Sprintf("the OpenBao Kubernetes auth login failed (auth/%s, role %s)", mount, role)}
+	return &dbcontract.Failure{Reason: dbcontract.ReasonDependencyUnavailable, Message: fmt.Sprintf("the OpenBao Kubernetes auth login failed (auth/%s, role %s)", mount, role), Transient: true}
 }
