@@ -485,6 +485,7 @@ func TestInjectedFaults(t *testing.T) {
 		{"500 after the command started", ostest.Fault{Method: "POST", Path: "/sandboxes/", Status: 500, AfterHandling: true}, "transient"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel() // each fault has its own server and executor
 			e := newEnv(t)
 			e.ex.Timeout, e.ex.ProvisionTimeout = time.Second, time.Second
 			e.h = e.ex.Handlers()

@@ -15,6 +15,9 @@ import (
 // return an error (which would stop the manager); it keeps trying and routes
 // outcomes once the journal is back.
 func TestOutcomeRouterSurvivesJournalOutage(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a real NATS server stopped for 8 s")
+	}
 	n, err := integration.NewNATS(integration.NATSOptions{})
 	if err != nil {
 		t.Fatal(err)
