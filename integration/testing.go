@@ -6,6 +6,9 @@ import (
 	"os"
 	"sync"
 	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
 
 	"git.ddupan.top/panxiao81/ayatori/journal"
 )
@@ -140,4 +143,21 @@ func JournalSigner(t testing.TB) *journal.SigningKey {
 // JournalTrust trusts the test process's journal signing key.
 func JournalTrust(t testing.TB) *journal.TrustedKeys {
 	return journal.NewTrustedKeys(JournalSigner(t).Public())
+}
+
+// OpenJournal connects to n as the manager identity (reconnecting every
+// 100 ms while n is down) and opens the journal with the test process's
+// signing key, acting as actor. The connection closes when t ends.
+func OpenJournal(t testing.TB, n *NATS, actor string) *journal.Store {
+	t.Helper()
+	nc, err := n.Connect(journal.IdentityManager, nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	s, err := journal.Open(context.Background(), nc, journal.Config{Actor: actor, Signer: JournalSigner(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }

@@ -342,26 +342,42 @@ func (e *Executor) child(uid string) *exec.Cmd {
 	return e.children[uid]
 }
 
-func (e *Executor) observeOp(_ context.Context, rec journal.Record, _ execution.ExecutionIntent) (execution.Observation, error) {
-	dir, err := e.dirOf(rec)
+// existing returns the execution directory of the intent's Job UID, or
+// the NotFound observation when none exists (done).
+func (e *Executor) existing(rec journal.Record) (dir string, done *execution.Observation, err error) {
+	dir, err = e.dirOf(rec)
 	if err != nil {
-		return execution.Observation{}, err
+		return "", nil, err
 	}
 	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
-		return execution.Observation{State: execution.StateNotFound, Message: "no execution exists for the Job UID"}, nil
+		return dir, &execution.Observation{State: execution.StateNotFound, Message: "no execution exists for the Job UID"}, nil
+	} else if err != nil {
+		return "", nil, err
+	}
+	return dir, nil, nil
+}
+
+func (e *Executor) observeOp(_ context.Context, rec journal.Record, _ execution.ExecutionIntent) (execution.Observation, error) {
+	dir, done, err := e.existing(rec)
+	if err != nil || done != nil {
+		return deref(done), err
 	}
 	return e.observe(rec, dir)
 }
 
+func deref(o *execution.Observation) execution.Observation {
+	if o == nil {
+		return execution.Observation{}
+	}
+	return *o
+}
+
 // cancel records the request and kills the process group of this
 // executor's child.
-func (e *Executor) cancel(ctx context.Context, rec journal.Record, in execution.ExecutionIntent) (execution.Observation, error) {
-	dir, err := e.dirOf(rec)
-	if err != nil {
-		return execution.Observation{}, err
-	}
-	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
-		return e.observeOp(ctx, rec, in)
+func (e *Executor) cancel(_ context.Context, rec journal.Record, _ execution.ExecutionIntent) (execution.Observation, error) {
+	dir, done, err := e.existing(rec)
+	if err != nil || done != nil {
+		return deref(done), err
 	}
 	if err := os.WriteFile(filepath.Join(dir, "cancel"), nil, 0o600); err != nil {
 		return execution.Observation{}, err
@@ -374,13 +390,10 @@ func (e *Executor) cancel(ctx context.Context, rec journal.Record, in execution.
 
 // delete kills the process (if it is this executor's child) and removes
 // the execution directory once its exit is recorded.
-func (e *Executor) delete(ctx context.Context, rec journal.Record, in execution.ExecutionIntent) (execution.Observation, error) {
-	dir, err := e.dirOf(rec)
-	if err != nil {
-		return execution.Observation{}, err
-	}
-	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
-		return e.observeOp(ctx, rec, in)
+func (e *Executor) delete(_ context.Context, rec journal.Record, _ execution.ExecutionIntent) (execution.Observation, error) {
+	dir, done, err := e.existing(rec)
+	if err != nil || done != nil {
+		return deref(done), err
 	}
 	if cmd := e.child(rec.Object.UID); cmd != nil {
 		_ = os.WriteFile(filepath.Join(dir, "cancel"), nil, 0o600)

@@ -40,17 +40,8 @@ func TestJobsThroughTheProjectors(t *testing.T) {
 	if _, err := envtest.InstallCRDs(cp.Config, envtest.CRDInstallOptions{Paths: []string{"testdata"}, ErrorIfPathMissing: true}); err != nil {
 		t.Fatal(err)
 	}
-	n := integration.StartNATS(t)
-	nc, err := n.Connect(journal.IdentityManager)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
+	store := integration.OpenJournal(t, integration.StartNATS(t), "test-manager")
 	ctx := context.Background()
-	store, err := journal.Open(ctx, nc, journal.Config{Actor: "test-manager", Signer: integration.JournalSigner(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
 	mgr, err := ctrl.NewManager(cp.Config, ctrl.Options{Scheme: cp.Scheme, Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
 		Controller: config.Controller{SkipNameValidation: ptr.To(true)}})
 	if err != nil {

@@ -202,17 +202,8 @@ type osEnv struct {
 func startOpenSandboxEnv(t *testing.T) *osEnv {
 	t.Helper()
 	cp := integration.StartControlPlane(t, integration.ControlPlaneOptions{})
-	n := integration.StartNATS(t)
-	nc, err := n.Connect(journal.IdentityManager)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
+	store := integration.OpenJournal(t, integration.StartNATS(t), "test-manager")
 	ctx := context.Background()
-	store, err := journal.Open(ctx, nc, journal.Config{Actor: "test-manager", Signer: integration.JournalSigner(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
 	mgr := testManager(t, cp)
 	e := &osEnv{c: cp.Client, ctx: ctx, store: store, probe: newFakeProbe()}
 	rec := mgr.GetEventRecorder("ayatori-manager")

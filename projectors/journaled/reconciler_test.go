@@ -6,8 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -69,17 +67,7 @@ func openJournal(t *testing.T) *journal.Store {
 // openJournalOn opens a store on n as the manager, reconnecting forever
 // (a test may stop and start n).
 func openJournalOn(t *testing.T, n *integration.NATS) *journal.Store {
-	t.Helper()
-	nc, err := n.Connect(journal.IdentityManager, nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	s, err := journal.Open(context.Background(), nc, journal.Config{Actor: "test", Signer: integration.JournalSigner(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
+	return integration.OpenJournal(t, n, "test")
 }
 
 func ref(p *corev1.Pod) journal.ObjectRef {
