@@ -1016,3 +1016,25 @@ func TestResultUnknownSaysWhy(t *testing.T) {
 		t.Fatalf("message %q does not say why", c.Message)
 	}
 }
+
+// A Job accepted for a class whose controller no adapter of this manager
+// serves (any more) appends no Ensure: it waits, Scheduled=False.
+func TestNoAdapterNoEnsure(t *testing.T) {
+	s := newSim(t)
+	s.facts.Adapter = ""
+	for range 3 {
+		s.pass()
+		s.now = s.now.Add(time.Minute)
+	}
+	if n := s.count(execution.OpEnsure); n != 0 {
+		t.Fatalf("%d Ensures without an adapter", n)
+	}
+	if meta.IsStatusConditionTrue(s.job.Status.Conditions, executionv1alpha1.JobConditionScheduled) {
+		t.Fatal("Scheduled=True without an adapter")
+	}
+	s.facts.Adapter = execution.AdapterKubernetes
+	s.pass()
+	if n := s.count(execution.OpEnsure); n != 1 {
+		t.Fatalf("%d Ensures once the adapter runs", n)
+	}
+}
