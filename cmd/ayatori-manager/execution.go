@@ -11,9 +11,7 @@ import (
 	"strings"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -234,19 +232,8 @@ func (o *executionOptions) setup(_ context.Context, mgr manager.Manager, store *
 	if err := adapters.Register(dispatch, on.executor); err != nil {
 		return nil, err
 	}
-	dispatch.SetGuard(liveGuard(mgr, checkJobIntent))
+	dispatch.SetGuard(liveGuard(mgr, execution.CheckLive))
 	return nil, sh.consume(mgr, store, executionDurable, dispatch)
-}
-
-// checkJobIntent runs execution.CheckIntent with the Job the intent names.
-func checkJobIntent(ctx context.Context, r client.Reader, rec journal.Record) (string, error) {
-	job := &executionv1alpha1.Job{}
-	if err := r.Get(ctx, types.NamespacedName{Namespace: rec.Object.Namespace, Name: rec.Object.Name}, job); apierrors.IsNotFound(err) {
-		job = nil
-	} else if err != nil {
-		return "", err
-	}
-	return execution.CheckIntent(rec, job), nil
 }
 
 // osHTTPClient is the opensandbox executor's HTTP client: the system

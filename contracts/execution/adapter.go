@@ -17,7 +17,7 @@ import (
 // domain dispatcher's view). Each backend package builds its own value
 // (executors/kubernetes.Adapter, executors/opensandbox.Adapter); the
 // manager lists the values it runs in one place (cmd/ayatori-manager
-// execution.go, executionAdapters). The projectors know no backend by
+// execution.go, executionBackends). The projectors know no backend by
 // name: everything backend-specific they do goes through these fields.
 type Adapter struct {
 	// Name is the adapter's name in intents (EnsureIntent.Adapter) and in
@@ -32,7 +32,8 @@ type Adapter struct {
 	ParametersGroup string
 	// ParametersKind is the kind (cluster-scoped, in ParametersGroup) of
 	// the parameters objects a class of this adapter references.
-	// Required, unique.
+	// Required, unique among the adapters whatever the group (it names the
+	// parameters protection controller).
 	ParametersKind string
 	// NewParameters returns an empty object of ParametersKind (the
 	// projectors read and watch parameters through it; an
@@ -53,7 +54,9 @@ type Adapter struct {
 	// verdict. nil: ready.
 	Ready func(ctx context.Context, c client.Reader, params client.Object) (reason, message string, err error)
 	// Watches are the kinds Ready reads: a change of any object of them
-	// re-evaluates every JobClass. Empty when Ready is nil.
+	// re-evaluates every JobClass (an *unstructured.Unstructured with its
+	// GroupVersionKind set for a kind without Go types). Empty when Ready
+	// is nil.
 	Watches []client.Object
 	// Probe checks the backend itself once Ready passed (endpoint, API
 	// key); the JobClass projector calls it again every probe interval,
@@ -81,9 +84,10 @@ func (a Adapter) ParametersGroupName() string {
 // Adapters are the adapters one manager runs.
 type Adapters []Adapter
 
-// Validate reports an adapter without a name, controller name, parameters
-// kind, NewParameters or NewHandlers, and two adapters sharing one of the
-// first three.
+// Validate reports, joined, every adapter without a name, controller
+// name, parameters kind, NewParameters or NewHandlers, with Watches but no
+// Ready, and two adapters sharing a name, a controller name or a
+// parameters kind.
 func (as Adapters) Validate() error {
 	var errs []error
 	seen := map[string]bool{}
@@ -92,7 +96,10 @@ func (as Adapters) Validate() error {
 			errs = append(errs, fmt.Errorf("execution adapter %d (%q): Name, ControllerName, ParametersKind, NewParameters and NewHandlers are required", i, a.Name))
 			continue
 		}
-		for _, k := range []string{"name " + a.Name, "controller " + a.ControllerName, "kind " + a.ParametersKind + "." + a.ParametersGroupName()} {
+		if len(a.Watches) > 0 && a.Ready == nil {
+			errs = append(errs, fmt.Errorf("execution adapter %s: Watches without Ready", a.Name))
+		}
+		for _, k := range []string{"name " + a.Name, "controller " + a.ControllerName, "kind " + a.ParametersKind} {
 			if seen[k] {
 				errs = append(errs, fmt.Errorf("execution adapters: two adapters have %s", k))
 			}
@@ -144,16 +151,20 @@ func (as Adapters) Names() []string {
 }
 
 // Register builds the executor of every adapter for which runs(Name)
-// holds and registers its handlers under its name on d (a dispatcher of
-// NewDispatcher, which routes each intent to the adapter its payload
-// names). Every operation of Operations needs a handler. It returns the
-// first error of Validate, of a NewHandlers or of the registration.
+// holds (nil: every adapter) and registers its handlers under its name on
+// d (a dispatcher of NewDispatcher, which routes each intent to the adapter
+// its payload names). The handlers must be exactly one per operation of
+// Operations, built with a journal.Backend named Name (so that the
+// Observation names the adapter that executed it). It returns Validate's
+// error, else the first error of a NewHandlers or of the registration;
+// the caller stops on an error (adapters before the failing one stay
+// registered).
 func (as Adapters) Register(d *journal.Dispatcher, runs func(adapter string) bool) error {
 	if err := as.Validate(); err != nil {
 		return err
 	}
 	for _, a := range as {
-		if !runs(a.Name) {
+		if runs != nil && !runs(a.Name) {
 			continue
 		}
 		hs, err := a.NewHandlers()
@@ -164,6 +175,9 @@ func (as Adapters) Register(d *journal.Dispatcher, runs func(adapter string) boo
 			if hs[op] == nil {
 				return fmt.Errorf("execution adapter %s: no handler for operation %s", a.Name, op)
 			}
+		}
+		if len(hs) != len(Operations) {
+			return fmt.Errorf("execution adapter %s: %d handlers, want one per operation of the domain (%d)", a.Name, len(hs), len(Operations))
 		}
 		if err := d.HandleAll(a.Name, hs); err != nil {
 			return fmt.Errorf("execution adapter %s: %w", a.Name, err)

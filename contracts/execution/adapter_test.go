@@ -40,13 +40,18 @@ func TestAdaptersValidate(t *testing.T) {
 	}{
 		"none":                  {nil, "none registered"},
 		"one":                   {execution.Adapters{a}, ""},
-		"same kind, two groups": {execution.Adapters{a, testAdapter("b", "example.com", "AParameters", &built)}, ""},
+		"same kind, two groups": {execution.Adapters{a, testAdapter("b", "example.com", "AParameters", &built)}, "two adapters have kind AParameters"},
+		"Watches without Ready": {execution.Adapters{func() execution.Adapter {
+			b := a
+			b.Watches = []client.Object{&unstructured.Unstructured{}}
+			return b
+		}()}, "Watches without Ready"},
 		"duplicate name": {execution.Adapters{a, func() execution.Adapter {
 			b := testAdapter("b", "", "BParameters", &built)
 			b.Name = "a"
 			return b
 		}()}, "two adapters have name a"},
-		"duplicate kind": {execution.Adapters{a, testAdapter("b", "", "AParameters", &built)}, "two adapters have kind AParameters." + executionv1alpha1.GroupVersion.Group},
+		"duplicate kind": {execution.Adapters{a, testAdapter("b", "", "AParameters", &built)}, "two adapters have kind AParameters"},
 		"no NewHandlers": {execution.Adapters{func() execution.Adapter { b := a; b.NewHandlers = nil; return b }()}, "NewHandlers are required"},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -61,6 +66,9 @@ func TestAdaptersValidate(t *testing.T) {
 func TestAdaptersLookUp(t *testing.T) {
 	var built []string
 	as := execution.Adapters{testAdapter("a", "", "AParameters", &built), testAdapter("b", "example.com", "BParameters", &built)}
+	if err := as.Validate(); err != nil {
+		t.Fatal(err)
+	}
 	if a, ok := as.ForController("example.com/b"); !ok || a.Name != "b" {
 		t.Fatalf("ForController(b) = %q, %v", a.Name, ok)
 	}
@@ -72,6 +80,9 @@ func TestAdaptersLookUp(t *testing.T) {
 	}
 	if _, ok := as.ForKind("example.com", "AParameters"); ok {
 		t.Fatal("ForKind matched a kind in another group")
+	}
+	if _, ok := as.ForKind(executionv1alpha1.GroupVersion.Group, "BParameters"); ok {
+		t.Fatal("ForKind matched BParameters in the execution group")
 	}
 	if a, ok := as.ForKind("example.com", "BParameters"); !ok || a.Name != "b" {
 		t.Fatalf("ForKind(example.com, BParameters) = %q, %v", a.Name, ok)
@@ -104,6 +115,17 @@ func TestAdaptersRegister(t *testing.T) {
 	d, _ = execution.NewDispatcher()
 	if err := (execution.Adapters{partial}).Register(d, func(string) bool { return true }); err == nil || !strings.Contains(err.Error(), "no handler for operation Delete") {
 		t.Fatalf("an adapter without a Delete handler registered: %v", err)
+	}
+
+	extra := testAdapter("e", "", "EParameters", &built)
+	extra.NewHandlers = func() (map[string]journal.Handler, error) {
+		hs, _ := full()
+		hs["Restart"] = hs[execution.OpObserve]
+		return hs, nil
+	}
+	d, _ = execution.NewDispatcher()
+	if err := (execution.Adapters{extra}).Register(d, nil); err == nil || !strings.Contains(err.Error(), "one per operation") {
+		t.Fatalf("an adapter with a handler for an unknown operation registered: %v", err)
 	}
 
 	failing := testAdapter("d", "", "DParameters", &built)

@@ -1,11 +1,30 @@
 package execution
 
 import (
+	"context"
 	"fmt"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	executionv1alpha1 "git.ddupan.top/panxiao81/ayatori/api/execution/v1alpha1"
 	"git.ddupan.top/panxiao81/ayatori/journal"
 )
+
+// CheckLive reads the Job an intent names through r and returns
+// CheckIntent's verdict ("" when the intent may run); an error is a failed
+// read (the delivery is retried), never a verdict. The manager's guard
+// calls it with its cache, then, before refusing, with the API server.
+func CheckLive(ctx context.Context, r client.Reader, rec journal.Record) (string, error) {
+	job := &executionv1alpha1.Job{}
+	if err := r.Get(ctx, types.NamespacedName{Namespace: rec.Object.Namespace, Name: rec.Object.Name}, job); apierrors.IsNotFound(err) {
+		job = nil
+	} else if err != nil {
+		return "", err
+	}
+	return CheckIntent(rec, job), nil
+}
 
 // CheckIntent compares a trusted intent of the domain with the live Job
 // (nil: none of the record's namespace and name) and returns why it must

@@ -2,6 +2,7 @@ package localprocess
 
 import (
 	"fmt"
+	"path/filepath"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -42,10 +43,12 @@ func (e *Executor) Adapter() execution.Adapter {
 
 // Admit refuses, before a Job is accepted, what this adapter can not run:
 // env that is not a literal value (the adapter reads no Secret or
-// ConfigMap), image pull Secrets (there is no image), and a task without a
-// command (there is no entrypoint). Messages name the variable, never a
-// value.
-func Admit(j *executionv1alpha1.Job, _ client.Object, _ executionv1alpha1.ExecutionResourceRequirements) (string, string) {
+// ConfigMap), image pull Secrets (there is no image), a task without a
+// command (there is no entrypoint) or whose command is not an absolute
+// path (nothing is looked up in a PATH), and effective resources (a local
+// process can not honour a request or a limit). Messages name the field,
+// never a value. It reads nothing.
+func Admit(j *executionv1alpha1.Job, _ client.Object, res executionv1alpha1.ExecutionResourceRequirements) (string, string) {
 	task := j.Spec.Task
 	for _, v := range task.Env {
 		if v.Value == nil {
@@ -57,6 +60,12 @@ func Admit(j *executionv1alpha1.Job, _ client.Object, _ executionv1alpha1.Execut
 	}
 	if len(task.Command) == 0 {
 		return executionv1alpha1.ReasonCommandRequired, "the local-process adapter runs task.command and has no image entrypoint; set task.command"
+	}
+	if !filepath.IsAbs(task.Command[0]) {
+		return ReasonCommandNotAbsolute, "task.command[0] must be an absolute path; the local-process adapter looks nothing up in a PATH"
+	}
+	if res != (executionv1alpha1.ExecutionResourceRequirements{}) {
+		return ReasonResourcesUnsupported, "the Job's effective resources set a request or a limit, which the local-process adapter can not honour"
 	}
 	return "", ""
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io/fs"
 	"os/exec"
+	"syscall"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
@@ -35,6 +36,8 @@ func classify(err error) *execution.Failure {
 	switch {
 	case errors.Is(err, fs.ErrPermission):
 		return &execution.Failure{Reason: ReasonLocalFailure, Message: "the execution directory is not accessible (permission denied)"}
+	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):
+		return &execution.Failure{Reason: ReasonLocalFailure, Message: "no space left for the execution directory"}
 	case apierrors.IsForbidden(err), apierrors.IsUnauthorized(err):
 		return &execution.Failure{Reason: ReasonLocalFailure, Message: "the Kubernetes API refused to read the Job: " + string(apierrors.ReasonForError(err))}
 	}

@@ -5,14 +5,20 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
@@ -44,7 +50,16 @@ func newFixture(t *testing.T) *fixture {
 	if err := executionv1alpha1.AddToScheme(scheme); err != nil {
 		t.Fatal(err)
 	}
-	f := &fixture{t: t, root: t.TempDir(), mgmt: fake.NewClientBuilder().WithScheme(scheme).Build()}
+	params := &unstructured.Unstructured{}
+	params.SetGroupVersionKind(localprocess.ParametersGVK)
+	params.SetName("local")
+	params.SetUID("params-uid")
+	class := &executionv1alpha1.JobClass{ObjectMeta: metav1.ObjectMeta{Name: "local", UID: "class-uid"}}
+	mapper := meta.NewDefaultRESTMapper(nil)
+	mapper.Add(localprocess.ParametersGVK, meta.RESTScopeRoot)
+	mapper.Add(executionv1alpha1.GroupVersion.WithKind("JobClass"), meta.RESTScopeRoot)
+	mapper.Add(executionv1alpha1.GroupVersion.WithKind("Job"), meta.RESTScopeNamespace)
+	f := &fixture{t: t, root: t.TempDir(), mgmt: fake.NewClientBuilder().WithScheme(scheme).WithRESTMapper(mapper).WithObjects(params, class).Build()}
 	f.ex = &localprocess.Executor{Root: f.root, Management: f.mgmt}
 	f.hs = f.restart()
 	return f
@@ -179,8 +194,11 @@ func TestExitCodeAndCancel(t *testing.T) {
 
 	missing := f.job([]string{"/nonexistent/task"})
 	out, obs := f.ensure(missing)
-	if out.Result.Class != journal.Failed || out.Result.Reason != localprocess.ReasonStartFailed || obs.State != execution.StateFailed {
+	if out.Result.Class != journal.Succeeded || !obs.Terminal || obs.Reason != localprocess.ReasonStartFailed || obs.State != execution.StateFailed {
 		t.Fatalf("missing executable: %+v %+v", out.Result, obs)
+	}
+	if obs := f.until(missing); obs.Reason != localprocess.ReasonStartFailed {
+		t.Fatalf("observed after a failed start: %+v", obs)
 	}
 }
 
@@ -240,6 +258,76 @@ func TestEnvAndTaskChecks(t *testing.T) {
 	}
 }
 
+// Cancel and Delete of a process this executor did not start (a restart)
+// are ResultUnknown too, and the directory stays: it may still run.
+func TestStopAfterRestartIsResultUnknown(t *testing.T) {
+	f := newFixture(t)
+	j := f.job([]string{"/bin/sleep", "30"})
+	f.ensure(j)
+	old := f.hs
+	t.Cleanup(func() {
+		f.hs = old
+		f.run(execution.OpCancel, j, execution.ExecutionIntent{Adapter: localprocess.Name})
+	})
+	f.restart()
+	for _, op := range []string{execution.OpCancel, execution.OpDelete} {
+		out, _ := f.run(op, j, execution.ExecutionIntent{Adapter: localprocess.Name})
+		if out.Result.Class != journal.ResultUnknown || out.Result.Reason != localprocess.ReasonProcessStateLost {
+			t.Fatalf("%s after a restart: %+v", op, out.Result)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(f.root, string(j.UID))); err != nil {
+		t.Fatalf("the execution directory of a process that may run was removed: %v", err)
+	}
+}
+
+// A Cancel after the process ended keeps its result; what the task left
+// running in its process group ends with it.
+func TestEndedStaysEnded(t *testing.T) {
+	f := newFixture(t)
+	bg := filepath.Join(t.TempDir(), "bg.pid")
+	j := f.job([]string{"/bin/sh", "-c", `/bin/sleep 30 & echo $! > "$BG"; exit 3`}, literal("BG", bg))
+	f.ensure(j)
+	f.until(j)
+	f.run(execution.OpCancel, j, execution.ExecutionIntent{Adapter: localprocess.Name, Reason: execution.StopCancelled})
+	if obs := f.until(j); obs.State != execution.StateFailed || obs.Reason != executionv1alpha1.ReasonProcessFailed || *obs.ExitCode != 3 {
+		t.Fatalf("after a late Cancel: %+v", obs)
+	}
+	b, err := os.ReadFile(bg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+	deadline := time.Now().Add(5 * time.Second)
+	for syscall.Kill(pid, 0) == nil {
+		if time.Now().After(deadline) {
+			t.Fatalf("the task's background process %d outlived it", pid)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// An Ensure for a class or parameters recreated since the Job was
+// accepted creates nothing.
+func TestRecreatedClassCreatesNothing(t *testing.T) {
+	f := newFixture(t)
+	j := f.job([]string{"/bin/true"})
+	digest, _ := execution.TaskDigest(j.Spec.Task)
+	for name, in := range map[string]execution.EnsureIntent{
+		"class":      {JobClass: "local", JobClassUID: "old-class-uid", ParametersName: "local", ParametersUID: "params-uid"},
+		"parameters": {JobClass: "local", JobClassUID: "class-uid", ParametersName: "local", ParametersUID: "old-params-uid"},
+	} {
+		in.Adapter, in.ParametersKind, in.TaskDigest = localprocess.Name, localprocess.ParametersKind, digest
+		out, obs := f.run(execution.OpEnsure, j, in)
+		if out.Result.Class != journal.Failed || obs.State != execution.StateNotFound {
+			t.Fatalf("%s recreated: %+v %+v", name, out.Result, obs)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(f.root, string(j.UID))); !os.IsNotExist(err) {
+		t.Fatal("claimed for a recreated class")
+	}
+}
+
 func TestAdmit(t *testing.T) {
 	secret := executionv1alpha1.EnvVar{Name: "TOKEN", ValueFrom: &executionv1alpha1.EnvVarSource{
 		SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "token"}, Key: "token"}}}
@@ -251,9 +339,15 @@ func TestAdmit(t *testing.T) {
 		"Secret env":              {executionv1alpha1.TaskSpec{Command: []string{"/bin/true"}, Env: []executionv1alpha1.EnvVar{secret}}, localprocess.ReasonEnvNotLiteral},
 		"image pull Secrets":      {executionv1alpha1.TaskSpec{Command: []string{"/bin/true"}, ImagePullSecrets: []corev1.LocalObjectReference{{Name: "r"}}}, executionv1alpha1.ReasonImageAuthNotAllowed},
 		"no command":              {executionv1alpha1.TaskSpec{Args: []string{"x"}}, executionv1alpha1.ReasonCommandRequired},
+		"relative command":        {executionv1alpha1.TaskSpec{Command: []string{"sh"}}, localprocess.ReasonCommandNotAbsolute},
+		"resources":               {executionv1alpha1.TaskSpec{Command: []string{"/bin/true"}, Image: "limited"}, localprocess.ReasonResourcesUnsupported},
 	} {
 		t.Run(name, func(t *testing.T) {
-			reason, msg := localprocess.Admit(&executionv1alpha1.Job{Spec: executionv1alpha1.JobSpec{Task: c.task}}, nil, executionv1alpha1.ExecutionResourceRequirements{})
+			var res executionv1alpha1.ExecutionResourceRequirements
+			if c.task.Image == "limited" {
+				res.Limits.Memory = ptr.To(resource.MustParse("64Mi"))
+			}
+			reason, msg := localprocess.Admit(&executionv1alpha1.Job{Spec: executionv1alpha1.JobSpec{Task: c.task}}, nil, res)
 			if reason != c.reason || (reason != "" && msg == "") {
 				t.Fatalf("Admit = %q %q, want %q", reason, msg, c.reason)
 			}

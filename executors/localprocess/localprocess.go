@@ -5,21 +5,25 @@
 // its registration and a docs row).
 //
 // It is never registered in the shipped manager: it runs the Job author's
-// argv on the host that runs it, outside any container, which the threat
-// model allows only for a test that wrote the Job itself.
+// argv on the host that runs it, outside any container, with the
+// executor's own user (the task could read the executor's files and
+// processes), which the threat model allows only for a test that wrote the
+// Job itself.
 //
 // One execution per Job UID, found by UID before it is created: Ensure
-// claims <Root>/<uid> with one mkdir (the claim is the run-once guard: a
-// second Ensure, a redelivery or a concurrent delivery, finds the directory
-// and reports it), then starts the process (argv as data, no shell; only the
-// task's literal env; stdout and stderr to <dir>/output) and writes its PID;
-// a goroutine of the executor waits for it and writes <dir>/exit (exit code,
-// signal) by rename. What a later operation reports comes from those files:
-// exit written → Succeeded or Failed (Cancelled when the process was killed
+// prepares a directory beside <Root>/<uid> and claims <Root>/<uid> by
+// renaming it (the claim is the run-once guard: a second Ensure, a
+// redelivery or a concurrent delivery, finds the directory and reports
+// it), then starts the process (argv as data, no shell, no PATH look-up;
+// only the task's literal env; stdout and stderr to <dir>/output) and
+// writes its PID; a goroutine of the executor waits for it, kills what is
+// left of its process group and writes <dir>/exit (exit code, signal) by
+// rename. What a later operation reports comes from those files: exit
+// written → Succeeded or Failed (Cancelled when the process was killed
 // after a cancel); no exit and the process is this executor's child →
-// Running; no exit and not its child (the executor that started it is gone,
-// or it died between the claim and the start) → ResultUnknown, never a
-// guess.
+// Running; no exit and not its child (the executor that started it is
+// gone, or died between the claim and the start) → ResultUnknown, never a
+// guess, for Observe, Cancel and Delete alike (the directory stays).
 package localprocess
 
 import (
@@ -76,6 +80,12 @@ const (
 	// ReasonEnvNotLiteral: an env variable references a Secret or a
 	// ConfigMap (Admit refuses such a Job before it is accepted).
 	ReasonEnvNotLiteral = "EnvNotLiteral"
+	// ReasonCommandNotAbsolute: task.command[0] is not an absolute path
+	// (the adapter looks nothing up in a PATH).
+	ReasonCommandNotAbsolute = "CommandNotAbsolute"
+	// ReasonResourcesUnsupported: the Job's effective resources set a
+	// request or a limit, which a local process can not honour.
+	ReasonResourcesUnsupported = "ResourcesUnsupported"
 )
 
 // DefaultTimeout bounds one operation.
@@ -87,7 +97,7 @@ var uidPattern = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-
 // Executor executes the execution domain's intents as local processes.
 type Executor struct {
 	// Root is the directory under which each Job UID gets its own
-	// directory. Required, absolute, existing.
+	// directory. Required, absolute, existing; one executor per Root.
 	Root string
 	// Management reads the Ayatori Jobs (uncached: Ensure re-reads the
 	// task it runs). Required.
@@ -97,6 +107,7 @@ type Executor struct {
 	// Log receives the executor skeleton's line per attempt.
 	Log logr.Logger
 
+	ensureMu sync.Mutex // one Ensure at a time
 	mu       sync.Mutex
 	children map[string]*exec.Cmd // by Job UID, while the process runs
 }
@@ -158,12 +169,16 @@ func (e *Executor) dirOf(rec journal.Record) (string, error) {
 }
 
 // ensure claims the execution directory and starts the process, or
-// reports the execution a claim made before.
+// reports the execution a claim made before. One executor's Ensures run
+// one at a time, so that the claim, the start and the child's registration
+// are one step for its Observes.
 func (e *Executor) ensure(ctx context.Context, rec journal.Record, in execution.EnsureIntent) (execution.Observation, error) {
 	dir, err := e.dirOf(rec)
 	if err != nil {
 		return execution.Observation{}, err
 	}
+	e.ensureMu.Lock()
+	defer e.ensureMu.Unlock()
 	if _, err := os.Stat(dir); err == nil {
 		return e.observe(rec, dir)
 	} else if !errors.Is(err, fs.ErrNotExist) {
@@ -173,24 +188,52 @@ func (e *Executor) ensure(ctx context.Context, rec journal.Record, in execution.
 	if err != nil {
 		return execution.Observation{}, err
 	}
-	if err := os.Mkdir(dir, 0o700); errors.Is(err, fs.ErrExist) {
-		return e.observe(rec, dir) // a concurrent delivery claimed it
-	} else if err != nil {
+	// Prepare the directory beside the claim, then claim it by rename: a
+	// failure before the rename created nothing.
+	staged, err := os.MkdirTemp(e.Root, ".claim-")
+	if err != nil {
 		return execution.Observation{}, execution.NothingCreated(err)
 	}
-	if err := e.start(rec.Object.UID, dir, job.Spec.Task); err != nil {
-		// Claimed, and nothing runs: a definite failure of this Job.
-		_ = writeExit(dir, exitRecord{ExitCode: -1, Signal: "none", Finish: time.Now()})
-		return execution.Observation{}, &execution.Failure{Reason: ReasonStartFailed, State: execution.StateFailed,
-			References: references(rec), Message: "the task's command could not be started: " + startError(err)}
+	defer os.RemoveAll(staged) // gone after a successful claim
+	out, err := prepare(staged)
+	if err != nil {
+		return execution.Observation{}, execution.NothingCreated(err)
+	}
+	defer out.Close()
+	if err := os.Rename(staged, dir); err != nil {
+		if _, serr := os.Stat(dir); serr == nil {
+			return e.observe(rec, dir) // claimed meanwhile
+		}
+		return execution.Observation{}, execution.NothingCreated(err)
+	}
+	if err := e.start(rec.Object.UID, dir, out, job.Spec.Task); err != nil {
+		// Claimed, and nothing runs: the Job's result, recorded like an
+		// exit so that every later operation reports the same.
+		if err := writeExit(dir, exitRecord{ExitCode: -1, Signal: signalNotStarted, Finish: time.Now()}); err != nil {
+			return execution.Observation{}, err // the redelivery finds the claim: ResultUnknown
+		}
+		e.Log.Info("the task could not be started", "uid", rec.Object.UID, "cause", startError(err))
 	}
 	o, err := e.observe(rec, dir)
 	o.Created = true
 	return o, err
 }
 
-// admit re-reads the Job and refuses an Ensure whose Job is gone,
-// recreated, cancelled or changed (nothing is created).
+// signalNotStarted in an exit record: the command could not be started.
+const signalNotStarted = "none"
+
+// prepare creates the work directory and the output file in dir.
+func prepare(dir string) (*os.File, error) {
+	if err := os.Mkdir(filepath.Join(dir, "work"), 0o700); err != nil {
+		return nil, err
+	}
+	return os.OpenFile(filepath.Join(dir, "output"), os.O_CREATE|os.O_WRONLY|os.O_EXCL, 0o600)
+}
+
+// admit re-reads the Job, its class and its parameters, and refuses an
+// Ensure whose Job is gone, recreated, cancelled or changed, or whose
+// class or parameters were recreated since it was accepted (nothing is
+// created).
 func (e *Executor) admit(ctx context.Context, rec journal.Record, in execution.EnsureIntent) (*executionv1alpha1.Job, error) {
 	cancelled := func(msg string) error {
 		return &execution.Failure{Reason: executionv1alpha1.ReasonCancelled, State: execution.StateNotFound, Message: msg}
@@ -210,32 +253,39 @@ func (e *Executor) admit(ctx context.Context, rec journal.Record, in execution.E
 		return nil, &execution.Failure{Reason: ReasonTaskChanged, State: execution.StateNotFound,
 			Message: "the Job's task does not match the digest of the Ensure intent; no process was started"}
 	}
-	for _, v := range job.Spec.Task.Env {
-		if v.Value == nil {
-			return nil, execution.Refused(ReasonEnvNotLiteral, "env "+v.Name+" is not a literal value; this adapter passes literal values only", execution.StateNotFound)
-		}
+	class := &executionv1alpha1.JobClass{}
+	err = e.Management.Get(ctx, types.NamespacedName{Name: in.JobClass}, class)
+	switch {
+	case isNotFound(err) || err == nil && string(class.UID) != in.JobClassUID:
+		return nil, execution.Refused(executionv1alpha1.ReasonJobClassNotFound, "JobClass "+in.JobClass+" is gone or was recreated since the Job was accepted; no process was started", execution.StateNotFound)
+	case err != nil:
+		return nil, execution.NothingCreated(err)
 	}
-	if len(job.Spec.Task.Command) == 0 {
-		return nil, execution.Refused(executionv1alpha1.ReasonCommandRequired, "the task has no command", execution.StateNotFound)
+	params := e.Adapter().NewParameters()
+	err = e.Management.Get(ctx, types.NamespacedName{Name: in.ParametersName}, params)
+	switch {
+	case isNotFound(err) || err == nil && string(params.GetUID()) != in.ParametersUID:
+		return nil, execution.Refused(executionv1alpha1.ReasonParametersNotFound, ParametersKind+" "+in.ParametersName+" is gone or was recreated since the Job was accepted; no process was started", execution.StateNotFound)
+	case err != nil:
+		return nil, execution.NothingCreated(err)
+	}
+	if reason, msg := Admit(job, params, executionv1alpha1.ExecutionResourceRequirements{}); reason != "" {
+		return nil, execution.Refused(reason, msg+"; no process was started", execution.StateNotFound)
+	}
+	if in.Resources != (execution.Resources{}) {
+		return nil, execution.Refused(ReasonResourcesUnsupported, "the local-process adapter can not bound CPU or memory; no process was started", execution.StateNotFound)
 	}
 	return job, nil
 }
 
-// start starts the task's argv (no shell) in dir/work with only the
-// task's literal env, records its PID and waits for it in the background.
-func (e *Executor) start(uid, dir string, task executionv1alpha1.TaskSpec) error {
-	work := filepath.Join(dir, "work")
-	if err := os.Mkdir(work, 0o700); err != nil {
-		return err
-	}
-	out, err := os.OpenFile(filepath.Join(dir, "output"), os.O_CREATE|os.O_WRONLY|os.O_EXCL, 0o600)
-	if err != nil {
-		return err
-	}
-	defer out.Close()
+// start starts the task's argv (no shell, no PATH look-up: Admit requires
+// an absolute command) in dir/work with only the task's literal env,
+// records its PID and waits for it in the background; when it exits, the
+// rest of its process group is killed (the task ends with its main
+// process, as a container's does) and the exit is recorded.
+func (e *Executor) start(uid, dir string, out *os.File, task executionv1alpha1.TaskSpec) error {
 	argv := append(append([]string{}, task.Command...), task.Args...)
-	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Dir, cmd.Stdout, cmd.Stderr = work, out, out
+	cmd := &exec.Cmd{Path: argv[0], Args: argv, Dir: filepath.Join(dir, "work"), Stdout: out, Stderr: out}
 	cmd.Env = []string{} // never the executor's own environment
 	for _, v := range task.Env {
 		cmd.Env = append(cmd.Env, v.Name+"="+*v.Value)
@@ -255,6 +305,7 @@ func (e *Executor) start(uid, dir string, task executionv1alpha1.TaskSpec) error
 	}
 	go func() {
 		err := cmd.Wait()
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) // what the task left in its group
 		r := exitRecord{Finish: time.Now()}
 		var ee *exec.ExitError
 		switch {
@@ -294,25 +345,33 @@ func references(rec journal.Record) []execution.Reference {
 	return []execution.Reference{{Type: RefProcess, ID: rec.Object.UID}}
 }
 
-// observe reports the execution in dir from its files and this
-// executor's children.
+// lost is the ResultUnknown failure of an execution claimed in dir whose
+// process is not this executor's child and recorded no exit.
+func lost(rec journal.Record) error {
+	return &execution.Failure{Reason: ReasonProcessStateLost, Unknown: true, References: references(rec),
+		Message: "the execution was claimed but its process is not this executor's and recorded no exit"}
+}
+
+// observe reports the execution in dir from its exit record and this
+// executor's children. The child is looked up before the exit record is
+// read: the waiter records the exit before it forgets the child, so a
+// process is never seen neither running nor ended.
 func (e *Executor) observe(rec journal.Record, dir string) (execution.Observation, error) {
 	o := execution.Observation{References: references(rec)}
-	b, err := os.ReadFile(filepath.Join(dir, "exit"))
+	running := e.child(rec.Object.UID) != nil
+	r, ok, err := readExit(dir)
 	switch {
-	case err == nil:
-		var r exitRecord
-		if err := json.Unmarshal(b, &r); err != nil {
-			return o, &execution.Failure{Reason: ReasonProcessStateLost, Unknown: true, References: o.References, Message: "the exit record is unreadable"}
-		}
+	case err != nil:
+		return o, &execution.Failure{Reason: ReasonProcessStateLost, Unknown: true, References: o.References, Message: "the exit record is unreadable"}
+	case ok:
 		finish := r.Finish
 		o.Terminal, o.FinishTime = true, &finish
 		_, cancelErr := os.Stat(filepath.Join(dir, "cancel"))
 		switch {
+		case r.Signal == signalNotStarted:
+			o.State, o.Reason, o.Message = execution.StateFailed, ReasonStartFailed, "the task's command could not be started"
 		case r.Signal != "" && cancelErr == nil:
 			o.State, o.Reason, o.Message = execution.StateCancelled, executionv1alpha1.ReasonCancelled, "the process was stopped on request"
-		case r.Signal == "none":
-			o.State, o.Reason, o.Message = execution.StateFailed, ReasonStartFailed, "the task's command could not be started"
 		case r.Signal != "":
 			o.State, o.Reason, o.Message = execution.StateFailed, executionv1alpha1.ReasonBackendFailed, "the process was ended by signal "+r.Signal
 		case r.ExitCode == 0:
@@ -322,18 +381,26 @@ func (e *Executor) observe(rec journal.Record, dir string) (execution.Observatio
 			o.Message = fmt.Sprintf("the task exited with code %d", r.ExitCode)
 		}
 		return o, nil
-	case !errors.Is(err, fs.ErrNotExist):
-		return o, err
-	}
-	if e.child(rec.Object.UID) != nil {
+	case running:
 		o.State, o.Message = execution.StateRunning, "the process runs"
 		if _, err := os.Stat(filepath.Join(dir, "cancel")); err == nil {
 			o.State, o.Message = execution.StateStopping, "the process was signalled to stop"
 		}
 		return o, nil
 	}
-	return o, &execution.Failure{Reason: ReasonProcessStateLost, Unknown: true, References: o.References,
-		Message: "the execution was claimed but its process is not this executor's and recorded no exit"}
+	return o, lost(rec)
+}
+
+// readExit reads dir/exit (ok false: none yet).
+func readExit(dir string) (r exitRecord, ok bool, err error) {
+	b, err := os.ReadFile(filepath.Join(dir, "exit"))
+	if errors.Is(err, fs.ErrNotExist) {
+		return r, false, nil
+	}
+	if err != nil {
+		return r, false, err
+	}
+	return r, true, json.Unmarshal(b, &r)
 }
 
 func (e *Executor) child(uid string) *exec.Cmd {
@@ -372,33 +439,53 @@ func deref(o *execution.Observation) execution.Observation {
 	return *o
 }
 
-// cancel records the request and kills the process group of this
-// executor's child.
+// stop asks this executor's running child of the Job to stop (the cancel
+// marker, then SIGKILL to its process group). It reports whether a child
+// runs; an execution that already ended is left as it is.
+func (e *Executor) stop(rec journal.Record, dir string) (bool, error) {
+	cmd := e.child(rec.Object.UID)
+	if cmd == nil {
+		return false, nil
+	}
+	if err := os.WriteFile(filepath.Join(dir, "cancel"), nil, 0o600); err != nil {
+		return true, err
+	}
+	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	return true, nil
+}
+
+// cancel stops this executor's child of the Job. An execution that ended
+// keeps its result; one whose process is not this executor's is
+// ResultUnknown (it can not be stopped from here).
 func (e *Executor) cancel(_ context.Context, rec journal.Record, _ execution.ExecutionIntent) (execution.Observation, error) {
 	dir, done, err := e.existing(rec)
 	if err != nil || done != nil {
 		return deref(done), err
 	}
-	if err := os.WriteFile(filepath.Join(dir, "cancel"), nil, 0o600); err != nil {
+	if _, err := e.stop(rec, dir); err != nil {
 		return execution.Observation{}, err
-	}
-	if cmd := e.child(rec.Object.UID); cmd != nil {
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 	}
 	return e.observe(rec, dir)
 }
 
-// delete kills the process (if it is this executor's child) and removes
-// the execution directory once its exit is recorded.
+// delete stops this executor's child of the Job and removes the execution
+// directory once the exit is recorded. An execution whose process is not
+// this executor's and recorded no exit is ResultUnknown, and its
+// directory stays: it may still run.
 func (e *Executor) delete(_ context.Context, rec journal.Record, _ execution.ExecutionIntent) (execution.Observation, error) {
 	dir, done, err := e.existing(rec)
 	if err != nil || done != nil {
 		return deref(done), err
 	}
-	if cmd := e.child(rec.Object.UID); cmd != nil {
-		_ = os.WriteFile(filepath.Join(dir, "cancel"), nil, 0o600)
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	running, err := e.stop(rec, dir)
+	if err != nil {
+		return execution.Observation{}, err
+	}
+	if running {
 		return execution.Observation{State: execution.StateStopping, References: references(rec), Message: "the process was signalled to stop"}, nil
+	}
+	if _, ok, err := readExit(dir); err != nil || !ok {
+		return execution.Observation{}, lost(rec)
 	}
 	if err := os.RemoveAll(dir); err != nil {
 		return execution.Observation{}, err

@@ -69,9 +69,14 @@ func TestJobsThroughTheProjectors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := adapters.Register(dispatch, func(string) bool { return true }); err != nil {
+	if err := adapters.Register(dispatch, nil); err != nil {
 		t.Fatal(err)
 	}
+	// The manager's live-object guard (it reads the cache first; the API
+	// server alone here).
+	dispatch.SetGuard(func(ctx context.Context, rec journal.Record) (string, error) {
+		return execution.CheckLive(ctx, mgr.GetAPIReader(), rec)
+	})
 	mctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 2)
 	go func() { done <- mgr.Start(mctx) }()

@@ -340,12 +340,16 @@ func (d *decider) cancelIntent(reason execution.StopReason) execution.ExecutionI
 }
 
 // adapter names the adapter of the Job's execution: the one its outcomes
-// report, else the one of its pinned class ("" when neither is known: the
+// report, else the one its Ensure named, else the one of its pinned class
+// ("" when none is known, which only a Job without any Ensure can be: the
 // dispatcher reads that as execution.AdapterKubernetes, as intents of
 // projectors before adapters were named did).
 func (d *decider) adapter() string {
-	if d.l.adapter != "" {
+	switch {
+	case d.l.adapter != "":
 		return d.l.adapter
+	case d.l.ensuredWith != "":
+		return d.l.ensuredWith
 	}
 	return d.f.Adapter
 }

@@ -1038,3 +1038,22 @@ func TestNoAdapterNoEnsure(t *testing.T) {
 		t.Fatalf("%d Ensures once the adapter runs", n)
 	}
 }
+
+// A Cancel goes to the adapter the Ensure named even when no outcome named
+// it (the Ensure's result is unknown) and this manager no longer runs that
+// adapter: never to another backend, which would find nothing and let the
+// Job go while its execution may run.
+func TestCancelGoesToTheEnsuresAdapter(t *testing.T) {
+	s := newSim(t)
+	s.facts.Adapter = "sandboxish"
+	s.accept()
+	s.answer(execution.OpEnsure, journal.ResultUnknown, nil)
+	s.facts.Adapter = ""
+	s.job.Spec.DesiredState = executionv1alpha1.JobDesiredStateCancelled
+	s.job.Generation++
+	rec := s.until(execution.OpCancel)
+	var in execution.ExecutionIntent
+	if err := rec.DecodePayload(&in); err != nil || in.Adapter != "sandboxish" {
+		t.Fatalf("Cancel for adapter %q (%v), want the Ensure's", in.Adapter, err)
+	}
+}

@@ -51,6 +51,10 @@ type ledger struct {
 	deadlineFrom time.Time
 	// finished: the Finished note was journaled.
 	finished bool
+	// ensuredWith is the adapter the last Ensure intent named ("": none):
+	// the backend that may hold an execution even when no outcome named
+	// it (an Ensure whose outcome is lost or unknown).
+	ensuredWith string
 }
 
 // readLedger folds recs (one Job UID, stream order).
@@ -79,6 +83,10 @@ func readLedger(recs []journal.Record) *ledger {
 			switch r.Operation {
 			case execution.OpEnsure:
 				l.ensures = append(l.ensures, r)
+				var in execution.EnsureIntent
+				if r.DecodePayload(&in) == nil && in.Adapter != "" {
+					l.ensuredWith = in.Adapter
+				}
 			case execution.OpCancel:
 				l.cancels = append(l.cancels, r)
 			case execution.OpDelete:

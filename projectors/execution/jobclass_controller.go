@@ -117,12 +117,12 @@ func (r *JobClassReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Named("jobclass").
 		For(&executionv1alpha1.JobClass{}).
 		Watches(&executionv1alpha1.Job{}, handler.EnqueueRequestsFromMapFunc(r.deletingClassOfJob))
-	watched := map[reflect.Type]bool{}
+	watched := map[string]bool{} // Go type and, for unstructured objects, GroupVersionKind
 	for _, a := range r.Adapters {
 		b = b.Watches(a.NewParameters(), handler.EnqueueRequestsFromMapFunc(r.classesOfParameters(a.ParametersGroupName(), a.ParametersKind)))
 		for _, w := range a.Watches {
-			if t := reflect.TypeOf(w); !watched[t] {
-				watched[t] = true
+			if k := fmt.Sprintf("%s %s", reflect.TypeOf(w), w.GetObjectKind().GroupVersionKind()); !watched[k] {
+				watched[k] = true
 				b = b.Watches(w, handler.EnqueueRequestsFromMapFunc(r.allClasses))
 			}
 		}
