@@ -125,6 +125,15 @@ func TestForensicsCLILinksNoExecutorOrProjector(t *testing.T) {
 	}
 }
 
+// TestNoBinaryLinksATestOnlyBackend: executors/localprocess runs a Job's
+// argv on the host, outside any container; it serves tests only and no
+// shipped binary may link it.
+func TestNoBinaryLinksATestOnlyBackend(t *testing.T) {
+	if bad := forbidden(deps(t, "./cmd/..."), module+"/executors/localprocess"); len(bad) > 0 {
+		t.Errorf("a binary links the test-only local-process backend:\n%s", strings.Join(bad, "\n"))
+	}
+}
+
 // TestRulesSeeViolations proves the checks above can fail: the PostgreSQL
 // executor does link pgx, and the manager links the executors and both
 // domains.

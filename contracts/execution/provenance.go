@@ -33,8 +33,10 @@ func CheckLive(ctx context.Context, r client.Reader, rec journal.Record) (string
 // only on the Job with the record's UID, a Cancel only for a reason the
 // live Job gives (its author's cancel, its deadline, its deletion, or the
 // backend's own failure report), a Delete only of a Job being deleted.
-// Ensure re-reads the Job, its class and its parameters in the adapter
-// itself (task digest, parameters UID).
+// An Ensure acts only with the class and parameters the Job was accepted
+// with (status.resolvedJobClass, written before the Ensure is decided);
+// the adapter re-reads the Job, its class and its parameters itself (task
+// digest, class and parameters UIDs, ClassMismatch).
 func CheckIntent(rec journal.Record, job *executionv1alpha1.Job) string {
 	if rec.Object.Kind != "Job" {
 		return fmt.Sprintf("no %s operation on kind %q", Domain, rec.Object.Kind)
@@ -69,6 +71,33 @@ func CheckIntent(rec journal.Record, job *executionv1alpha1.Job) string {
 		if job.DeletionTimestamp == nil {
 			return "a Delete of a Job that is not being deleted"
 		}
+	case OpEnsure:
+		var in EnsureIntent
+		if err := rec.DecodePayload(&in); err != nil {
+			return "the payload does not decode"
+		}
+		rc := job.Status.ResolvedJobClass
+		if rc == nil || in.JobClass != rc.Name || in.JobClassUID != string(rc.UID) || in.ParametersKind != rc.ParametersRef.Kind ||
+			in.ParametersName != rc.ParametersRef.Name || in.ParametersUID != string(rc.ParametersRef.UID) {
+			return "an Ensure with a class or parameters the Job was not accepted with (status.resolvedJobClass)"
+		}
+	}
+	return ""
+}
+
+// ClassMismatch says why the live class an Ensure names may not be run by
+// the adapter of controllerName ("" when it may): its controllerName is
+// another adapter's, or its parametersRef is not the parameters the
+// intent names. Each adapter's Ensure calls it after reading the class by
+// the intent's name and UID, so an intent routed to it by its payload's
+// adapter field never runs under another adapter's class.
+func ClassMismatch(class *executionv1alpha1.JobClass, in EnsureIntent, controllerName string) string {
+	ref := class.Spec.ParametersRef
+	switch {
+	case class.Spec.ControllerName != controllerName:
+		return fmt.Sprintf("JobClass %s belongs to controller %s, not %s", class.Name, class.Spec.ControllerName, controllerName)
+	case ref.Kind != in.ParametersKind || ref.Name != in.ParametersName:
+		return fmt.Sprintf("JobClass %s references %s %s, not the intent's %s %s", class.Name, ref.Kind, ref.Name, in.ParametersKind, in.ParametersName)
 	}
 	return ""
 }

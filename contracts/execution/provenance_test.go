@@ -35,6 +35,23 @@ func TestCheckIntent(t *testing.T) {
 		}
 		return r
 	}
+	ensure := func(edit func(*execution.EnsureIntent)) journal.Record {
+		in := execution.EnsureIntent{Adapter: execution.AdapterKubernetes, JobClass: "std", JobClassUID: "class-1",
+			ParametersKind: "KubernetesExecutionParameters", ParametersName: "std", ParametersUID: "params-1", TaskDigest: "sha256:00"}
+		if edit != nil {
+			edit(&in)
+		}
+		r, err := journal.NewIntent(journal.ObjectRef{Group: executionv1alpha1.GroupVersion.Group, Kind: "Job", Namespace: "ci", Name: "build", UID: "job-1", Generation: 1},
+			execution.OpEnsure, "", 1, in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	accepted := func(j *executionv1alpha1.Job) {
+		j.Status.ResolvedJobClass = &executionv1alpha1.ResolvedJobClassReference{Name: "std", UID: "class-1", ControllerName: executionv1alpha1.ControllerKubernetes,
+			ParametersRef: executionv1alpha1.ParametersReference{Group: executionv1alpha1.GroupVersion.Group, Kind: "KubernetesExecutionParameters", Name: "std", UID: "params-1"}}
+	}
 	cancelled := func(j *executionv1alpha1.Job) { j.Spec.DesiredState = executionv1alpha1.JobDesiredStateCancelled }
 	deleting := func(j *executionv1alpha1.Job) { j.DeletionTimestamp = &now }
 	cases := []struct {
@@ -56,6 +73,13 @@ func TestCheckIntent(t *testing.T) {
 		{"delete of a live Job", rec(execution.OpDelete, ""), job(nil), "not being deleted"},
 		{"a gone Job", rec(execution.OpObserve, ""), nil, "does not exist"},
 		{"a recreated Job", rec(execution.OpDelete, ""), job(func(j *executionv1alpha1.Job) { j.UID = "job-2"; j.DeletionTimestamp = &now }), "does not exist"},
+		{"ensure with the accepted class", ensure(nil), job(accepted), ""},
+		{"ensure before the Job was accepted", ensure(nil), job(nil), "not accepted with"},
+		{"ensure with another class", ensure(func(in *execution.EnsureIntent) { in.JobClass = "permissive" }), job(accepted), "not accepted with"},
+		{"ensure with a recreated class", ensure(func(in *execution.EnsureIntent) { in.JobClassUID = "class-2" }), job(accepted), "not accepted with"},
+		{"ensure with other parameters", ensure(func(in *execution.EnsureIntent) { in.ParametersName = "wide-open" }), job(accepted), "not accepted with"},
+		{"ensure with recreated parameters", ensure(func(in *execution.EnsureIntent) { in.ParametersUID = "params-2" }), job(accepted), "not accepted with"},
+		{"ensure with another parameters kind", ensure(func(in *execution.EnsureIntent) { in.ParametersKind = "OpenSandboxExecutionParameters" }), job(accepted), "not accepted with"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -64,6 +88,25 @@ func TestCheckIntent(t *testing.T) {
 				t.Fatalf("CheckIntent = %q, want %q", got, tc.refused)
 			}
 		})
+	}
+}
+
+// TestClassMismatch: an adapter runs an Ensure only under a class of its
+// own controller that references the intent's parameters.
+func TestClassMismatch(t *testing.T) {
+	class := &executionv1alpha1.JobClass{ObjectMeta: metav1.ObjectMeta{Name: "std"}, Spec: executionv1alpha1.JobClassSpec{
+		ControllerName: executionv1alpha1.ControllerKubernetes,
+		ParametersRef:  executionv1alpha1.ParametersReference{Group: executionv1alpha1.GroupVersion.Group, Kind: "KubernetesExecutionParameters", Name: "std"}}}
+	in := execution.EnsureIntent{ParametersKind: "KubernetesExecutionParameters", ParametersName: "std"}
+	if why := execution.ClassMismatch(class, in, executionv1alpha1.ControllerKubernetes); why != "" {
+		t.Fatalf("own class refused: %s", why)
+	}
+	if why := execution.ClassMismatch(class, in, executionv1alpha1.ControllerOpenSandbox); !strings.Contains(why, "belongs to controller") {
+		t.Fatalf("another controller's class: %q", why)
+	}
+	in.ParametersName = "other"
+	if why := execution.ClassMismatch(class, in, executionv1alpha1.ControllerKubernetes); !strings.Contains(why, "references") {
+		t.Fatalf("other parameters: %q", why)
 	}
 }
 

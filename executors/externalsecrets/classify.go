@@ -5,6 +5,7 @@ import (
 	"net/http"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	dbcontract "git.ddupan.top/panxiao81/ayatori/contracts/database"
@@ -20,7 +21,8 @@ import (
 // once the delivery budget is spent) when the same request may succeed
 // unchanged: no answer (not a Status error: connection refused, a
 // timeout), a server-side timeout, 5xx, 429, or an optimistic-lock
-// conflict. A refusal (Forbidden, Unauthorized, Invalid, NotFound, other
+// conflict. ExternalSecrets not served at all (ESO's CRDs missing) is
+// definite. A refusal (Forbidden, Unauthorized, Invalid, NotFound, other
 // 4xx) is definite: a Failed outcome at once, and the projector decides a
 // new attempt. A Failure the executor built itself (Conflict,
 // CredentialProjectionFailed) is kept as it is.
@@ -57,6 +59,9 @@ func classify(err error) *dbcontract.Failure {
 	var kept *dbcontract.Failure
 	if errors.As(err, &kept) {
 		return kept
+	}
+	if apimeta.IsNoMatchError(err) {
+		return &dbcontract.Failure{Reason: dbcontract.ReasonDependencyUnavailable, Message: "the API server does not serve ExternalSecrets: install External Secrets Operator's CRDs"}
 	}
 	var st apierrors.APIStatus
 	if !errors.As(err, &st) {

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	dbcontract "git.ddupan.top/panxiao81/ayatori/contracts/database"
@@ -38,6 +39,7 @@ func TestClassify(t *testing.T) {
 		{apierrors.NewServiceUnavailable("CANARY"), dbcontract.ReasonDependencyUnavailable, "the Kubernetes API request failed: ServiceUnavailable", false, true},
 		{apierrors.NewInternalError(errors.New("CANARY")), dbcontract.ReasonDependencyUnavailable, "the Kubernetes API request failed: InternalError", false, true},
 		{errors.New("CANARY"), dbcontract.ReasonDependencyUnavailable, "the Kubernetes API did not answer", false, true},
+		{&apimeta.NoKindMatchError{GroupKind: schema.GroupKind{Group: gr.Group, Kind: "ExternalSecret"}}, dbcontract.ReasonDependencyUnavailable, "the API server does not serve ExternalSecrets: install External Secrets Operator's CRDs", false, false},
 		{fmt.Errorf("w: %w", kept), dbcontract.ReasonConflict, "kept", false, false},
 	} {
 		f := classify(tc.err)

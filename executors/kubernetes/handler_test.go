@@ -66,7 +66,9 @@ func fakeExecutor(t *testing.T, createErr error, objs ...client.Object) (*Execut
 		t.Fatal(err)
 	}
 	// The class every fixture's Job was accepted with.
-	objs = append(objs, &executionv1alpha1.JobClass{ObjectMeta: metav1.ObjectMeta{Name: "class", UID: "class-uid"}})
+	objs = append(objs, &executionv1alpha1.JobClass{ObjectMeta: metav1.ObjectMeta{Name: "class", UID: "class-uid"},
+		Spec: executionv1alpha1.JobClassSpec{ControllerName: executionv1alpha1.ControllerKubernetes,
+			ParametersRef: executionv1alpha1.ParametersReference{Group: executionv1alpha1.GroupVersion.Group, Kind: ParametersKind, Name: "params"}}})
 	c := fake.NewClientBuilder().WithScheme(s).WithObjects(objs...).WithInterceptorFuncs(interceptor.Funcs{
 		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
 			if createErr != nil {
@@ -90,6 +92,7 @@ func TestEnsureErrors(t *testing.T) {
 		name      string
 		createErr error
 		mutate    func(*execution.EnsureIntent)
+		noParams  bool
 		transient bool
 		reason    string
 	}{
@@ -105,13 +108,18 @@ func TestEnsureErrors(t *testing.T) {
 		{name: "parameters UID", mutate: func(in *execution.EnsureIntent) { in.ParametersUID = "old" }, reason: executionv1alpha1.ReasonParametersChanged},
 		{name: "class UID", mutate: func(in *execution.EnsureIntent) { in.JobClassUID = "old" }, reason: executionv1alpha1.ReasonJobClassNotFound},
 		{name: "class gone", mutate: func(in *execution.EnsureIntent) { in.JobClass = "gone" }, reason: executionv1alpha1.ReasonJobClassNotFound},
-		{name: "parameters gone", mutate: func(in *execution.EnsureIntent) { in.ParametersName = "gone" }, reason: executionv1alpha1.ReasonParametersChanged},
+		{name: "parameters gone", noParams: true, reason: executionv1alpha1.ReasonParametersChanged},
+		{name: "parameters not the class's", mutate: func(in *execution.EnsureIntent) { in.ParametersName = "gone" }, reason: executionv1alpha1.ReasonInvalidParametersReference},
 		{name: "other adapter", mutate: func(in *execution.EnsureIntent) { in.Adapter = "opensandbox" }, reason: journal.ReasonUndecodableIntent},
 		{name: "no digest", mutate: func(in *execution.EnsureIntent) { in.TaskDigest = "" }, reason: journal.ReasonUndecodableIntent},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			aj, p, sa := fixtures()
-			e, c := fakeExecutor(t, tc.createErr, aj, p, sa)
+			objs := []client.Object{aj, p, sa}
+			if tc.noParams {
+				objs = []client.Object{aj, sa}
+			}
+			e, c := fakeExecutor(t, tc.createErr, objs...)
 			var muts []func(*execution.EnsureIntent)
 			if tc.mutate != nil {
 				muts = append(muts, tc.mutate)

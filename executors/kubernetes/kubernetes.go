@@ -503,6 +503,10 @@ func (e *Executor) admit(ctx context.Context, rec journal.Record, in execution.E
 	case err != nil:
 		return nil, nil, execution.NothingCreated(err)
 	}
+	if why := execution.ClassMismatch(class, in, executionv1alpha1.ControllerKubernetes); why != "" {
+		return nil, nil, &execution.Failure{Reason: executionv1alpha1.ReasonInvalidParametersReference, State: execution.StateNotFound,
+			Message: why + "; no execution was created"}
+	}
 	if in.ParametersKind != ParametersKind || in.ParametersName == "" {
 		return nil, nil, &execution.Failure{Reason: executionv1alpha1.ReasonInvalidParametersReference, State: execution.StateNotFound,
 			Message: fmt.Sprintf("the Kubernetes adapter reads %s parameters, not %q", ParametersKind, in.ParametersKind)}

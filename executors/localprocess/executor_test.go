@@ -54,7 +54,9 @@ func newFixture(t *testing.T) *fixture {
 	params.SetGroupVersionKind(localprocess.ParametersGVK)
 	params.SetName("local")
 	params.SetUID("params-uid")
-	class := &executionv1alpha1.JobClass{ObjectMeta: metav1.ObjectMeta{Name: "local", UID: "class-uid"}}
+	class := &executionv1alpha1.JobClass{ObjectMeta: metav1.ObjectMeta{Name: "local", UID: "class-uid"}, Spec: executionv1alpha1.JobClassSpec{
+		ControllerName: localprocess.ControllerName,
+		ParametersRef:  executionv1alpha1.ParametersReference{Group: localprocess.ParametersGroup, Kind: localprocess.ParametersKind, Name: "local"}}}
 	mapper := meta.NewDefaultRESTMapper(nil)
 	mapper.Add(localprocess.ParametersGVK, meta.RESTScopeRoot)
 	mapper.Add(executionv1alpha1.GroupVersion.WithKind("JobClass"), meta.RESTScopeRoot)
@@ -208,16 +210,23 @@ func TestLostProcessIsResultUnknown(t *testing.T) {
 	f := newFixture(t)
 	j := f.job([]string{"/bin/sleep", "30"})
 	f.ensure(j)
-	t.Cleanup(func() {
-		f.run(execution.OpCancel, j, execution.ExecutionIntent{Adapter: localprocess.Name, Reason: execution.StopCancelled})
-	})
-	old := f.hs
+	f.cleanupWith(f.hs, j)
 	f.restart()
 	out, _ := f.run(execution.OpObserve, j, execution.ExecutionIntent{Adapter: localprocess.Name})
 	if out.Result.Class != journal.ResultUnknown || out.Result.Reason != localprocess.ReasonProcessStateLost {
 		t.Fatalf("Observe after a restart: %+v", out.Result)
 	}
-	f.hs = old // the executor that started it cancels it
+}
+
+// cleanupWith cancels j at the end of the test with the handlers of the
+// executor that started it and waits until its exit is recorded (before
+// the temporary directories go).
+func (f *fixture) cleanupWith(hs map[string]journal.Handler, j *executionv1alpha1.Job) {
+	f.t.Cleanup(func() {
+		f.hs = hs
+		f.run(execution.OpCancel, j, execution.ExecutionIntent{Adapter: localprocess.Name, Reason: execution.StopCancelled})
+		f.until(j)
+	})
 }
 
 // Only the task's literal env reaches the process: never the executor's
@@ -264,11 +273,7 @@ func TestStopAfterRestartIsResultUnknown(t *testing.T) {
 	f := newFixture(t)
 	j := f.job([]string{"/bin/sleep", "30"})
 	f.ensure(j)
-	old := f.hs
-	t.Cleanup(func() {
-		f.hs = old
-		f.run(execution.OpCancel, j, execution.ExecutionIntent{Adapter: localprocess.Name})
-	})
+	f.cleanupWith(f.hs, j)
 	f.restart()
 	for _, op := range []string{execution.OpCancel, execution.OpDelete} {
 		out, _ := f.run(op, j, execution.ExecutionIntent{Adapter: localprocess.Name})

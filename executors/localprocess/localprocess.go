@@ -261,6 +261,9 @@ func (e *Executor) admit(ctx context.Context, rec journal.Record, in execution.E
 	case err != nil:
 		return nil, execution.NothingCreated(err)
 	}
+	if why := execution.ClassMismatch(class, in, ControllerName); why != "" {
+		return nil, execution.Refused(executionv1alpha1.ReasonInvalidParametersReference, why+"; no process was started", execution.StateNotFound)
+	}
 	params := e.Adapter().NewParameters()
 	err = e.Management.Get(ctx, types.NamespacedName{Name: in.ParametersName}, params)
 	switch {

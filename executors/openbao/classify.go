@@ -1,6 +1,8 @@
 package openbao
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
@@ -21,8 +23,9 @@ import (
 // redelivered by the consumer, a Failed outcome only once the delivery
 // budget is spent) when the same request may succeed unchanged: no answer
 // (a network error, a timeout), HTTP 5xx or 429, or an error of no known
-// kind. A refusal (401, 403, any other 4xx) is definite: a Failed outcome
-// at once, and the projector decides a new attempt.
+// kind. A refusal (401, 403, any other 4xx) and a TLS certificate the
+// client does not accept are definite: a Failed outcome at once, and the
+// projector decides a new attempt.
 
 // notFound: the KV path does not exist (the client's ErrSecretNotFound or
 // HTTP 404).
@@ -53,11 +56,26 @@ func classify(err error, what string) *dbcontract.Failure {
 			return &dbcontract.Failure{Reason: dbcontract.ReasonDependencyUnavailable, Message: fmt.Sprintf("OpenBao %s failed (HTTP %d)", what, re.StatusCode), Transient: retryable(re.StatusCode)}
 		}
 	}
+	if tlsRefused(err) {
+		return &dbcontract.Failure{Reason: dbcontract.ReasonDependencyUnavailable, Message: "OpenBao's TLS certificate was not accepted (" + what + "): check the address and the CA"}
+	}
 	var ne net.Error
 	if errors.As(err, &ne) {
 		return &dbcontract.Failure{Reason: dbcontract.ReasonDependencyUnavailable, Message: "OpenBao is unreachable (" + what + ")", Transient: true}
 	}
 	return &dbcontract.Failure{Reason: dbcontract.ReasonDependencyUnavailable, Message: "OpenBao " + what + " failed", Transient: true}
+}
+
+// tlsRefused: the TLS handshake refused OpenBao's certificate (unknown
+// authority, wrong name, invalid) or the server spoke no TLS: a
+// configuration error no redelivery cures.
+func tlsRefused(err error) bool {
+	var ua x509.UnknownAuthorityError
+	var he x509.HostnameError
+	var ci x509.CertificateInvalidError
+	var cv *tls.CertificateVerificationError
+	var rh tls.RecordHeaderError
+	return errors.As(err, &ua) || errors.As(err, &he) || errors.As(err, &ci) || errors.As(err, &cv) || errors.As(err, &rh)
 }
 
 // retryable: an HTTP status the same request may not get again (5xx, 429).
@@ -75,6 +93,9 @@ func loginFailure(err error, mount, role string) *dbcontract.Failure {
 			"check that the role binds the controller's ServiceAccount name and namespace and accepts the token's audience", mount, role, re.StatusCode)}
 	case errors.As(err, &re):
 		return &dbcontract.Failure{Reason: dbcontract.ReasonDependencyUnavailable, Message: fmt.Sprintf("the OpenBao Kubernetes auth login failed (auth/%s, role %s, HTTP %d)", mount, role, re.StatusCode), Transient: retryable(re.StatusCode)}
+	}
+	if tlsRefused(err) {
+		return &dbcontract.Failure{Reason: dbcontract.ReasonDependencyUnavailable, Message: fmt.Sprintf("the OpenBao Kubernetes auth login failed (auth/%s, role %s): OpenBao's TLS certificate was not accepted", mount, role)}
 	}
 	var ne net.Error
 	if errors.As(err, &ne) {

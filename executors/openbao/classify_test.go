@@ -1,9 +1,11 @@
 package openbao
 
 import (
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"strings"
 	"testing"
 
@@ -39,6 +41,8 @@ func TestClassify(t *testing.T) {
 		{bao.ErrSecretNotFound, dbcontract.ReasonDependencyUnavailable, "OpenBao x failed", "login failed (auth/m, role r)", true, false, true},
 		{&net.OpError{Op: "dial", Net: "tcp", Err: errors.New("CANARY")}, dbcontract.ReasonDependencyUnavailable, "OpenBao is unreachable (x)", "login failed (auth/m, role r): OpenBao is unreachable", false, false, true},
 		{errors.New("CANARY"), dbcontract.ReasonDependencyUnavailable, "OpenBao x failed", "login failed (auth/m, role r)", false, false, true},
+		{&url.Error{Op: "Get", URL: "https://CANARY", Err: x509.UnknownAuthorityError{}}, dbcontract.ReasonDependencyUnavailable, "OpenBao's TLS certificate was not accepted (x): check the address and the CA", "OpenBao's TLS certificate was not accepted", false, false, false},
+		{&url.Error{Op: "Get", URL: "https://CANARY", Err: x509.HostnameError{Certificate: &x509.Certificate{}, Host: "CANARY"}}, dbcontract.ReasonDependencyUnavailable, "OpenBao's TLS certificate was not accepted (x): check the address and the CA", "OpenBao's TLS certificate was not accepted", false, false, false},
 		{fmt.Errorf("w: %w", kept), dbcontract.ReasonConflict, "kept", "login failed (auth/m, role r)", false, false, true},
 	} {
 		f := classify(tc.err, "x")

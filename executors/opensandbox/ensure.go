@@ -145,6 +145,9 @@ func (e *Executor) admit(ctx context.Context, rec journal.Record, in execution.E
 	case err != nil:
 		return nil, execution.NothingCreated(err)
 	}
+	if why := execution.ClassMismatch(class, in, executionv1alpha1.ControllerOpenSandbox); why != "" {
+		return nil, refuse(executionv1alpha1.ReasonInvalidParametersReference, "%s; no execution was created", why)
+	}
 	if len(job.Spec.Task.Command) == 0 {
 		return nil, refuse(ReasonCommandRequired, "the OpenSandbox adapter runs the task as a command in the sandbox and can not read the image's entrypoint: set task.command")
 	}

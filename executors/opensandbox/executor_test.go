@@ -64,7 +64,9 @@ func newEnv(t *testing.T, mut ...func(*executionv1alpha1.OpenSandboxExecutionPar
 	}
 	objs := []client.Object{
 		params,
-		&executionv1alpha1.JobClass{ObjectMeta: metav1.ObjectMeta{Name: "microvm", UID: "class-uid"}},
+		&executionv1alpha1.JobClass{ObjectMeta: metav1.ObjectMeta{Name: "microvm", UID: "class-uid"}, Spec: executionv1alpha1.JobClassSpec{
+			ControllerName: executionv1alpha1.ControllerOpenSandbox,
+			ParametersRef:  executionv1alpha1.ParametersReference{Group: executionv1alpha1.GroupVersion.Group, Kind: opensandbox.ParametersKind, Name: "sandbox"}}},
 		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "ayatori-system", Name: "os-api"}, Data: map[string][]byte{"api-key": []byte(apiKey)}},
 		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "app"}, Data: map[string][]byte{"token": []byte(canary)}},
 		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "cfg"}, Data: map[string]string{"mode": "fast"}},
