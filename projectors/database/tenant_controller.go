@@ -331,16 +331,16 @@ func (k tenantKind) Plan(ctx context.Context, t *databasev1alpha1.PostgreSQLTena
 // (at most once each) and deciding again, and returns its complete
 // decision.
 func (r *TenantReconciler) decide(ctx context.Context, t *databasev1alpha1.PostgreSQLTenant, inst *databasev1alpha1.PostgreSQLInstance, n tenantNames, facts TenantFacts) (TenantDecision, error) {
-	facts.Unread = AllTenantFacts
+	facts.Read = 0
 	for {
 		d := DecideTenant(facts, r.Policy)
 		if d.Need == 0 {
 			return d, nil
 		}
-		if facts.Unread&d.Need == 0 {
+		if facts.Read&d.Need != 0 {
 			return TenantDecision{}, fmt.Errorf("DecideTenant asked again for fact %d", d.Need)
 		}
-		facts.Unread &^= d.Need
+		facts.Read |= d.Need
 		var err error
 		switch d.Need {
 		case FactTargetTaken:

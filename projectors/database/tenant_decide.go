@@ -79,13 +79,14 @@ type TenantFacts struct {
 	// was provisioned on, while deleting) does not exist: no step but the
 	// Retain steps can run.
 	InstanceMissing bool
-	// Unread are the read-on-demand facts below that the controller has
-	// not read yet. DecideTenant asks for one it needs (TenantDecision.Need)
-	// instead of deciding without it; the controller reads it, clears its
-	// bit and decides again, so each is read at most once per pass and only
-	// when the decision depends on it. A fact not in Unread is known (its
-	// zero value: nothing found).
-	Unread TenantFactSet
+	// Read are the read-on-demand facts below that the controller has
+	// read (its zero value then means: nothing found). DecideTenant asks
+	// for one it needs and that is not in Read (TenantDecision.Need)
+	// instead of deciding without it; the controller reads it, adds its bit
+	// and decides again, so each is read at most once per pass and only
+	// when the decision depends on it. A caller that reads nothing gets
+	// asked, never a decision taken without the fact.
+	Read TenantFactSet
 	// TargetTaken is non-empty when the projection target (the derived
 	// ExternalSecret name or the target Secret) exists and is not this
 	// Tenant's: it names what takes it (FactTargetTaken: metadata-only
@@ -117,19 +118,18 @@ type TenantFacts struct {
 // TenantFactSet is a set of read-on-demand Tenant facts.
 type TenantFactSet uint8
 
-// The read-on-demand Tenant facts (TenantFacts.Unread, TenantDecision.Need).
+// The read-on-demand Tenant facts (TenantFacts.Read, TenantDecision.Need).
 const (
 	FactTargetTaken TenantFactSet = 1 << iota
 	FactProjectionSynced
 	FactDrift
-	// AllTenantFacts are every read-on-demand fact: the controller's
-	// TenantFacts.Unread at the start of a pass.
+	// AllTenantFacts are every read-on-demand fact.
 	AllTenantFacts = FactTargetTaken | FactProjectionSynced | FactDrift
 )
 
 // TenantDecision is what the Tenant projector does next.
 type TenantDecision struct {
-	// Need is one fact of TenantFacts.Unread the decision depends on (0:
+	// Need is one fact not in TenantFacts.Read the decision depends on (0:
 	// the decision is complete): the controller reads it and decides
 	// again; every other field is then empty.
 	Need       TenantFactSet
@@ -166,10 +166,10 @@ func lastNote(recs []journal.Record, op string) *journal.Record {
 // external facts before and after, and the phase advances only from
 // outcomes in the journal. It never performs I/O: when the decision
 // depends on a fact the controller reads on demand and has not read yet
-// (f.Unread), it returns only Need. The controller acts on the decision as
+// (not in f.Read), it returns only Need. The controller acts on the decision as
 // it is, never overriding it.
 func DecideTenant(f TenantFacts, p TenantPolicy) TenantDecision {
-	need := func(fact TenantFactSet) bool { return f.Unread&fact != 0 }
+	need := func(fact TenantFactSet) bool { return f.Read&fact == 0 }
 	ask := func(fact TenantFactSet) TenantDecision { return TenantDecision{Need: fact} }
 	d := decideTenantChain(f, p)
 	st := f.Journal

@@ -45,7 +45,7 @@ func TestDecideTenantRetain(t *testing.T) {
 	}
 	for _, c := range cases {
 		f := deletionHistory(databasev1alpha1.DeletionPolicyRetain, claimed, c.after)
-		d := DecideTenant(f, tenantPolicy)
+		d := decideKnown(f)
 		got := ""
 		if d.Intent != nil {
 			got = d.Intent.Operation
@@ -70,7 +70,7 @@ func TestDecideTenantDeleteReportsLeftInPlace(t *testing.T) {
 		ok(dbcontract.OpReleaseOwnership),
 	}
 	f := deletionHistory(databasev1alpha1.DeletionPolicyDelete, claimed, after)
-	d := DecideTenant(f, tenantPolicy)
+	d := decideKnown(f)
 	if !d.RemoveFinalizer {
 		t.Fatalf("finalizer kept: %+v", d)
 	}
@@ -89,13 +89,13 @@ func TestDecideTenantDeleteWaitsForPendingIntents(t *testing.T) {
 	claimed := []step{ok(dbcontract.OpCheckExtensions), ok(dbcontract.OpClaimOwnership), ok(dbcontract.OpWriteCredential), {op: dbcontract.OpCreateRole}}
 	for _, policy := range []databasev1alpha1.DeletionPolicy{databasev1alpha1.DeletionPolicyDelete, databasev1alpha1.DeletionPolicyRetain} {
 		f := deletionHistory(policy, claimed, nil)
-		d := DecideTenant(f, tenantPolicy)
+		d := decideKnown(f)
 		if d.Intent != nil || d.RemoveFinalizer || d.Phase != databasev1alpha1.TenantPhaseDeleting || !strings.Contains(d.Ready.Message, dbcontract.OpCreateRole) {
 			t.Errorf("%s with CreateRole pending: %+v", policy, d)
 		}
 		done := append(claimed[:3:3], ok(dbcontract.OpCreateRole))
 		f = deletionHistory(policy, done, nil)
-		if d := DecideTenant(f, tenantPolicy); d.Intent == nil {
+		if d := decideKnown(f); d.Intent == nil {
 			t.Errorf("%s after CreateRole finished: no deletion step (%+v)", policy, d)
 		}
 	}
