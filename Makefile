@@ -73,8 +73,8 @@ build: ## Build the binaries into bin/.
 ##@ Tests
 
 .PHONY: test-unit
-test-unit: ## Fast loop: unit tests only (no servers).
-	go test $(GO_TEST_FLAGS) -short ./...
+test-unit: ## Fast loop: unit tests only (no servers; test files that only run on real servers carry //go:build !unit).
+	go test $(GO_TEST_FLAGS) -short -tags unit ./...
 
 # Under AYATORI_TEST_PROVIDER=testcontainers the servers are containers of
 # the images `make images` builds (and the product image's smoke test runs).

@@ -4,10 +4,12 @@
 package contracts_test
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -23,21 +25,39 @@ var backendSDKs = []string{
 	"github.com/external-secrets/",
 }
 
-// deps returns, per package matched by pattern, the packages it depends
-// on (non-test, transitive), as `go list -deps` reports them.
-func deps(t *testing.T, pattern string) map[string][]string {
-	t.Helper()
-	cmd := exec.Command("go", "list", "-f", `{{.ImportPath}}{{range .Deps}} {{.}}{{end}}`, pattern)
+// allDeps is every package of the module with the packages it depends on
+// (non-test, transitive), as one `go list -deps` reports them.
+var allDeps = sync.OnceValues(func() (map[string][]string, error) {
+	cmd := exec.Command("go", "list", "-f", `{{.ImportPath}}{{range .Deps}} {{.}}{{end}}`, "./...")
 	cmd.Dir = ".."
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		t.Fatalf("go list %s: %v\n%s", pattern, err, out)
+		return nil, fmt.Errorf("go list ./...: %w\n%s", err, out)
 	}
 	m := map[string][]string{}
 	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
 		f := strings.Fields(line)
 		if len(f) > 0 {
 			m[f[0]] = f[1:]
+		}
+	}
+	return m, nil
+})
+
+// deps returns, per package matched by pattern ("./dir" or "./dir/..."),
+// the packages it depends on (non-test, transitive).
+func deps(t *testing.T, pattern string) map[string][]string {
+	t.Helper()
+	all, err := allDeps()
+	if err != nil {
+		t.Fatal(err)
+	}
+	path, tree := strings.CutSuffix(strings.TrimPrefix(pattern, "./"), "/...")
+	path = module + "/" + path
+	m := map[string][]string{}
+	for p, ds := range all {
+		if p == path || tree && strings.HasPrefix(p, path+"/") {
+			m[p] = ds
 		}
 	}
 	if len(m) == 0 {
@@ -93,7 +113,7 @@ func TestReconcileSkeletonKnowsNoDomain(t *testing.T) {
 // its API, its contract, its projector and the executors of its backends.
 var domainPackages = map[string][]string{
 	"database":  {"./api/database/...", "./contracts/database/...", "./projectors/database/...", "./executors/postgresql/...", "./executors/openbao/...", "./executors/externalsecrets/..."},
-	"execution": {"./api/execution/...", "./contracts/execution/...", "./projectors/execution/...", "./executors/kubernetes/...", "./executors/opensandbox/..."},
+	"execution": {"./api/execution/...", "./contracts/execution/...", "./projectors/execution/...", "./executors/kubernetes/...", "./executors/opensandbox/...", "./executors/localprocess/..."},
 }
 
 // TestDomainsDoNotImportEachOther: nothing of one domain depends on the

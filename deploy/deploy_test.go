@@ -1,3 +1,9 @@
+//go:build !unit
+
+// Real servers only (no test runs under -short): left out of the unit
+// loop's build (make test-unit: -tags unit), which then links no binary
+// that would run nothing.
+
 // Package deploy_test renders the kustomize overlays with the kustomize
 // library (from the Go module proxy) and applies the result to a real
 // apiserver with server-side dry-run.

@@ -1,3 +1,9 @@
+//go:build !unit
+
+// Real servers only (no test runs under -short): left out of the unit
+// loop's build (make test-unit: -tags unit), which then links no binary
+// that would run nothing.
+
 package main
 
 import (
