@@ -204,20 +204,6 @@ func TestExitCodeAndCancel(t *testing.T) {
 	}
 }
 
-// A process this executor did not start and that recorded no exit is
-// ResultUnknown, never Running or a guessed result.
-func TestLostProcessIsResultUnknown(t *testing.T) {
-	f := newFixture(t)
-	j := f.job([]string{"/bin/sleep", "30"})
-	f.ensure(j)
-	f.cleanupWith(f.hs, j)
-	f.restart()
-	out, _ := f.run(execution.OpObserve, j, execution.ExecutionIntent{Adapter: localprocess.Name})
-	if out.Result.Class != journal.ResultUnknown || out.Result.Reason != localprocess.ReasonProcessStateLost {
-		t.Fatalf("Observe after a restart: %+v", out.Result)
-	}
-}
-
 // cleanupWith cancels j at the end of the test with the handlers of the
 // executor that started it and waits until its exit is recorded (before
 // the temporary directories go).
@@ -267,15 +253,16 @@ func TestEnvAndTaskChecks(t *testing.T) {
 	}
 }
 
-// Cancel and Delete of a process this executor did not start (a restart)
-// are ResultUnknown too, and the directory stays: it may still run.
-func TestStopAfterRestartIsResultUnknown(t *testing.T) {
+// A process this executor did not start (a restart) and that recorded no
+// exit is ResultUnknown for Observe, Cancel and Delete — never Running, a
+// guessed result or NotFound — and its directory stays: it may still run.
+func TestLostProcessIsResultUnknown(t *testing.T) {
 	f := newFixture(t)
 	j := f.job([]string{"/bin/sleep", "30"})
 	f.ensure(j)
 	f.cleanupWith(f.hs, j)
 	f.restart()
-	for _, op := range []string{execution.OpCancel, execution.OpDelete} {
+	for _, op := range []string{execution.OpObserve, execution.OpCancel, execution.OpDelete} {
 		out, _ := f.run(op, j, execution.ExecutionIntent{Adapter: localprocess.Name})
 		if out.Result.Class != journal.ResultUnknown || out.Result.Reason != localprocess.ReasonProcessStateLost {
 			t.Fatalf("%s after a restart: %+v", op, out.Result)
