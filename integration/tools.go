@@ -54,6 +54,13 @@ var toolNames = map[string]string{
 	"kube-controller-manager": "KUBE_APISERVER_VERSION",
 	"kube-scheduler":          "KUBE_APISERVER_VERSION",
 	"kwok":                    "KWOK_VERSION",
+	// The real cluster's node and kubectl (RealCluster, make e2e).
+	"kubelet":     "KUBE_APISERVER_VERSION",
+	"kube-proxy":  "KUBE_APISERVER_VERSION",
+	"kubectl":     "KUBE_APISERVER_VERSION",
+	"containerd":  "CONTAINERD_VERSION",
+	"cni-plugins": "CNI_PLUGINS_VERSION",
+	"coredns":     "COREDNS_VERSION",
 }
 
 // ToolDir returns the cache directory of one pinned tool.

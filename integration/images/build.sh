@@ -17,7 +17,10 @@
 # Each image carries the label org.ayatori.images.inputs, the SHA-256 of its
 # inputs (its directory under integration/images/, the binary it copies, the
 # ID of the base image); it is rebuilt only when that hash changes, or for
-# every image with AYATORI_IMAGES_REBUILD=1. The Docker engine is installed
+# every image with AYATORI_IMAGES_REBUILD=1. `build.sh eso coredns pause`
+# adds the end-to-end cluster's images (make e2e):
+#   ayatori-test/external-secrets:<v>, ayatori-test/coredns:<v> (cached
+#   builds on the base) and ayatori-test/pause:e2e (pause.c, static). The Docker engine is installed
 # with apt when missing and dockerd started when none answers (root or
 # passwordless sudo). The product image relies on Docker's layer cache
 # instead. Usage: build.sh [debian|postgres|openbao|nats|golang|manager ...]
@@ -42,6 +45,10 @@ GOLANG_IMAGE="ayatori-test/golang:${GO_VERSION#go}"
 # The product image, under the name deploy/manager/deployment.yaml uses.
 MANAGER_IMAGE="${AYATORI_MANAGER_IMAGE:-ayatori-manager:latest}"
 MANAGER_BUILD_IMAGE="ayatori-test/manager-build:latest"
+# The end-to-end cluster's own images (make e2e): ESO, CoreDNS, the sandbox.
+ESO_IMAGE="ayatori-test/external-secrets:${EXTERNAL_SECRETS_VERSION#v}"
+COREDNS_IMAGE="ayatori-test/coredns:${COREDNS_VERSION#v}"
+PAUSE_IMAGE="ayatori-test/pause:e2e"
 
 log() { printf '[images] %s\n' "$*"; }
 fail() {
@@ -283,11 +290,25 @@ for w in "${want[@]}"; do
 		build_on_base "$NATS_IMAGE" nats "$bin"
 		;;
 	golang) build_golang ;;
+	eso)
+		bin="$(tool external-secrets "$EXTERNAL_SECRETS_VERSION")"
+		build_on_base "$ESO_IMAGE" eso "$bin"
+		;;
+	coredns)
+		bin="$(tool coredns "$COREDNS_VERSION")"
+		build_on_base "$COREDNS_IMAGE" coredns "$bin"
+		;;
+	pause)
+		pause_dir="$(mktemp -d "${TMPDIR:-/tmp}/ayatori-pause.XXXXXX")"
+		gcc -static -Os -o "$pause_dir/pause" "$here/pause/pause.c"
+		build_on_base "$PAUSE_IMAGE" pause "$pause_dir/pause"
+		rm -rf "$pause_dir"
+		;;
 	manager) build_manager ;;
-	*) fail "unknown image $w (want debian, postgres, openbao, nats, golang or manager)" ;;
+	*) fail "unknown image $w (want debian, postgres, openbao, nats, golang, manager, eso, coredns or pause)" ;;
 	esac
 done
-for image in "$BASE_IMAGE" "$POSTGRES_IMAGE" "$OPENBAO_IMAGE" "$NATS_IMAGE" "$GOLANG_IMAGE" "$MANAGER_IMAGE"; do
+for image in "$BASE_IMAGE" "$POSTGRES_IMAGE" "$OPENBAO_IMAGE" "$NATS_IMAGE" "$GOLANG_IMAGE" "$MANAGER_IMAGE" "$ESO_IMAGE" "$COREDNS_IMAGE" "$PAUSE_IMAGE"; do
 	if docker image inspect "$image" >/dev/null 2>&1; then
 		log "$(printf '%-30s %s' "$image" "$(docker image ls --format '{{.Size}}' "$image")")"
 	fi

@@ -6,6 +6,8 @@
 # duration. Usage: build.sh [name...]   (default: all)
 # Names: controller-gen golangci-lint etcd kube-apiserver vault external-secrets nats-server
 #        kube-controller-manager kube-scheduler kwok (the workload tests' cluster)
+#        e2e = kubelet kube-proxy kubectl containerd cni-plugins coredns (make e2e's
+#        real node; not in the default list, make e2e builds them)
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -100,6 +102,54 @@ kube_component() {
 recipe_kube_apiserver() { kube_component kube-apiserver "$1" "$2"; }
 recipe_kube_controller_manager() { kube_component kube-controller-manager "$1" "$2"; }
 recipe_kube_scheduler() { kube_component kube-scheduler "$1" "$2"; }
+# The real node of the end-to-end cluster (make e2e) and the kubectl it applies with.
+recipe_kubelet() { kube_component kubelet "$1" "$2"; }
+recipe_kube_proxy() { kube_component kube-proxy "$1" "$2"; }
+recipe_kubectl() { kube_component kubectl "$1" "$2"; }
+
+# containerd 2.x (daemon, runc shim, ctr) for the end-to-end node; runc is
+# Debian's. Static, without the cgo-only snapshotters.
+recipe_containerd() {
+	printf 'module ayatori.tools/containerd\n\ngo 1.26\n\nrequire github.com/containerd/containerd/v2 %s\n' "$1" >go.mod
+	wrapper . github.com/containerd/containerd/v2/cmd/containerd
+	cat >>tools.go <<GO
+import _ "github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2"
+import _ "github.com/containerd/containerd/v2/cmd/ctr"
+GO
+	go mod tidy
+	local dir tags=no_btrfs,no_devmapper,no_zfs,no_aufs
+	dir="$(dirname "$2")"
+	go build -trimpath -tags "$tags" -o "$dir/containerd-shim-runc-v2" github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2 || return 1
+	go build -trimpath -tags "$tags" -o "$dir/ctr" github.com/containerd/containerd/v2/cmd/ctr || return 1
+	go build -trimpath -tags "$tags" -o "$2" github.com/containerd/containerd/v2/cmd/containerd
+}
+
+# The CNI plugins the end-to-end node's pod network uses (bridge, IPAM,
+# loopback, portmap, firewall: Docker's FORWARD policy DROP would drop
+# bridged pod-to-pod traffic, which br_netfilter sends through iptables).
+recipe_cni_plugins() {
+	printf 'module ayatori.tools/cni-plugins\n\ngo 1.26\n\nrequire github.com/containernetworking/plugins %s\n' "$1" >go.mod
+	wrapper . github.com/containernetworking/plugins/plugins/main/bridge
+	local dir p plugins=(main/loopback ipam/host-local meta/portmap meta/firewall)
+	for p in "${plugins[@]}"; do
+		printf 'import _ "github.com/containernetworking/plugins/plugins/%s"\n' "$p" >>tools.go
+	done
+	go mod tidy
+	dir="$(dirname "$2")"
+	# (errexit is off inside a recipe: build.sh calls it under `if !`)
+	for p in "${plugins[@]}"; do
+		go build -trimpath -o "$dir/$(basename "$p")" "github.com/containernetworking/plugins/plugins/$p" || return 1
+	done
+	go build -trimpath -o "$2" github.com/containernetworking/plugins/plugins/main/bridge
+}
+
+# CoreDNS, the end-to-end cluster's DNS (runs as a pod of the image make images builds).
+recipe_coredns() {
+	printf 'module ayatori.tools/coredns\n\ngo 1.26\n\nrequire github.com/coredns/coredns %s\n' "$1" >go.mod
+	wrapper . github.com/coredns/coredns
+	go mod tidy
+	go build -trimpath -o "$2" github.com/coredns/coredns
+}
 
 # kwok: fake nodes and pod lifecycles driven by Stage objects (workload tests).
 recipe_kwok() {
@@ -179,6 +229,13 @@ for n in "${names[@]}"; do
 	vault) build vault "$VAULT_VERSION" vault recipe_vault ;;
 	external-secrets) build external-secrets "$EXTERNAL_SECRETS_VERSION" external-secrets recipe_external_secrets ;;
 	nats-server) build nats-server "$NATS_SERVER_VERSION" nats-server recipe_nats_server ;;
+	kubelet) build kubelet "$KUBE_APISERVER_VERSION" kubelet recipe_kubelet ;;
+	kube-proxy) build kube-proxy "$KUBE_APISERVER_VERSION" kube-proxy recipe_kube_proxy ;;
+	kubectl) build kubectl "$KUBE_APISERVER_VERSION" kubectl recipe_kubectl ;;
+	containerd) build containerd "$CONTAINERD_VERSION" containerd recipe_containerd ;;
+	cni-plugins) build cni-plugins "$CNI_PLUGINS_VERSION" bridge recipe_cni_plugins ;;
+	coredns) build coredns "$COREDNS_VERSION" coredns recipe_coredns ;;
+	e2e) "$0" kubelet kube-proxy kubectl containerd cni-plugins coredns ;;
 	*) log "unknown tool: $n"; exit 2 ;;
 	esac
 done

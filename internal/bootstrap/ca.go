@@ -91,3 +91,28 @@ func first(s []string, def string) string {
 	}
 	return def
 }
+
+// IssueClient issues a client-authentication certificate for the subject
+// commonName (a Kubernetes user name) in the groups orgs (its Organization,
+// the groups a kube-apiserver takes from an X.509 client certificate),
+// valid for validity.
+func (ca *CA) IssueClient(commonName string, orgs []string, validity time.Duration) (*Certificate, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	now := time.Now()
+	tmpl := &x509.Certificate{SerialNumber: serial(), Subject: pkix.Name{CommonName: commonName, Organization: orgs},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(validity),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, &key.PublicKey, ca.key)
+	if err != nil {
+		return nil, err
+	}
+	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		return nil, err
+	}
+	return &Certificate{CertPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
+		KeyPEM: pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER})}, nil
+}

@@ -1,0 +1,12 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"os/exec"
+)
+
+func runCmd(ctx context.Context, name string, args ...string) ([]byte, error) {
+	return exec.CommandContext(ctx, name, args...).CombinedOutput()
+}
