@@ -43,7 +43,9 @@ func TestMain(m *testing.M) {
 func run(m *testing.M) int {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	step := func(name string, start time.Time) { fmt.Printf("e2e: %s in %s\n", name, time.Since(start).Round(time.Millisecond)) }
+	step := func(name string, start time.Time) {
+		fmt.Printf("e2e: %s in %s\n", name, time.Since(start).Round(time.Millisecond))
+	}
 	start := time.Now()
 	dir, err := os.MkdirTemp("/var/tmp", "ayatori-e2e-")
 	if err != nil {
@@ -69,6 +71,10 @@ func run(m *testing.M) int {
 		return 1
 	}
 	step("cluster DNS", t0)
+	if err := installAyatori(ctx, func(f string, a ...any) { fmt.Printf("e2e: "+f+"\n", a...) }); err != nil {
+		fmt.Fprintf(os.Stderr, "e2e: install: %v\n%s", err, cluster.LogTails(30))
+		return 1
+	}
 	code := m.Run()
 	if code != 0 {
 		fmt.Fprintln(os.Stderr, cluster.LogTails(40))

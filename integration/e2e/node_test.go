@@ -27,7 +27,9 @@ spec:
 	if _, err := cluster.Kubectl(ctx, []byte(pod), "apply", "-f", "-"); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _, _ = cluster.Kubectl(context.Background(), nil, "delete", "pod", "node-smoke", "--wait=true") })
+	t.Cleanup(func() {
+		_, _ = cluster.Kubectl(context.Background(), nil, "delete", "pod", "node-smoke", "--wait=true")
+	})
 	if out, err := cluster.Kubectl(ctx, nil, "wait", "pod/node-smoke", "--for=jsonpath={.status.phase}=Succeeded", "--timeout=120s"); err != nil {
 		desc, _ := cluster.Kubectl(ctx, nil, "describe", "pod", "node-smoke")
 		t.Fatalf("%v %s\n%s", err, out, desc)
