@@ -97,6 +97,17 @@ test-containers: images tools postgres ## Every suite again under AYATORI_TEST_P
 		docker ps -a --filter label=org.testcontainers=true | grep -E "$$(echo $$left | tr ' ' '|')"; exit 1; fi; \
 	echo "test-containers: no container left behind"; exit $$rc
 
+##@ End to end
+
+# The images make e2e loads into its node (integration/images/build.sh names).
+E2E_IMAGES := debian postgres openbao nats manager eso coredns pause
+
+.PHONY: e2e
+e2e: ## Real cluster end to end (root): a node of kubelet, containerd 2, runc, bridge CNI, kube-proxy and CoreDNS; the make images images loaded into it; Ayatori installed with kubectl apply -k deploy/overlays/e2e (two replicas, leader election) beside PostgreSQL 15 TLS, OpenBao and ESO pods; Tenants used by application pods, Jobs running real containers (docs/testing.md "End to end").
+	@integration/tools/build.sh etcd kube-apiserver kube-controller-manager kube-scheduler vault external-secrets nats-server e2e
+	@integration/images/build.sh $(E2E_IMAGES)
+	go test -tags e2e -count=1 -v -timeout 30m ./integration/e2e/
+
 ##@ Benchmarks
 
 .PHONY: bench-journal

@@ -102,6 +102,9 @@ func observe(job *batchv1.Job, pods []corev1.Pod) execution.Observation {
 			if t != nil {
 				o.ExitCode = int32Ptr(t.ExitCode)
 			}
+		case t != nil && t.Reason == "OOMKilled":
+			o.Reason, o.ExitCode = executionv1alpha1.ReasonOOMKilled, int32Ptr(t.ExitCode)
+			o.Message = fmt.Sprintf("the task was killed at its memory limit (OOMKilled, exit code %d)", t.ExitCode)
 		case t != nil && t.ExitCode != 0:
 			o.Reason, o.ExitCode = executionv1alpha1.ReasonProcessFailed, int32Ptr(t.ExitCode)
 			o.Message = fmt.Sprintf("the task exited with code %d", t.ExitCode)

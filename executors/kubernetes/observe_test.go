@@ -118,6 +118,16 @@ func TestObserve(t *testing.T) {
 			pods:  []corev1.Pod{pod(corev1.PodFailed, exited(3))},
 			state: execution.StateFailed, terminal: true, reason: executionv1alpha1.ReasonProcessFailed, exit: int32Ptr(3), start: &t0, finish: &t2,
 			message: "code 3"},
+		// The kubelet reports the memory-limit kill as the container's
+		// terminated reason (found by make e2e: it was ProcessFailed).
+		{name: "memory limit", job: nativeJob(cond(batchv1.JobFailed, "BackoffLimitExceeded", "", t2)),
+			pods: []corev1.Pod{pod(corev1.PodFailed, func() corev1.ContainerState {
+				s := exited(137)
+				s.Terminated.Reason = "OOMKilled"
+				return s
+			}())},
+			state: execution.StateFailed, terminal: true, reason: executionv1alpha1.ReasonOOMKilled, exit: int32Ptr(137), start: &t0, finish: &t2,
+			message: "memory limit"},
 		{name: "evicted", job: nativeJob(cond(batchv1.JobFailed, "BackoffLimitExceeded", "", t2)),
 			pods:  []corev1.Pod{pod(corev1.PodFailed, exited(137), func(p *corev1.Pod) { p.Status.Reason = "Evicted" })},
 			state: execution.StateFailed, terminal: true, reason: executionv1alpha1.ReasonEvicted, exit: int32Ptr(137), start: &t0, finish: &t2},

@@ -18,14 +18,7 @@ import (
 func TestTenantUsedByAnApplication(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
-	apply(ctx, t, fmt.Sprintf(`apiVersion: database.ayatori.ddupan.top/v1alpha1
-kind: PostgreSQLInstance
-metadata: {name: shared}
-spec:
-  endpoint: {host: %s, hostaddr: %s, port: 5432, database: postgres, sslMode: verify-full}
-  adminCredentialRef: {name: shared-postgresql-admin}
-`, postgresHost, postgresHostaddr))
-	waitFor(ctx, t, "", "postgresqlinstance/shared", "condition=Ready", 3*time.Minute)
+	ensureInstance(ctx, t)
 	apply(ctx, t, `apiVersion: v1
 kind: Namespace
 metadata: {name: e2e-app}

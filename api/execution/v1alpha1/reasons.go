@@ -100,6 +100,10 @@ const (
 	// ReasonImagePullFailed: the image could not be pulled; the execution
 	// was stopped before it started.
 	ReasonImagePullFailed = "ImagePullFailed"
+	// ReasonOOMKilled: the main process was killed at its memory limit
+	// (the kernel's out-of-memory kill); never reported as success; the
+	// exit code (137 on Linux) is in status.result when known.
+	ReasonOOMKilled = "OOMKilled"
 	// ReasonEvicted: the backend evicted the execution (node pressure, node
 	// lost); never reported as success.
 	ReasonEvicted = "Evicted"
