@@ -41,7 +41,7 @@ func TestMain(m *testing.M) {
 }
 
 func run(m *testing.M) int {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
 	defer cancel()
 	step := func(name string, start time.Time) {
 		fmt.Printf("e2e: %s in %s\n", name, time.Since(start).Round(time.Millisecond))
@@ -78,7 +78,14 @@ func run(m *testing.M) int {
 	code := m.Run()
 	if code != 0 {
 		fmt.Fprintln(os.Stderr, cluster.LogTails(40))
+		return code
 	}
+	t0 = time.Now()
+	if err := uninstall(ctx); err != nil {
+		fmt.Fprintf(os.Stderr, "e2e: uninstall: %v\n", err)
+		return 1
+	}
+	step("uninstalled: nothing Ayatori made is left", t0)
 	return code
 }
 
