@@ -90,6 +90,13 @@ func TestAdmissionPolicies(t *testing.T) {
 			err := do()
 			if apierrors.IsForbidden(err) || apierrors.IsInvalid(err) {
 				t.Logf("%s: %v", what, err)
+				// The user reads the policy's message, never the CEL
+				// fallback (a messageExpression that cannot be evaluated,
+				// e.g. one using the authorizer, falls back to it: found
+				// by make e2e, issue 26).
+				if strings.Contains(err.Error(), "failed expression:") {
+					t.Errorf("%s: refused without the policy's message: %v", what, err)
+				}
 				return
 			}
 			if time.Now().After(deadline) {
