@@ -18,9 +18,9 @@
 # inputs (its directory under integration/images/, the binary it copies, the
 # ID of the base image); it is rebuilt only when that hash changes, or for
 # every image with AYATORI_IMAGES_REBUILD=1. `build.sh eso coredns pause`
-# adds the end-to-end cluster's images (make e2e):
-#   ayatori-test/external-secrets:<v>, ayatori-test/coredns:<v> (cached
-#   builds on the base) and ayatori-test/pause:e2e (pause.c, static). The Docker engine is installed
+# adds the end-to-end cluster's images (make e2e): ayatori-test/
+# external-secrets:<v> and ayatori-test/coredns:<v> (cached builds on the
+# base), ayatori-test/pause:e2e (pause.c, static). The Docker engine is installed
 # with apt when missing and dockerd started when none answers (root or
 # passwordless sudo). The product image relies on Docker's layer cache
 # instead. Usage: build.sh [debian|postgres|openbao|nats|golang|manager ...]
