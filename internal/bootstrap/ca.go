@@ -68,16 +68,7 @@ func (ca *CA) Issue(dnsNames, ips []string, validity time.Duration, usages ...x5
 		}
 		tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, &key.PublicKey, ca.key)
-	if err != nil {
-		return nil, err
-	}
-	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		return nil, err
-	}
-	return &Certificate{CertPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
-		KeyPEM: pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER})}, nil
+	return ca.sign(tmpl, key)
 }
 
 func serial() *big.Int {
@@ -105,6 +96,11 @@ func (ca *CA) IssueClient(commonName string, orgs []string, validity time.Durati
 	tmpl := &x509.Certificate{SerialNumber: serial(), Subject: pkix.Name{CommonName: commonName, Organization: orgs},
 		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(validity),
 		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
+	return ca.sign(tmpl, key)
+}
+
+// sign issues tmpl for key with the CA's key and returns both in PEM.
+func (ca *CA) sign(tmpl *x509.Certificate, key *ecdsa.PrivateKey) (*Certificate, error) {
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, &key.PublicKey, ca.key)
 	if err != nil {
 		return nil, err
