@@ -37,7 +37,9 @@ metadata: {name: mallory, namespace: e2e-admission}
 roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: workloads}
 subjects: [{apiGroup: rbac.authorization.k8s.io, kind: User, name: mallory}]
 `)
-	defer func() { _, _ = cluster.Kubectl(context.Background(), nil, "delete", "namespace", "e2e-admission", "--wait=false") }()
+	defer func() {
+		_, _ = cluster.Kubectl(context.Background(), nil, "delete", "namespace", "e2e-admission", "--wait=false")
+	}()
 	for _, c := range []struct{ name, manifest, want string }{
 		{"pod passing for a Job's task", `apiVersion: v1
 kind: Pod
