@@ -17,8 +17,9 @@ import (
 // kubectl delete -k of the overlay), and checks that nothing Ayatori
 // created is left: no Tenant database or role in PostgreSQL (every Tenant
 // has deletionPolicy Delete), no ExternalSecret, no credential Secret, no
-// ayatori-secrets-reader ServiceAccount, no native Job, no pod outside the
-// dependencies' and kube-system.
+// ayatori-secrets-reader ServiceAccount (once the applications' namespaces
+// are gone), no native Job, no pod outside the dependencies' and
+// kube-system.
 func uninstall(ctx context.Context) error {
 	k := func(args ...string) (string, error) {
 		out, err := cluster.Kubectl(ctx, nil, args...)
@@ -35,7 +36,10 @@ func uninstall(ctx context.Context) error {
 	if _, err := k("delete", "postgresqlinstances,jobclasses,kubernetesexecutionparameters", "--all", "--wait=true", "--timeout=120s"); err != nil {
 		return err
 	}
-	for _, ns := range []string{"e2e-app", "e2e-failover", "e2e-jobs"} {
+	// The applications' namespaces go too: with them the ServiceAccount
+	// ayatori-secrets-reader, which Ayatori leaves when the last Tenant of
+	// a namespace goes (docs/database/README.md "Retain vs Delete").
+	for _, ns := range []string{"e2e-app", "e2e-failover", "e2e-jobs", "e2e-nats", "e2e-admission"} {
 		if _, err := k("delete", "namespace", ns, "--ignore-not-found", "--wait=true", "--timeout=120s"); err != nil {
 			return err
 		}

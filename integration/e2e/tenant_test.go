@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/base64"
 	"fmt"
 	"strings"
 	"testing"
@@ -79,6 +80,31 @@ spec:
   dnsConfig: {nameservers: ["192.0.2.53"], options: [{name: timeout, value: "1"}, {name: attempts, value: "1"}]}`,
 		`if getent hosts "$PGHOST"; then echo "DNS answered: the test proves nothing"; exit 1; fi
 set -e; PGHOSTADDR="$PGHOSTADDR_VALUE" `+query))
+	// The password (generated once, in OpenBao, projected by ESO) and the
+	// admin's appear nowhere Ayatori writes: not in either replica's log, not in an Event,
+	// not in the Tenant.
+	password := kubectl(ctx, t, "-n", "e2e-app", "get", "secret", secret, "-o", "jsonpath={.data.password}")
+	if password == "" {
+		t.Fatal("the projected Secret has no password")
+	}
+	decoded, err := base64.StdEncoding.DecodeString(password)
+	if err != nil || len(decoded) < 16 {
+		t.Fatalf("the projected password is not a generated secret (%d bytes, %v)", len(decoded), err)
+	}
+	for what, args := range map[string][]string{
+		"manager logs": {"-n", controllerNS, "logs", "-l", "app.kubernetes.io/name=ayatori-manager", "--tail=-1", "--prefix"},
+		"Events":       {"get", "events", "-A", "-o", "yaml"},
+		"the Tenant":   {"-n", "e2e-app", "get", "postgresqltenant", "app", "-o", "yaml"},
+		"the Instance": {"get", "postgresqlinstance", "shared", "-o", "yaml"},
+	} {
+		out := kubectl(ctx, t, args...)
+		if strings.Contains(out, string(decoded)) {
+			t.Errorf("the Tenant's password appears in %s", what)
+		}
+		if strings.Contains(out, inst.adminPassword) {
+			t.Errorf("the Instance admin's password appears in %s", what)
+		}
+	}
 	for _, name := range []string{"app-dns", "app-hostaddr"} {
 		waitPodDone(ctx, t, "e2e-app", name)
 		logs := kubectl(ctx, t, "-n", "e2e-app", "logs", name)
