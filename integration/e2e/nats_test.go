@@ -10,6 +10,11 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 )
 
 // TestNATSServerDeletedUnderLoad: the journal runs as in prod, on three
@@ -18,6 +23,7 @@ import (
 // with --grace-period=0 --force; the StatefulSet brings it back on its
 // volume. Nothing is lost: every Tenant becomes Ready and every Job
 // Completed once, and ayatori-journal verify finds the journal clean.
+// Then the PodDisruptionBudget lets one server be evicted, not two.
 func TestNATSServerDeletedUnderLoad(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
@@ -72,6 +78,25 @@ spec:
 	}
 	kubectl(ctx, t, "-n", controllerNS, "rollout", "status", "statefulset/ayatori-nats", "--timeout=180s")
 	journalVerify(ctx, t)
+
+	// The PodDisruptionBudget: with the three servers up, one may be
+	// evicted (a node drain); a second, while the first is away, may not
+	// (the stream would lose its quorum).
+	cs, err := kubernetes.NewForConfig(cluster.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(ctx, t, controllerNS, "pdb/ayatori-nats", "jsonpath={.status.disruptionsAllowed}=1", time.Minute)
+	evict := func(pod string) error {
+		return cs.PolicyV1().Evictions(controllerNS).Evict(ctx, &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: pod, Namespace: controllerNS}})
+	}
+	if err := evict("ayatori-nats-0"); err != nil {
+		t.Fatalf("evicting one NATS server of three: %v", err)
+	}
+	if err := evict("ayatori-nats-1"); !apierrors.IsTooManyRequests(err) {
+		t.Errorf("evicting a second NATS server while one is away: %v, want refused by the PodDisruptionBudget", err)
+	}
+	kubectl(ctx, t, "-n", controllerNS, "rollout", "status", "statefulset/ayatori-nats", "--timeout=180s")
 }
 
 // streamLeader is the NATS pod whose server leads the journal stream, read
