@@ -21,14 +21,7 @@ func TestLeaderForceDeletedMidWork(t *testing.T) {
 	defer cancel()
 	ensureInstance(ctx, t)
 	ensureJobClass(ctx, t)
-	apply(ctx, t, `apiVersion: v1
-kind: Namespace
-metadata: {name: e2e-failover}
----
-apiVersion: v1
-kind: ServiceAccount
-metadata: {name: ayatori-job, namespace: e2e-failover}
-`)
+	jobNamespace(ctx, t, "e2e-failover")
 	leader := leaderPod(ctx, t)
 	// The Job first: its container runs while the leader dies.
 	apply(ctx, t, `apiVersion: execution.ayatori.ddupan.top/v1alpha1
@@ -52,17 +45,7 @@ spec: {instanceRef: shared, database: failover_%[1]d, loginRole: failover_%[1]d,
 	}
 	apply(ctx, t, tenants.String())
 	// Mid-provisioning: as soon as the first step is decided.
-	for deadline := time.Now().Add(time.Minute); ; {
-		phase := kubectl(ctx, t, "-n", "e2e-failover", "get", "postgresqltenant", "failover-0", "-o", "jsonpath={.status.phase}")
-		if phase != "" && phase != "Pending" {
-			t.Logf("failover-0 is %s", phase)
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("failover-0 was not planned within a minute")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	waitPlanned(ctx, t, "e2e-failover", "failover-0")
 	kubectl(ctx, t, "-n", controllerNS, "delete", "pod", leader, "--grace-period=0", "--force")
 	t.Logf("force-deleted the leader %s", leader)
 
@@ -154,4 +137,21 @@ spec:
   adminCredentialRef: {name: shared-postgresql-admin}
 `, postgresHost, postgresHostaddr))
 	waitFor(ctx, t, "", "postgresqlinstance/shared", "condition=Ready", 3*time.Minute)
+}
+
+// waitPlanned waits until Tenant ns/name has left Pending: its first step
+// is decided and provisioning is under way.
+func waitPlanned(ctx context.Context, t *testing.T, ns, name string) {
+	t.Helper()
+	for deadline := time.Now().Add(time.Minute); ; {
+		phase := kubectl(ctx, t, "-n", ns, "get", "postgresqltenant", name, "-o", "jsonpath={.status.phase}")
+		if phase != "" && phase != "Pending" {
+			t.Logf("%s/%s is %s", ns, name, phase)
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s/%s was not planned within a minute", ns, name)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }

@@ -26,14 +26,7 @@ func TestJobsRunRealContainers(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	ensureJobClass(ctx, t)
-	apply(ctx, t, fmt.Sprintf(`apiVersion: v1
-kind: Namespace
-metadata: {name: %[1]s}
----
-apiVersion: v1
-kind: ServiceAccount
-metadata: {name: ayatori-job, namespace: %[1]s}
-`, jobsNS))
+	jobNamespace(ctx, t, jobsNS)
 	job := func(name, extra, command string) string {
 		return fmt.Sprintf(`apiVersion: execution.ayatori.ddupan.top/v1alpha1
 kind: Job
@@ -161,4 +154,18 @@ func ensureJobClass(ctx context.Context, t *testing.T) {
 	}
 	apply(ctx, t, string(sample))
 	waitFor(ctx, t, "", "jobclass/default", "condition=Ready", 2*time.Minute)
+}
+
+// jobNamespace makes namespace ns with the ServiceAccount ayatori-job the
+// default class's parameters name.
+func jobNamespace(ctx context.Context, t *testing.T, ns string) {
+	t.Helper()
+	apply(ctx, t, fmt.Sprintf(`apiVersion: v1
+kind: Namespace
+metadata: {name: %[1]s}
+---
+apiVersion: v1
+kind: ServiceAccount
+metadata: {name: ayatori-job, namespace: %[1]s}
+`, ns))
 }

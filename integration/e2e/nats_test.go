@@ -30,15 +30,8 @@ func TestNATSServerDeletedUnderLoad(t *testing.T) {
 	const ns, n = "e2e-nats", 6
 	ensureInstance(ctx, t)
 	ensureJobClass(ctx, t)
+	jobNamespace(ctx, t, ns)
 	var load strings.Builder
-	fmt.Fprintf(&load, `apiVersion: v1
-kind: Namespace
-metadata: {name: %[1]s}
----
-apiVersion: v1
-kind: ServiceAccount
-metadata: {name: ayatori-job, namespace: %[1]s}
-`, ns)
 	for i := 0; i < n; i++ {
 		fmt.Fprintf(&load, `---
 apiVersion: database.ayatori.ddupan.top/v1alpha1
@@ -57,16 +50,7 @@ spec:
 	}
 	leader := streamLeader(ctx, t)
 	apply(ctx, t, load.String())
-	for deadline := time.Now().Add(time.Minute); ; {
-		phase := kubectl(ctx, t, "-n", ns, "get", "postgresqltenant", "load-0", "-o", "jsonpath={.status.phase}")
-		if phase != "" && phase != "Pending" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("load-0 was not planned within a minute")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	waitPlanned(ctx, t, ns, "load-0")
 	kubectl(ctx, t, "-n", controllerNS, "delete", "pod", leader, "--grace-period=0", "--force")
 	t.Logf("force-deleted %s, the journal stream's leader, under load", leader)
 	for i := 0; i < n; i++ {
