@@ -10,7 +10,6 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -750,11 +749,4 @@ func (c *RealCluster) Kubectl(ctx context.Context, stdin []byte, args ...string)
 		return out, fmt.Errorf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
 	return out, nil
-}
-
-// APIServerPort returns the apiserver's port (it serves on every address).
-func (c *RealCluster) APIServerPort() int {
-	_, port, _ := net.SplitHostPort(strings.TrimPrefix(c.Config.Host, "https://"))
-	n, _ := strconv.Atoi(port)
-	return n
 }
