@@ -358,6 +358,8 @@ func (s *Store) process(ctx context.Context, cfg ConsumerConfig, m jetstream.Msg
 	}
 	if delivered == 1 {
 		s.cfg.Metrics.observeDelivery(s.cfg.Clock.Now().Sub(rec.Time))
+	} else {
+		s.cfg.Metrics.countRedelivery(rec.Operation)
 	}
 	// 0. A redelivery of an intent this process is still executing (its
 	// heartbeats were lost in a NATS fault, or AckWait passed while the
@@ -380,6 +382,7 @@ func (s *Store) process(ctx context.Context, cfg ConsumerConfig, m jetstream.Msg
 	// 2. Delivered too often without an outcome (crashes, AckWait
 	// expiries, hand-backs): record that instead of running it again.
 	if delivered > cfg.DeliveryLimit && !d.isPersistent(rec.Operation) {
+		s.cfg.Metrics.countExhausted(rec.Operation, "deliveries")
 		return s.finish(ctx, cfg, rec, Outcome{Result: Result{Class: Failed, Reason: ReasonRetriesExhausted,
 			Message: fmt.Sprintf("delivered %d times without an outcome (executor crash, AckWait expiry or hand-back); not run again", delivered)}})
 	}
@@ -399,6 +402,7 @@ func (s *Store) process(ctx context.Context, cfg ConsumerConfig, m jetstream.Msg
 			return handBack // shutting down: hand it to another replica now
 		}
 		if delivered >= cfg.MaxDeliver && !d.isPersistent(rec.Operation) {
+			s.cfg.Metrics.countExhausted(rec.Operation, "retries")
 			return s.finish(ctx, cfg, rec, exhausted(herr, delivered))
 		}
 		s.cfg.Metrics.countTransient(rec.Operation, herr)
@@ -491,7 +495,7 @@ func (s *Store) finish(ctx context.Context, cfg ConsumerConfig, rec Record, out 
 	if err != nil {
 		return handBack
 	}
-	s.cfg.Metrics.countOutcome(rec.Operation, o.Result.Class)
+	s.cfg.Metrics.countOutcome(rec.Operation, *o.Result)
 	if cfg.AfterOutcome != nil {
 		cfg.AfterOutcome(rec)
 	}
@@ -591,7 +595,7 @@ func (s *Store) refuse(ctx context.Context, cfg ConsumerConfig, m jetstream.Msg,
 		}
 		return handBack
 	}
-	s.cfg.Metrics.countOutcome(rec.Operation, Failed)
+	s.cfg.Metrics.countOutcome("Untrusted", *o.Result)
 	return ack
 }
 

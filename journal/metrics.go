@@ -13,8 +13,27 @@ type Metrics struct {
 	AppendSeconds prometheus.Histogram
 	// DeliverySeconds: time from an intent's record time to its delivery to an executor.
 	DeliverySeconds prometheus.Histogram
-	// Outcomes counts outcomes appended by executors, by operation and result class.
+	// Outcomes counts outcomes appended by executors, by operation, result
+	// class and reason (a stable CamelCase reason; "" for a success
+	// without one). Refused untrusted intents count under operation
+	// "Untrusted": an operation name from a record the manager did not
+	// write never becomes a label.
 	Outcomes *prometheus.CounterVec
+	// AppendErrors counts Append calls that failed for another reason than
+	// a lost optimistic-concurrency race or an invalid record (the journal
+	// could not be written: NATS down, no stream leader, timeouts).
+	AppendErrors prometheus.Counter
+	// LastAppend is the Unix time (seconds, this process's clock) of the
+	// last record this process stored.
+	LastAppend prometheus.Gauge
+	// Redeliveries counts deliveries of an intent after its first, by
+	// operation (crashes, AckWait expiries, transient retries, hand-backs).
+	Redeliveries *prometheus.CounterVec
+	// RetriesExhausted counts intents ended with a Failed outcome because a
+	// budget ran out, by operation and budget: "retries" (MaxDeliver
+	// transient failures) or "deliveries" (DeliveryLimit deliveries
+	// without an outcome).
+	RetriesExhausted *prometheus.CounterVec
 	// PullRestarts counts pulls of an executor consumer that failed (a
 	// NATS fault) and were started again.
 	PullRestarts prometheus.Counter
@@ -48,7 +67,19 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 		Outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ayatori_journal_outcomes_total", Help: "Outcomes appended by executors.",
-		}, []string{"operation", "result"}),
+		}, []string{"operation", "result", "reason"}),
+		AppendErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ayatori_journal_append_errors_total", Help: "Journal appends that failed because the journal could not be written (not lost races, not invalid records).",
+		}),
+		LastAppend: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "ayatori_journal_last_append_timestamp_seconds", Help: "Unix time of the last record this process stored in the journal (its own clock).",
+		}),
+		Redeliveries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ayatori_journal_redeliveries_total", Help: "Deliveries of an intent to an executor after its first, by operation.",
+		}, []string{"operation"}),
+		RetriesExhausted: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ayatori_journal_retries_exhausted_total", Help: "Intents ended Failed because a retry budget ran out, by operation and budget (retries, deliveries).",
+		}, []string{"operation", "budget"}),
 		PullRestarts: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "ayatori_journal_consumer_pull_restarts_total", Help: "Executor consumer pulls that failed on a NATS fault and were started again.",
 		}),
@@ -66,7 +97,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"operation", "reason"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.AppendSeconds, m.DeliverySeconds, m.Outcomes, m.PullRestarts, m.QueueSeconds, m.ExecutionSeconds, m.UntrustedRecords, m.TransientFailures)
+		reg.MustRegister(m.AppendSeconds, m.DeliverySeconds, m.Outcomes, m.PullRestarts, m.QueueSeconds, m.ExecutionSeconds, m.UntrustedRecords, m.TransientFailures,
+			m.AppendErrors, m.LastAppend, m.Redeliveries, m.RetriesExhausted)
 	}
 	return m
 }
@@ -74,6 +106,25 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 func (m *Metrics) observeAppend(d time.Duration) {
 	if m != nil {
 		m.AppendSeconds.Observe(d.Seconds())
+		m.LastAppend.SetToCurrentTime()
+	}
+}
+
+func (m *Metrics) countAppendError() {
+	if m != nil {
+		m.AppendErrors.Inc()
+	}
+}
+
+func (m *Metrics) countRedelivery(op string) {
+	if m != nil {
+		m.Redeliveries.WithLabelValues(op).Inc()
+	}
+}
+
+func (m *Metrics) countExhausted(op, budget string) {
+	if m != nil {
+		m.RetriesExhausted.WithLabelValues(op, budget).Inc()
 	}
 }
 
@@ -83,9 +134,9 @@ func (m *Metrics) observeDelivery(d time.Duration) {
 	}
 }
 
-func (m *Metrics) countOutcome(op string, class ResultClass) {
+func (m *Metrics) countOutcome(op string, r Result) {
 	if m != nil {
-		m.Outcomes.WithLabelValues(op, string(class)).Inc()
+		m.Outcomes.WithLabelValues(op, string(r.Class), r.Reason).Inc()
 	}
 }
 

@@ -281,6 +281,14 @@ type AppendResult struct {
 // validates the record first; an invalid record returns ErrInvalidRecord
 // and nothing is written.
 func (s *Store) Append(ctx context.Context, rec *Record, opts ...AppendOption) (AppendResult, error) {
+	res, err := s.append(ctx, rec, opts...)
+	if err != nil && !errors.Is(err, ErrConflict) && !errors.Is(err, ErrInvalidRecord) && ctx.Err() == nil {
+		s.cfg.Metrics.countAppendError()
+	}
+	return res, err
+}
+
+func (s *Store) append(ctx context.Context, rec *Record, opts ...AppendOption) (AppendResult, error) {
 	o := appendOptions{maxRetries: 5}
 	for _, opt := range opts {
 		opt(&o)

@@ -69,6 +69,9 @@ type shared struct {
 	// consumer is the executor consumer configuration (ack wait,
 	// concurrency, failpoints) without the durable name.
 	consumer journal.ConsumerConfig
+	// durables collects the durable consumers this replica pulls from
+	// (the journal probe reports their lag).
+	durables *[]string
 }
 
 // consume runs the operations d has handlers for from the domain's durable
@@ -80,6 +83,9 @@ func (sh shared) consume(mgr manager.Manager, store *journal.Store, durable stri
 	}
 	cc := sh.consumer
 	cc.Durable = durable
+	if sh.durables != nil {
+		*sh.durables = append(*sh.durables, durable)
+	}
 	return mgr.Add(everyReplica(func(ctx context.Context) error {
 		return store.Consume(ctx, cc, d)
 	}))

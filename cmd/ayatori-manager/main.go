@@ -153,7 +153,8 @@ func run(args []string) error {
 		return err
 	}
 
-	sh := shared{on: on, namespace: o.namespace, reconcileTimeout: o.reconcileTimeout, retryBase: o.retryBase, retryMax: o.retryMax,
+	var durables []string
+	sh := shared{on: on, namespace: o.namespace, durables: &durables, reconcileTimeout: o.reconcileTimeout, retryBase: o.retryBase, retryMax: o.retryMax,
 		consumer: journal.ConsumerConfig{AckWait: o.ackWait, Concurrency: o.executorConns,
 			BeforeHandle: failpoint("executor-before-handle"), BeforeOutcome: failpoint("executor-before-outcome"), AfterOutcome: failpoint("executor-after-outcome"),
 			OnPullError: func(err error) {
@@ -174,6 +175,9 @@ func run(args []string) error {
 		if err != nil {
 			return fmt.Errorf("set up the %s domain: %w", d.name, err)
 		}
+	}
+	if err := registerMetrics(crmetrics.Registry, mgr, store, on, durables); err != nil {
+		return fmt.Errorf("register metrics: %w", err)
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		return err

@@ -6,6 +6,7 @@
 # duration. Usage: build.sh [name...]   (default: all)
 # Names: controller-gen golangci-lint etcd kube-apiserver vault external-secrets nats-server
 #        kube-controller-manager kube-scheduler kwok (the workload tests' cluster)
+#        prometheus promtool (the alert rule and dashboard tests)
 #        e2e = kubelet kube-proxy kubectl containerd cni-plugins coredns (make e2e's
 #        real node; not in the default list, make e2e builds them)
 set -euo pipefail
@@ -151,6 +152,21 @@ recipe_coredns() {
 	go build -trimpath -o "$2" github.com/coredns/coredns
 }
 
+# Prometheus and promtool (operability, issue 27): promtool unit-tests the
+# shipped alert rules; Prometheus scrapes a real manager in the alert and
+# dashboard tests. Service discovery plugins are left out (remove_all_sd):
+# the tests use static and file targets. No web UI assets: the API is enough.
+prometheus_module() {
+	printf 'module ayatori.tools/%s\n\ngo 1.26\n\nrequire github.com/prometheus/prometheus %s\n' "$1" "$2" >go.mod
+	wrapper . "github.com/prometheus/prometheus/cmd/$1"
+	go mod tidy
+	go build -trimpath -tags remove_all_sd \
+		-ldflags "-X github.com/prometheus/common/version.Version=${2#v0.} -X github.com/prometheus/common/version.Branch=ayatori" \
+		-o "$3" "github.com/prometheus/prometheus/cmd/$1"
+}
+recipe_prometheus() { prometheus_module prometheus "$1" "$2"; }
+recipe_promtool() { prometheus_module promtool "$1" "$2"; }
+
 # kwok: fake nodes and pod lifecycles driven by Stage objects (workload tests).
 recipe_kwok() {
 	printf 'module ayatori.tools/kwok\n\ngo 1.26\n\nrequire sigs.k8s.io/kwok %s\n' "$1" >go.mod
@@ -215,7 +231,7 @@ MOD
 }
 
 names=("$@")
-[[ ${#names[@]} -gt 0 ]] || names=(controller-gen golangci-lint etcd kube-apiserver kube-controller-manager kube-scheduler kwok vault external-secrets nats-server)
+[[ ${#names[@]} -gt 0 ]] || names=(controller-gen golangci-lint etcd kube-apiserver kube-controller-manager kube-scheduler kwok vault external-secrets nats-server prometheus promtool)
 total=$SECONDS
 for n in "${names[@]}"; do
 	case "$n" in
@@ -226,6 +242,8 @@ for n in "${names[@]}"; do
 	kube-controller-manager) build kube-controller-manager "$KUBE_APISERVER_VERSION" kube-controller-manager recipe_kube_controller_manager ;;
 	kube-scheduler) build kube-scheduler "$KUBE_APISERVER_VERSION" kube-scheduler recipe_kube_scheduler ;;
 	kwok) build kwok "$KWOK_VERSION" kwok recipe_kwok ;;
+	prometheus) build prometheus "$PROMETHEUS_VERSION" prometheus recipe_prometheus ;;
+	promtool) build promtool "$PROMETHEUS_VERSION" promtool recipe_promtool ;;
 	vault) build vault "$VAULT_VERSION" vault recipe_vault ;;
 	external-secrets) build external-secrets "$EXTERNAL_SECRETS_VERSION" external-secrets recipe_external_secrets ;;
 	nats-server) build nats-server "$NATS_SERVER_VERSION" nats-server recipe_nats_server ;;

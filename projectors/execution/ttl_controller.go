@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
@@ -14,6 +15,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	executionv1alpha1 "git.ddupan.top/panxiao81/ayatori/api/execution/v1alpha1"
@@ -179,6 +181,8 @@ func (r *TTLReconciler) Reconcile(ctx context.Context, req reconcile.Request) (r
 		}
 	}
 	r.forget(uid)
+	ttlDeletions.Inc()
+	ttlLag.Observe(max(r.Clock.Since(seen.Add(time.Duration(*fresh.Spec.TTLSecondsAfterFinished)*time.Second)).Seconds(), 0))
 	ctrl.LoggerFrom(ctx).V(1).Info("finished Job deleted after its TTL", "ttlSecondsAfterFinished", *fresh.Spec.TTLSecondsAfterFinished)
 	return reconcile.Result{}, nil
 }
@@ -195,3 +199,18 @@ func (r *TTLReconciler) journalExpiry(ctx context.Context, j *executionv1alpha1.
 	}
 	return nil
 }
+
+// The TTL controller's metrics (docs/operations.md "Metrics"); no labels.
+var (
+	ttlDeletions = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "ayatori_job_ttl_deletions_total",
+		Help: "Finished Jobs deleted by the TTL controller after ttlSecondsAfterFinished.",
+	})
+	ttlLag = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "ayatori_job_ttl_deletion_lag_seconds",
+		Help:    "Time from a finished Job's TTL expiry (as this process observed the finish, on its own clock) to its deletion.",
+		Buckets: prometheus.ExponentialBuckets(0.05, 2, 14), // 50 ms .. ~7 min
+	})
+)
+
+func init() { crmetrics.Registry.MustRegister(ttlDeletions, ttlLag) }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -104,7 +105,11 @@ type Deps struct {
 // Reconcile runs one pass over the object req names.
 func Reconcile[O client.Object, D any](ctx context.Context, req reconcile.Request, deps Deps, k Kind[O, D]) (reconcile.Result, error) {
 	obj := k.New()
+	kind, domain := kindOf(obj)
 	if err := deps.Client.Get(ctx, req.NamespacedName, obj); err != nil {
+		if apierrors.IsNotFound(err) {
+			pendingIntents.set(kind, domain, req.NamespacedName, nil)
+		}
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
 	timer := newPhaseTimer(obj)
@@ -132,6 +137,8 @@ func Reconcile[O client.Object, D any](ctx context.Context, req reconcile.Reques
 	}
 	recs := deps.Observed.Stamp(uid, view.Records)
 	h := History{Records: recs, State: journal.Fold(recs)}
+	pending := h.State.Pending()
+	pendingIntents.set(kind, domain, req.NamespacedName, pending)
 	p, err := k.Plan(ctx, obj, h)
 	if err != nil {
 		return reconcile.Result{}, err
@@ -170,6 +177,9 @@ func Reconcile[O client.Object, D any](ctx context.Context, req reconcile.Reques
 		}
 		if rec.Type == journal.TypeIntent {
 			if !res.Duplicate {
+				now := *rec
+				now.Time = time.Now()
+				pendingIntents.set(kind, domain, req.NamespacedName, append(pending, now))
 				ctrl.LoggerFrom(ctx).V(1).Info("intent appended", "operation", rec.Operation, "attempt", rec.Attempt, "seq", res.Sequence)
 			}
 			if !p.Quiet {
@@ -191,6 +201,7 @@ func Reconcile[O client.Object, D any](ctx context.Context, req reconcile.Reques
 		// records stay for forensics until retention removes them).
 		deps.Observed.Forget(uid)
 		deps.OwnWrites.Forget(obj)
+		pendingIntents.set(kind, domain, req.NamespacedName, nil)
 		if err := deps.Journal.DropCheckpoint(ctx, uid); err != nil {
 			ctrl.LoggerFrom(ctx).Error(err, "journal checkpoint not dropped")
 		}
