@@ -61,6 +61,9 @@ var toolNames = map[string]string{
 	"containerd":  "CONTAINERD_VERSION",
 	"cni-plugins": "CNI_PLUGINS_VERSION",
 	"coredns":     "COREDNS_VERSION",
+	// The alert rule and dashboard tests (issue 27).
+	"prometheus": "PROMETHEUS_VERSION",
+	"promtool":   "PROMETHEUS_VERSION",
 }
 
 // ToolDir returns the cache directory of one pinned tool.

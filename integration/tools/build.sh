@@ -157,11 +157,14 @@ recipe_coredns() {
 # dashboard tests. Service discovery plugins are left out (remove_all_sd):
 # the tests use static and file targets. No web UI assets: the API is enough.
 prometheus_module() {
+	# Module v0.MMmPP.x is Prometheus M.mm.x (v0.316.0: 3.16.0).
+	local n="${2#v0.}" version
+	version="$((${n%%.*} / 100)).$((${n%%.*} % 100)).${n#*.}"
 	printf 'module ayatori.tools/%s\n\ngo 1.26\n\nrequire github.com/prometheus/prometheus %s\n' "$1" "$2" >go.mod
 	wrapper . "github.com/prometheus/prometheus/cmd/$1"
 	go mod tidy
 	go build -trimpath -tags remove_all_sd \
-		-ldflags "-X github.com/prometheus/common/version.Version=${2#v0.} -X github.com/prometheus/common/version.Branch=ayatori" \
+		-ldflags "-X github.com/prometheus/common/version.Version=$version -X github.com/prometheus/common/version.Branch=ayatori" \
 		-o "$3" "github.com/prometheus/prometheus/cmd/$1"
 }
 recipe_prometheus() { prometheus_module prometheus "$1" "$2"; }
