@@ -1,31 +1,9 @@
 // Command ayatori-journal reads Ayatori's operation journal for incident
 // forensics: timeline, replay (optionally diffed against the live CR),
-// verify (journal invariants), list, export. It reads from a NATS server
-// (--server / NATS_URL, standard NATS credential options) or, offline, from
-// an NDJSON file written by `export` (--from-file). See docs/operations.md.
+// verify (journal invariants), list, export (internal/journalcli). See
+// docs/operations.md.
 package main
 
-import (
-	"fmt"
-	"os"
+import "git.ddupan.top/panxiao81/ayatori/internal/journalcli"
 
-	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
-
-	// Every domain's contract: its payload types, the invariants verify
-	// checks and its journal.Describer. The CLI itself has no domain code:
-	// domains.go asks the describer registered for a record's domain.
-	_ "git.ddupan.top/panxiao81/ayatori/contracts"
-)
-
-func main() {
-	// replay --kubeconfig uses a controller-runtime client; without a
-	// logger, a run longer than 30 s would end in controller-runtime's
-	// "log.SetLogger(...) was never called" stack trace. Nothing of it is
-	// for the user: discard.
-	ctrllog.SetLogger(ctrllog.Log.WithSink(ctrllog.NullLogSink{}))
-	cmd := newRootCommand(os.Stdout, os.Stderr)
-	if err := cmd.Execute(); err != nil {
-		fmt.Fprintln(os.Stderr, "ayatori-journal:", err)
-		os.Exit(exitCode(err))
-	}
-}
+func main() { journalcli.Main() }

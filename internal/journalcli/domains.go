@@ -1,4 +1,4 @@
-package main
+package journalcli
 
 import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"

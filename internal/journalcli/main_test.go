@@ -1,4 +1,4 @@
-package main
+package journalcli
 
 import (
 	"bytes"
@@ -33,13 +33,13 @@ const (
 func run(t *testing.T, args ...string) (string, string, int) {
 	t.Helper()
 	var out, errb bytes.Buffer
-	cmd := newRootCommand(&out, &errb)
+	cmd := NewRootCommand(&out, &errb)
 	cmd.SetArgs(args)
 	err := cmd.Execute()
 	if err != nil {
 		errb.WriteString("error: " + err.Error() + "\n")
 	}
-	return out.String(), errb.String(), exitCode(err)
+	return out.String(), errb.String(), ExitCode(err)
 }
 
 func golden(t *testing.T, name, got string) {

@@ -1,4 +1,4 @@
-package main
+package journalcli
 
 import (
 	"bufio"
@@ -52,8 +52,8 @@ func (e *exitError) ExitCode() int { return e.code }
 // found.
 const exitOtherError = 2
 
-// exitCode maps the error Execute returned to the process exit status.
-func exitCode(err error) int {
+// ExitCode maps the error Execute returned to the process exit status.
+func ExitCode(err error) int {
 	if err == nil {
 		return 0
 	}
@@ -64,7 +64,7 @@ func exitCode(err error) int {
 	return exitOtherError
 }
 
-func newRootCommand(stdout, stderr io.Writer) *cobra.Command {
+func NewRootCommand(stdout, stderr io.Writer) *cobra.Command {
 	g := &globalOptions{}
 	root := &cobra.Command{
 		Use:   "ayatori-journal",

@@ -1,4 +1,4 @@
-package main
+package journalcli
 
 import (
 	"bytes"
@@ -18,7 +18,7 @@ import (
 func TestMain(m *testing.M) {
 	if os.Getenv("AYATORI_JOURNAL_RUN_MAIN") == "1" {
 		os.Args = append([]string{"ayatori-journal"}, os.Args[1:]...)
-		main()
+		Main()
 		os.Exit(0)
 	}
 	os.Exit(m.Run())
@@ -145,14 +145,14 @@ func TestRejectsSubjectTokensBeforeConnecting(t *testing.T) {
 	for _, tc := range cases {
 		args := append([]string{"--server", "nats://127.0.0.1:1"}, tc.args...)
 		var out, errb bytes.Buffer
-		cmd := newRootCommand(&out, &errb)
+		cmd := NewRootCommand(&out, &errb)
 		cmd.SetArgs(args)
 		err := cmd.Execute()
 		if err == nil {
 			t.Errorf("%q: accepted", args)
 			continue
 		}
-		if code := exitCode(err); code != exitOtherError || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "connect") {
+		if code := ExitCode(err); code != exitOtherError || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "connect") {
 			t.Errorf("%q: exit %d, %v; want exit %d, a %s error before connecting", args, code, err, exitOtherError, tc.want)
 		}
 	}
