@@ -82,6 +82,8 @@ type Stack struct {
 	ManagerLog string
 	// JournalBin is the built ayatori-journal binary.
 	JournalBin string
+	// PluginBin is the built kubectl-ayatori plugin.
+	PluginBin string
 	// MetricsURL is the manager's Prometheus endpoint.
 	MetricsURL string
 
@@ -113,8 +115,9 @@ func StartStack(ctx context.Context, opts StackOptions) (_ *Stack, err error) {
 	start := time.Now()
 	s.managerBin = filepath.Join(s.Dir, "ayatori-manager")
 	s.JournalBin = filepath.Join(s.Dir, "ayatori-journal")
+	s.PluginBin = filepath.Join(s.Dir, "kubectl-ayatori")
 	s.logf("building ayatori-manager and ayatori-journal")
-	build := exec.CommandContext(ctx, "go", "build", "-o", s.Dir+"/", "./cmd/ayatori-manager", "./cmd/ayatori-journal")
+	build := exec.CommandContext(ctx, "go", "build", "-o", s.Dir+"/", "./cmd/ayatori-manager", "./cmd/ayatori-journal", "./cmd/kubectl-ayatori")
 	build.Dir = RepoRoot()
 	if out, err := build.CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("build: %w\n%s", err, out)
@@ -273,6 +276,13 @@ func (s *Stack) JournalArgs() []string {
 // identity (--server, --nkey, --tlsca, --trusted-keys).
 func (s *Stack) JournalReaderArgs() []string {
 	return append(append([]string{"--server", s.NATSURL}, s.NATSAuth.ReaderArgs()...), "--trusted-keys", s.JournalKeys.TrustedKeysFile)
+}
+
+// PluginArgs are the kubectl-ayatori flags for this stack: the admin
+// kubeconfig and the journal's read-only identity.
+func (s *Stack) PluginArgs() []string {
+	return []string{"--kubeconfig", s.CP.KubeconfigPath, "--journal-server", s.NATSURL, "--journal-nkey", s.NATSAuth.ReaderSeedFile,
+		"--journal-ca", s.NATSAuth.CAFile, "--journal-trusted-keys", s.JournalKeys.TrustedKeysFile}
 }
 
 // ConnectNATS connects to the journal's NATS server(s) as identity id.

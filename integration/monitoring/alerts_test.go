@@ -8,10 +8,12 @@ package monitoring_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -65,7 +67,7 @@ func scaledRules(t *testing.T) []byte {
 
 const (
 	// canaryName is a user object's name that must never become a label.
-	canaryName = "canary-object-name-7f3a"
+	canaryName = "canaryobject7f3a"
 	// envCanary is a Secret value a Job's env references.
 	envCanary = "CANARY-metrics-secret-0c4e1b"
 )
@@ -86,9 +88,10 @@ const (
 // metrics page (canary scan).
 func TestAlertsOnRealPrometheus(t *testing.T) {
 	integration.Servers(t)
+	integration.QuietControllerRuntimeLog()
 	ctx := context.Background()
 	s, err := integration.StartStack(ctx, integration.StackOptions{
-		ManagerArgs: []string{"--retry-base=300ms", "--retry-max=3s", "--executor-ack-wait=5s"}})
+		ManagerArgs: []string{"--retry-base=300ms", "--retry-max=3s", "--executor-ack-wait=5s", "--tenant-resync-interval=5s"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,7 +115,7 @@ func TestAlertsOnRealPrometheus(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(pr.Close)
-	wantAlert := func(name, state string, timeout time.Duration) model.LabelSet {
+	wantAlert := func(t *testing.T, name, state string, timeout time.Duration) model.LabelSet {
 		t.Helper()
 		start := time.Now()
 		labels, err := pr.WaitAlert(ctx, name, state, timeout)
@@ -141,14 +144,14 @@ func TestAlertsOnRealPrometheus(t *testing.T) {
 			t.Skip("the stack runs a NATS cluster")
 		}
 		s.NATS.Stop()
-		labels := wantAlert("AyatoriJournalUnavailable", "firing", 90*time.Second)
+		labels := wantAlert(t, "AyatoriJournalUnavailable", "firing", 90*time.Second)
 		if labels["severity"] != "critical" || labels["pod"] != "ayatori-manager-0" {
 			t.Errorf("labels %v", labels)
 		}
 		if err := s.NATS.Start(); err != nil {
 			t.Fatal(err)
 		}
-		wantAlert("AyatoriJournalUnavailable", "", 90*time.Second)
+		wantAlert(t, "AyatoriJournalUnavailable", "", 90*time.Second)
 	})
 
 	t.Run("TenantConflict", func(t *testing.T) {
@@ -159,11 +162,17 @@ func TestAlertsOnRealPrometheus(t *testing.T) {
 		if err := c.Create(ctx, tn); err != nil {
 			t.Fatal(err)
 		}
-		wantAlert("AyatoriTenantConflict", "firing", 2*time.Minute)
+		waitTenant(t, s, "conflict", canaryName, "Conflict")
+		wantAlert(t, "AyatoriTenantConflict", "firing", 2*time.Minute)
+		e := why(t, s, "tenant/"+canaryName, "-n", "conflict")
+		if e.Condition.Status != "False" || e.Condition.Reason != "Conflict" || !strings.HasSuffix(e.Runbook, "#ayatoritenantconflict") ||
+			!strings.Contains(e.Action, "A human decides") || e.LastOutcome == nil || e.LastOutcome.Reason != "Conflict" {
+			t.Errorf("why of a Tenant in Conflict: %+v", e)
+		}
 		if err := c.Delete(ctx, tn); err != nil {
 			t.Fatal(err)
 		}
-		wantAlert("AyatoriTenantConflict", "", 2*time.Minute)
+		wantAlert(t, "AyatoriTenantConflict", "", 2*time.Minute)
 	})
 
 	t.Run("JobResultUnknown", func(t *testing.T) {
@@ -182,7 +191,12 @@ func TestAlertsOnRealPrometheus(t *testing.T) {
 		if err := c.Delete(ctx, &natives.Items[0], &client.DeleteOptions{PropagationPolicy: &bg}); err != nil {
 			t.Fatal(err)
 		}
-		wantAlert("AyatoriJobResultUnknown", "firing", 2*time.Minute)
+		wantAlert(t, "AyatoriJobResultUnknown", "firing", 2*time.Minute)
+		e := why(t, s, "job/"+canaryName, "-n", "lost")
+		if e.Condition.Reason != "ResultUnknown" || !strings.Contains(e.Action, "confirm-backend-lost="+e.UID) ||
+			!strings.HasSuffix(e.Runbook, "#ayatorijobresultunknown") || !strings.Contains(e.WaitingFor, "administrator") {
+			t.Errorf("why of a Job in ResultUnknown: %+v", e)
+		}
 		cur := &executionv1alpha1.Job{}
 		if err := c.Get(ctx, client.ObjectKeyFromObject(j), cur); err != nil {
 			t.Fatal(err)
@@ -193,7 +207,7 @@ func TestAlertsOnRealPrometheus(t *testing.T) {
 			t.Fatal(err)
 		}
 		waitJob(t, s, j, func(j *executionv1alpha1.Job) bool { return j.Status.CompletionTime != nil })
-		wantAlert("AyatoriJobResultUnknown", "", 2*time.Minute)
+		wantAlert(t, "AyatoriJobResultUnknown", "", 2*time.Minute)
 	})
 
 	t.Run("DashboardQueries", func(t *testing.T) {
@@ -201,7 +215,7 @@ func TestAlertsOnRealPrometheus(t *testing.T) {
 		// (one of them with a Secret env, one deleted by its TTL).
 		ns(t, s, "bench")
 		for i := range 5 {
-			tn := &databasev1alpha1.PostgreSQLTenant{ObjectMeta: metav1.ObjectMeta{Namespace: "bench", Name: fmt.Sprintf("app-%d", i)},
+			tn := &databasev1alpha1.PostgreSQLTenant{ObjectMeta: metav1.ObjectMeta{Namespace: "bench", Name: fmt.Sprintf("app%d", i)},
 				Spec: databasev1alpha1.PostgreSQLTenantSpec{InstanceRef: "shared"}}
 			if err := c.Create(ctx, tn); err != nil {
 				t.Fatal(err)
@@ -228,7 +242,7 @@ func TestAlertsOnRealPrometheus(t *testing.T) {
 			jobs = append(jobs, j)
 		}
 		for i := range 5 {
-			waitTenantReady(t, s, "bench", fmt.Sprintf("app-%d", i))
+			waitTenantReady(t, s, "bench", fmt.Sprintf("app%d", i))
 		}
 		for _, j := range jobs[1:] {
 			waitJob(t, s, j, func(j *executionv1alpha1.Job) bool { return j.Status.CompletionTime != nil })
@@ -262,11 +276,79 @@ func TestAlertsOnRealPrometheus(t *testing.T) {
 		t.Logf("%d panels, %d queries, each returned series", len(panels), queries)
 	})
 
+	t.Run("KubectlAyatori", func(t *testing.T) {
+		// Ready.
+		e := why(t, s, "tenant/app0", "-n", "bench")
+		if e.Condition.Status != "True" || e.Condition.Reason != "Ready" || !strings.HasPrefix(e.Action, "Nothing") || len(e.Pending) != 0 ||
+			e.LastOutcome == nil || e.Untrusted != 0 || e.Records == 0 {
+			t.Errorf("why of a Ready Tenant: %+v", e)
+		}
+		out := plugin(t, s, 0, "why", "pgtenant/app0", "-n", "bench")
+		for _, want := range []string{"PostgreSQLTenant bench/app0", "Ready=True", "Last outcome:", "Do:"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("why (text) lacks %q:\n%s", want, out)
+			}
+		}
+		if out := plugin(t, s, 0, "timeline", "tenant/app0", "-n", "bench"); !strings.Contains(out, "CreateDatabase") {
+			t.Errorf("timeline:\n%s", out)
+		}
+		if out := plugin(t, s, 0, "verify", "tenant/app0", "-n", "bench"); !strings.Contains(out, "OK") {
+			t.Errorf("verify:\n%s", out)
+		}
+		if out := plugin(t, s, 3, "why", "tenant/nope", "-n", "bench"); !strings.Contains(out, "not found") {
+			t.Errorf("why of a missing object:\n%s", out)
+		}
+
+		// Waiting on an Instance.
+		if err := c.Create(ctx, &databasev1alpha1.PostgreSQLTenant{ObjectMeta: metav1.ObjectMeta{Namespace: "bench", Name: "waits"},
+			Spec: databasev1alpha1.PostgreSQLTenantSpec{InstanceRef: "missing"}}); err != nil {
+			t.Fatal(err)
+		}
+		e = whyUntil(t, s, func(e explanation) bool { return e.Condition.Reason == "InstanceNotReady" }, "tenant/waits", "-n", "bench")
+		if !strings.Contains(e.WaitingFor, `PostgreSQLInstance "missing"`) || !strings.Contains(e.Action, "why instance/missing") {
+			t.Errorf("why of a Tenant waiting on an Instance: %+v", e)
+		}
+
+		// A Job being cancelled (its pod takes 3 s to stop).
+		jobNamespace(t, s, "cancel")
+		j := &executionv1alpha1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: "cancel", Name: "stop-me"},
+			Spec: executionv1alpha1.JobSpec{Task: executionv1alpha1.TaskSpec{Image: integration.ImageSlowStop, Command: []string{"/bin/task"}}}}
+		if err := c.Create(ctx, j); err != nil {
+			t.Fatal(err)
+		}
+		waitJob(t, s, j, func(j *executionv1alpha1.Job) bool { return j.Status.StartTime != nil })
+		cur := &executionv1alpha1.Job{}
+		if err := c.Get(ctx, client.ObjectKeyFromObject(j), cur); err != nil {
+			t.Fatal(err)
+		}
+		patch := client.MergeFrom(cur.DeepCopy())
+		cur.Spec.DesiredState = executionv1alpha1.JobDesiredStateCancelled
+		if err := c.Patch(ctx, cur, patch); err != nil {
+			t.Fatal(err)
+		}
+		e = whyUntil(t, s, func(e explanation) bool { return e.Condition.Reason == "Cancelling" }, "ajob/stop-me", "-n", "cancel")
+		if !strings.Contains(e.Action, "stop was requested") {
+			t.Errorf("why of a cancelling Job: %+v", e)
+		}
+		waitJob(t, s, j, func(j *executionv1alpha1.Job) bool { return j.Status.CompletionTime != nil })
+
+		// PostgreSQL down: the Ready Tenant's re-check finds it unreachable.
+		s.PG.Stop()
+		e = whyUntil(t, s, func(e explanation) bool { return e.Condition.Reason == "DependencyUnavailable" }, "tenant/app1", "-n", "bench")
+		if !strings.Contains(e.Action, "Restore the backend") || !strings.Contains(e.Runbook, "#ayatori") {
+			t.Errorf("why of a Tenant whose PostgreSQL is down: %+v", e)
+		}
+		if err := s.PG.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		waitTenantReady(t, s, "bench", "app1")
+	})
+
 	t.Run("CanaryScan", func(t *testing.T) {
 		secrets := []string{envCanary, s.AdminPassword}
 		var kv []string
 		for i := range 5 {
-			if pw := kvPassword(t, s, "bench", fmt.Sprintf("app-%d", i)); pw != "" {
+			if pw := kvPassword(t, s, "bench", fmt.Sprintf("app%d", i)); pw != "" {
 				kv = append(kv, pw)
 			}
 		}
@@ -275,6 +357,10 @@ func TestAlertsOnRealPrometheus(t *testing.T) {
 		}
 		secrets = append(secrets, kv...)
 		var pages []string
+		for _, ref := range []string{"tenant/app2", "tenant/waits"} {
+			pages = append(pages, plugin(t, s, 0, "why", ref, "-n", "bench"), plugin(t, s, 0, "why", ref, "-n", "bench", "-o", "yaml"),
+				plugin(t, s, 0, "timeline", ref, "-n", "bench"), plugin(t, s, 0, "replay", ref, "-n", "bench"))
+		}
 		for _, u := range []string{s.MetricsURL, pr.URL + "/api/v1/alerts", pr.URL + "/api/v1/rules",
 			pr.URL + "/api/v1/series?match[]=" + url.QueryEscape(`{__name__=~"ayatori_.+"}`)} {
 			pages = append(pages, get(t, u))
@@ -291,11 +377,11 @@ func TestAlertsOnRealPrometheus(t *testing.T) {
 		for i, p := range pages {
 			for _, secret := range secrets {
 				if strings.Contains(p, secret) {
-					t.Errorf("a secret value is in page %d (metrics, alerts, rules, series or label values)", i)
+					t.Errorf("a secret value is in page %d (plugin output, metrics, alerts, rules, series or label values)", i)
 				}
 			}
-			for _, name := range []string{canaryName, "app-1", "run-1"} {
-				if strings.Contains(p, name) {
+			for _, name := range []string{canaryName, "app1", "run-1"} {
+				if i >= 8 && strings.Contains(p, name) {
 					t.Errorf("the user object name %q is in page %d (metrics, alerts, rules, series or label values)", name, i)
 				}
 			}
@@ -389,19 +475,26 @@ func waitJob(t *testing.T, s *integration.Stack, j *executionv1alpha1.Job, cond 
 
 func waitTenantReady(t *testing.T, s *integration.Stack, namespace, name string) {
 	t.Helper()
+	waitTenant(t, s, namespace, name, databasev1alpha1.ReasonReady)
+}
+
+// waitTenant waits until the Tenant's Ready reason is reason.
+func waitTenant(t *testing.T, s *integration.Stack, namespace, name, reason string) {
+	t.Helper()
+	var last databasev1alpha1.PostgreSQLTenant
 	if err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
-		tn := &databasev1alpha1.PostgreSQLTenant{}
-		if err := s.CP.Client.Get(ctx, types.NamespacedName{Namespace: namespace, Name: name}, tn); err != nil {
+		if err := s.CP.Client.Get(ctx, types.NamespacedName{Namespace: namespace, Name: name}, &last); err != nil {
 			return false, nil
 		}
-		for _, c := range tn.Status.Conditions {
-			if c.Type == databasev1alpha1.ConditionReady && c.Status == metav1.ConditionTrue {
+		for _, c := range last.Status.Conditions {
+			if c.Type == databasev1alpha1.ConditionReady && c.Reason == reason {
 				return true, nil
 			}
 		}
 		return false, nil
 	}); err != nil {
-		t.Fatalf("Tenant %s/%s not Ready: %v\n%s", namespace, name, err, integration.Tail(s.ManagerLog, 20))
+		b, _ := json.Marshal(last.Status)
+		t.Fatalf("Tenant %s/%s never Ready reason %s: %v; status %s\n%s", namespace, name, reason, err, b, integration.Tail(s.ManagerLog, 20))
 	}
 }
 
@@ -432,4 +525,74 @@ func kvPassword(t *testing.T, s *integration.Stack, namespace, name string) stri
 	}
 	pw, _ := sec.Data["password"].(string)
 	return pw
+}
+
+// explanation mirrors kubectl-ayatori's why -o json.
+type explanation struct {
+	Kind      string `json:"kind"`
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	UID       string `json:"uid"`
+	Condition struct {
+		Type, Status, Reason, Message string
+	} `json:"condition"`
+	Phase       string `json:"phase"`
+	LastIntent  *step  `json:"lastIntent"`
+	LastOutcome *step  `json:"lastOutcome"`
+	Pending     []step `json:"pending"`
+	WaitingFor  string `json:"waitingFor"`
+	Action      string `json:"action"`
+	Runbook     string `json:"runbook"`
+	Records     int    `json:"journalRecords"`
+	Untrusted   int    `json:"untrustedRecords"`
+}
+
+type step struct {
+	Operation, Result, Reason, Message string
+	Attempt                            int
+}
+
+// plugin runs kubectl-ayatori with the stack's kubeconfig and the
+// journal's read-only identity and wants exit status code.
+func plugin(t *testing.T, s *integration.Stack, code int, args ...string) string {
+	t.Helper()
+	cmd := exec.Command(s.PluginBin, append(s.PluginArgs(), args...)...)
+	out, err := cmd.CombinedOutput()
+	got := 0
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		got = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	if got != code {
+		t.Fatalf("kubectl-ayatori %s: exit status %d, want %d\n%s", strings.Join(args, " "), got, code, out)
+	}
+	return string(out)
+}
+
+func why(t *testing.T, s *integration.Stack, args ...string) explanation {
+	t.Helper()
+	var e explanation
+	out := plugin(t, s, 0, append(append([]string{"why"}, args...), "-o", "json")...)
+	if err := json.Unmarshal([]byte(out), &e); err != nil {
+		t.Fatalf("why -o json: %v\n%s", err, out)
+	}
+	return e
+}
+
+// whyUntil asks why until cond holds (2 min).
+func whyUntil(t *testing.T, s *integration.Stack, cond func(explanation) bool, args ...string) explanation {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		e := why(t, s, args...)
+		if cond(e) {
+			return e
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("why %v: last answer %+v\n%s", args, e, integration.Tail(s.ManagerLog, 20))
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
 }
