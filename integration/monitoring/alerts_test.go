@@ -357,7 +357,7 @@ func TestAlertsOnRealPrometheus(t *testing.T) {
 		}
 		secrets = append(secrets, kv...)
 		var pages []string
-		for _, ref := range []string{"tenant/app2", "tenant/waits"} {
+		for _, ref := range []string{"tenant/app2", "tenant/app3"} {
 			pages = append(pages, plugin(t, s, 0, "why", ref, "-n", "bench"), plugin(t, s, 0, "why", ref, "-n", "bench", "-o", "yaml"),
 				plugin(t, s, 0, "timeline", ref, "-n", "bench"), plugin(t, s, 0, "replay", ref, "-n", "bench"))
 		}
