@@ -188,15 +188,15 @@ func printExplanation(w io.Writer, e Explanation, now time.Time) {
 		ref = e.Kind + " " + e.Namespace + "/" + e.Name
 	}
 	fmt.Fprintf(w, "%s (uid %s)\n", ref, e.UID)
-	fmt.Fprintf(w, "  %-12s %s=%s  reason %s\n", "Condition:", e.Condition.Type, e.Condition.Status, e.Condition.Reason)
+	fmt.Fprintf(w, "  %-13s %s=%s  reason %s\n", "Condition:", e.Condition.Type, e.Condition.Status, e.Condition.Reason)
 	if e.Condition.Message != "" {
-		fmt.Fprintf(w, "  %-12s %s\n", "Message:", e.Condition.Message)
+		fmt.Fprintf(w, "  %-13s %s\n", "Message:", e.Condition.Message)
 	}
 	if e.Phase != "" {
-		fmt.Fprintf(w, "  %-12s %s\n", "Phase:", e.Phase)
+		fmt.Fprintf(w, "  %-13s %s\n", "Phase:", e.Phase)
 	}
 	if e.Deleting {
-		fmt.Fprintf(w, "  %-12s %s\n", "Deleting:", "yes (its finalizer stays until the external resources are settled)")
+		fmt.Fprintf(w, "  %-13s %s\n", "Deleting:", "yes (its finalizer stays until the external resources are settled)")
 	}
 	step := func(s *Step) string {
 		out := fmt.Sprintf("%s attempt %d at sequence %d, %s ago", s.Operation, s.Attempt, s.Sequence, now.Sub(s.Time).Round(time.Second))
@@ -215,20 +215,20 @@ func printExplanation(w io.Writer, e Explanation, now time.Time) {
 		return out
 	}
 	if e.LastIntent != nil {
-		fmt.Fprintf(w, "  %-12s %s\n", "Last intent:", step(e.LastIntent))
+		fmt.Fprintf(w, "  %-13s %s\n", "Last intent:", step(e.LastIntent))
 	}
 	if e.LastOutcome != nil {
-		fmt.Fprintf(w, "  %-12s %s\n", "Last outcome:", step(e.LastOutcome))
+		fmt.Fprintf(w, "  %-13s %s\n", "Last outcome:", step(e.LastOutcome))
 	}
 	if e.LastIntent == nil && e.LastOutcome == nil {
-		fmt.Fprintf(w, "  %-12s %s\n", "Journal:", "no records for this UID (not decided yet, or removed by retention)")
+		fmt.Fprintf(w, "  %-13s %s\n", "Journal:", "no records for this UID (not decided yet, or removed by retention)")
 	}
 	if e.WaitingFor != "" {
-		fmt.Fprintf(w, "  %-12s %s\n", "Waiting for:", e.WaitingFor)
+		fmt.Fprintf(w, "  %-13s %s\n", "Waiting for:", e.WaitingFor)
 	}
-	fmt.Fprintf(w, "  %-12s %s\n", "Do:", e.Action)
+	fmt.Fprintf(w, "  %-13s %s\n", "Do:", e.Action)
 	if e.Runbook != "" {
-		fmt.Fprintf(w, "  %-12s %s\n", "Runbook:", e.Runbook)
+		fmt.Fprintf(w, "  %-13s %s\n", "Runbook:", e.Runbook)
 	}
 	switch {
 	case e.Untrusted > 0:

@@ -9,6 +9,9 @@ import (
 	_ "embed"
 	"encoding/json"
 	"fmt"
+	"time"
+
+	"github.com/prometheus/common/model"
 
 	"sigs.k8s.io/yaml"
 )
@@ -64,6 +67,32 @@ func RuleFile(interval string) ([]byte, error) {
 	if interval != "" {
 		for i := range groups {
 			groups[i].Interval = interval
+		}
+	}
+	return yaml.Marshal(map[string]any{"groups": groups})
+}
+
+// ScaledRuleFile is RuleFile(interval) with every alert's `for` divided
+// by divisor (60: minutes become seconds): the expressions, labels and
+// annotations stay the shipped ones. For tests and the demo, which cannot
+// wait minutes; never for a real Prometheus.
+func ScaledRuleFile(interval string, divisor int) ([]byte, error) {
+	groups, err := Groups()
+	if err != nil {
+		return nil, err
+	}
+	for gi := range groups {
+		groups[gi].Interval = interval
+		for ri := range groups[gi].Rules {
+			r := &groups[gi].Rules[ri]
+			if r.For == "" {
+				continue
+			}
+			d, err := model.ParseDuration(r.For)
+			if err != nil {
+				return nil, fmt.Errorf("alert %s: for: %w", r.Alert, err)
+			}
+			r.For = model.Duration(time.Duration(d) / time.Duration(divisor)).String()
 		}
 	}
 	return yaml.Marshal(map[string]any{"groups": groups})

@@ -27,6 +27,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -49,6 +50,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	databasev1alpha1 "git.ddupan.top/panxiao81/ayatori/api/database/v1alpha1"
+	"git.ddupan.top/panxiao81/ayatori/deploy/monitoring"
 	"git.ddupan.top/panxiao81/ayatori/integration"
 )
 
@@ -235,6 +237,12 @@ func run(keep bool) error {
 		return err
 	}
 
+	pr, err := alertDemo(ctx, s)
+	if err != nil {
+		return err
+	}
+	defer pr.Close()
+
 	jobs, err := runJobs(ctx, s, srv, samples, keep)
 	if err != nil {
 		return err
@@ -270,6 +278,14 @@ func run(keep bool) error {
 		fmt.Printf("    kubectl get ajob -n %s %s -o jsonpath='{.status.execution}'   # adapter opensandbox, the Sandbox and Command references\n", jobsNamespace, osJobName)
 		fmt.Printf("    %s timeline --kind Job -n %s --name %s\n", aj, jobsNamespace, osJobName)
 		fmt.Printf("    (docs/execution/user-guide.md explains every condition and reason)\n")
+		fmt.Println("  monitoring (the shipped alert rules, with every `for` divided by 60, on a real Prometheus scraping the manager):")
+		fmt.Printf("    Prometheus: %s   (alerts: %s/alerts, API: %s/api/v1/alerts)\n", pr.URL, pr.URL, pr.URL)
+		fmt.Printf("    curl -s '%s/api/v1/query?query=ayatori_objects' | head -c 600\n", pr.URL)
+		fmt.Println("  kubectl ayatori (the plugin: put it on PATH as kubectl-ayatori; the NATS_* variables above are its journal identity):")
+		fmt.Printf("    export PATH=%s:$PATH\n", s.Dir)
+		fmt.Printf("    kubectl ayatori why tenant/netbox -n netbox\n")
+		fmt.Printf("    kubectl ayatori why ajob/fail -n %s -o yaml\n", jobsNamespace)
+		fmt.Printf("    kubectl ayatori timeline tenant/netbox -n netbox && kubectl ayatori verify tenant/netbox -n netbox\n")
 		fmt.Printf("    manager log: %s\n", s.ManagerLog)
 		for _, name := range []string{"kube-controller-manager", "kube-scheduler", "kwok"} {
 			fmt.Printf("    %s log: %s\n", name, s.Workload.LogPaths[name])
@@ -557,4 +573,69 @@ func journalCLI(ctx context.Context, s *integration.Stack, args ...string) error
 	cmd := exec.CommandContext(ctx, s.JournalBin, append(s.JournalReaderArgs(), args...)...)
 	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 	return cmd.Run()
+}
+
+// alertDemo starts a real Prometheus that scrapes the manager with the
+// shipped alert rules (every `for` divided by 60), makes a Tenant conflict
+// with a foreign role, prints the alert firing and `kubectl ayatori why`,
+// then deletes the Tenant and prints the alert resolved. The caller closes
+// the Prometheus (make dev keeps it up).
+func alertDemo(ctx context.Context, s *integration.Stack) (*integration.Prometheus, error) {
+	section("monitoring: the shipped alert rules on a real Prometheus scraping the manager")
+	rules, err := monitoring.ScaledRuleFile("1s", 60)
+	if err != nil {
+		return nil, err
+	}
+	u, err := url.Parse(s.MetricsURL)
+	if err != nil {
+		return nil, err
+	}
+	pr, err := integration.NewPrometheus(integration.PrometheusOptions{ScrapeInterval: 3 * time.Second, EvalInterval: time.Second, RuleFile: rules,
+		Targets: []integration.PrometheusTarget{{Address: u.Host, Labels: map[string]string{"namespace": integration.ControllerNamespace, "pod": "ayatori-manager-0"}}}})
+	if err != nil {
+		return nil, err
+	}
+	say("Prometheus %s scrapes %s every 3 s (rules: deploy/monitoring/prometheusrule.yaml, `for` divided by 60)", pr.URL, s.MetricsURL)
+	conn, err := pgx.Connect(ctx, s.PG.SuperuserDSN("postgres"))
+	if err != nil {
+		pr.Close()
+		return nil, err
+	}
+	_, err = conn.Exec(ctx, "CREATE ROLE legacy_app LOGIN")
+	conn.Close(ctx)
+	if err != nil {
+		pr.Close()
+		return nil, err
+	}
+	say("created role legacy_app by hand (not Ayatori's); PostgreSQLTenant netbox/legacy asks for it as its loginRole")
+	tn := &databasev1alpha1.PostgreSQLTenant{ObjectMeta: metav1.ObjectMeta{Namespace: "netbox", Name: "legacy"},
+		Spec: databasev1alpha1.PostgreSQLTenantSpec{InstanceRef: "shared", LoginRole: "legacy_app"}}
+	if err := s.CP.Client.Create(ctx, tn); err != nil {
+		pr.Close()
+		return nil, err
+	}
+	labels, err := pr.WaitAlert(ctx, "AyatoriTenantConflict", "firing", 2*time.Minute)
+	if err != nil {
+		pr.Close()
+		return nil, fmt.Errorf("%w\nmanager log tail:\n%s", err, integration.Tail(s.ManagerLog, 20))
+	}
+	say("alert firing: %s", labels)
+	section("kubectl ayatori why tenant/legacy -n netbox")
+	cmd := exec.CommandContext(ctx, s.PluginBin, append(s.PluginArgs(), "why", "tenant/legacy", "-n", "netbox")...)
+	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+	if err := cmd.Run(); err != nil {
+		pr.Close()
+		return nil, fmt.Errorf("kubectl ayatori why: %w", err)
+	}
+	section("deleting PostgreSQLTenant netbox/legacy: the alert resolves")
+	if err := s.CP.Client.Delete(ctx, tn); err != nil {
+		pr.Close()
+		return nil, err
+	}
+	if _, err := pr.WaitAlert(ctx, "AyatoriTenantConflict", "", 2*time.Minute); err != nil {
+		pr.Close()
+		return nil, err
+	}
+	say("AyatoriTenantConflict resolved")
+	return pr, nil
 }

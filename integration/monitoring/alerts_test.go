@@ -26,7 +26,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/yaml"
 
 	databasev1alpha1 "git.ddupan.top/panxiao81/ayatori/api/database/v1alpha1"
 	executionv1alpha1 "git.ddupan.top/panxiao81/ayatori/api/execution/v1alpha1"
@@ -40,25 +39,7 @@ import (
 // shipped `for` durations are covered by the promtool unit tests.
 func scaledRules(t *testing.T) []byte {
 	t.Helper()
-	groups, err := monitoring.Groups()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for gi := range groups {
-		groups[gi].Interval = "1s"
-		for ri := range groups[gi].Rules {
-			r := &groups[gi].Rules[ri]
-			if r.For == "" {
-				continue
-			}
-			d, err := model.ParseDuration(r.For)
-			if err != nil {
-				t.Fatal(err)
-			}
-			r.For = model.Duration(time.Duration(d) / 60).String()
-		}
-	}
-	b, err := yaml.Marshal(map[string]any{"groups": groups})
+	b, err := monitoring.ScaledRuleFile("1s", 60)
 	if err != nil {
 		t.Fatal(err)
 	}
