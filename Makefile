@@ -67,8 +67,18 @@ lint: $(GOLANGCI_LINT) ## gofmt check, go vet and golangci-lint (.golangci.yml: 
 	$(GOLANGCI_LINT) run ./...
 
 .PHONY: build
-build: ## Build the binaries into bin/.
+build: ## Build the binaries into bin/ (ayatori-manager, ayatori-journal, kubectl-ayatori, ayatori-bootstrap).
 	go build -o bin/ ./cmd/...
+
+VERSION ?= v0.1.0
+.PHONY: plugin-archives
+plugin-archives: ## The kubectl ayatori plugin's release archives (bin/kubectl-ayatori_<os>_<arch>.tar.gz) and their sha256 for plugins/ayatori.yaml.
+	@for p in linux/amd64 linux/arm64 darwin/arm64; do \
+		os=$${p%/*}; arch=$${p#*/}; d=bin/plugin-$$os-$$arch; mkdir -p $$d; \
+		CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch go build -trimpath -o $$d/kubectl-ayatori ./cmd/kubectl-ayatori && \
+		tar -C $$d -czf bin/kubectl-ayatori_$${os}_$${arch}.tar.gz kubectl-ayatori && \
+		sha256sum bin/kubectl-ayatori_$${os}_$${arch}.tar.gz; \
+	done
 
 ##@ Tests
 

@@ -75,7 +75,7 @@ func NewPrometheus(opts PrometheusOptions) (_ *Prometheus, err error) {
 		statics = append(statics, map[string]any{"targets": []string{t.Address}, "labels": t.Labels})
 	}
 	cfg := map[string]any{
-		"global": map[string]any{"scrape_interval": scrape.String(), "evaluation_interval": eval.String(), "scrape_timeout": scrape.String()},
+		"global":         map[string]any{"scrape_interval": scrape.String(), "evaluation_interval": eval.String(), "scrape_timeout": scrape.String()},
 		"scrape_configs": []any{map[string]any{"job_name": "ayatori-manager", "static_configs": statics}},
 	}
 	if opts.RuleFile != nil {
