@@ -187,14 +187,33 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("journal: %w", err)
 	}
-	stream, err := js.CreateOrUpdateStream(ctx, StreamConfig(cfg))
+	stream, err := createOrUpdateStream(ctx, js, StreamConfig(cfg))
 	if err != nil {
 		return nil, fmt.Errorf("journal: create or update stream %s: %w", cfg.StreamName, err)
 	}
-	if _, err := js.CreateOrUpdateStream(ctx, CheckpointStreamConfig(cfg)); err != nil {
+	if _, err := createOrUpdateStream(ctx, js, CheckpointStreamConfig(cfg)); err != nil {
 		return nil, fmt.Errorf("journal: create or update stream %s: %w", CheckpointStreamName(cfg.StreamName), err)
 	}
 	return &Store{cfg: cfg, nc: nc, js: js, stream: stream, checkpoints: true, uids: map[string]*uidState{}, uidLocks: map[string]*uidMutex{}}, nil
+}
+
+// createOrUpdateStream is js.CreateOrUpdateStream (idempotent), asked again
+// when the JetStream API did not answer within the client's request
+// timeout (a busy or just-elected server) while ctx is still live: up to 5
+// attempts, 0.5 s apart.
+func createOrUpdateStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamConfig) (jetstream.Stream, error) {
+	for attempt := 1; ; attempt++ {
+		st, err := js.CreateOrUpdateStream(ctx, cfg)
+		if err == nil || attempt == 5 || ctx.Err() != nil ||
+			!(errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout)) {
+			return st, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
 }
 
 // OpenExisting binds to an existing journal stream without changing it (for
