@@ -2,6 +2,7 @@ package journal
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -24,11 +25,21 @@ import (
 //	ones delivered more than once.
 //
 // Consumer names are the manager's own durables: bounded labels.
+//
+// A scrape within MinInterval of the last probe gets that probe's figures
+// (concurrent scrapes wait for one probe): however often /metrics is
+// requested, the journal is asked at most once per MinInterval.
 type StreamCollector struct {
 	Store     *Store
 	Consumers []string
 	// Timeout bounds each probe (0: 2 s).
 	Timeout time.Duration
+	// MinInterval between two probes (0: 10 s; < 0: every scrape).
+	MinInterval time.Duration
+
+	mu     sync.Mutex
+	last   []prometheus.Metric
+	lastAt time.Time
 }
 
 var (
@@ -59,6 +70,30 @@ func (c *StreamCollector) Describe(ch chan<- *prometheus.Desc) {
 
 // Collect implements prometheus.Collector.
 func (c *StreamCollector) Collect(ch chan<- prometheus.Metric) {
+	every := c.MinInterval
+	if every == 0 {
+		every = 10 * time.Second
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.last == nil || every < 0 || time.Since(c.lastAt) >= every {
+		buf := make(chan prometheus.Metric, 64)
+		go func() {
+			c.probe(buf)
+			close(buf)
+		}()
+		c.last = c.last[:0]
+		for m := range buf {
+			c.last = append(c.last, m)
+		}
+		c.lastAt = time.Now()
+	}
+	for _, m := range c.last {
+		ch <- m
+	}
+}
+
+func (c *StreamCollector) probe(ch chan<- prometheus.Metric) {
 	timeout := c.Timeout
 	if timeout <= 0 {
 		timeout = 2 * time.Second

@@ -176,6 +176,7 @@ func (s *Store) DurableConsumer(ctx context.Context, domain string, cfg Consumer
 // of after AckWait. In-flight handlers see ctx cancelled; Consume returns
 // nil after they have.
 func (s *Store) Consume(ctx context.Context, cfg ConsumerConfig, d *Dispatcher) error {
+	s.cfg.Metrics.initOperations(d.Operations())
 	cfg.defaults()
 	if d == nil {
 		return errors.New("journal: consume without a dispatcher")

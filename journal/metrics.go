@@ -96,6 +96,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "ayatori_journal_transient_failures_total", Help: "Executor attempts that failed transiently and were redelivered, by operation and reason.",
 		}, []string{"operation", "reason"}),
 	}
+	// Series an alert reads with increase() exist at 0 from the start: a
+	// counter's first increment would otherwise be its first sample, which
+	// increase() can not see.
+	for _, reader := range []string{"read", "watch", "checkpoint", "executor"} {
+		m.UntrustedRecords.WithLabelValues(reader)
+	}
 	if reg != nil {
 		reg.MustRegister(m.AppendSeconds, m.DeliverySeconds, m.Outcomes, m.PullRestarts, m.QueueSeconds, m.ExecutionSeconds, m.UntrustedRecords, m.TransientFailures,
 			m.AppendErrors, m.LastAppend, m.Redeliveries, m.RetriesExhausted)
@@ -119,6 +125,19 @@ func (m *Metrics) countAppendError() {
 func (m *Metrics) countRedelivery(op string) {
 	if m != nil {
 		m.Redeliveries.WithLabelValues(op).Inc()
+	}
+}
+
+// initOperations creates the per-operation counters an alert reads at 0
+// (the operations an executor consumer handles).
+func (m *Metrics) initOperations(ops []string) {
+	if m == nil {
+		return
+	}
+	for _, op := range ops {
+		m.RetriesExhausted.WithLabelValues(op, "retries")
+		m.RetriesExhausted.WithLabelValues(op, "deliveries")
+		m.Redeliveries.WithLabelValues(op)
 	}
 }
 

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -52,8 +53,7 @@ var jobClassReasons = []string{
 	"Pending",
 }
 
-// conditionKinds are the kinds whose projector this replica runs (its
-// cache holds them already).
+// conditionKinds are the kinds whose projector this replica runs.
 func conditionKinds(on selection) []journaled.ConditionKind {
 	var out []journaled.ConditionKind
 	if on.projector(instanceProjector) {
@@ -87,6 +87,9 @@ func conditionKinds(on selection) []journaled.ConditionKind {
 	return out
 }
 
+// leading is true while this replica leads (the leader gauge's value).
+var leading atomic.Bool
+
 var leaderGauge = prometheus.NewGauge(prometheus.GaugeOpts{
 	Name: "ayatori_manager_leader",
 	Help: "1 while this replica holds the leader lease and runs the projectors (also 1 without leader election), else 0.",
@@ -97,7 +100,9 @@ var leaderGauge = prometheus.NewGauge(prometheus.GaugeOpts{
 func registerMetrics(reg prometheus.Registerer, mgr manager.Manager, store *journal.Store, on selection, durables []string) error {
 	collectors := []prometheus.Collector{leaderGauge, &journal.StreamCollector{Store: store, Consumers: durables}}
 	if kinds := conditionKinds(on); len(kinds) > 0 {
-		collectors = append(collectors, &journaled.ObjectConditions{Reader: mgr.GetCache(), Kinds: kinds})
+		// Only the leader lists: its cache holds these kinds for its
+		// projectors; a standby's would start informers just for metrics.
+		collectors = append(collectors, &journaled.ObjectConditions{Reader: mgr.GetCache(), Kinds: kinds, Active: leading.Load})
 	}
 	for _, c := range collectors {
 		// A second run in one process (tests) finds the first's: keep it.
@@ -111,10 +116,12 @@ func registerMetrics(reg prometheus.Registerer, mgr manager.Manager, store *jour
 		select {
 		case <-mgr.Elected():
 			leaderGauge.Set(1)
+			leading.Store(true)
 		case <-ctx.Done():
 		}
 		<-ctx.Done()
 		leaderGauge.Set(0)
+		leading.Store(false)
 		return nil
 	}))
 }

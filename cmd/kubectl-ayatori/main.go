@@ -10,6 +10,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -23,17 +24,23 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/yaml"
 
 	"git.ddupan.top/panxiao81/ayatori/internal/journalcli"
+	"git.ddupan.top/panxiao81/ayatori/internal/redact"
 )
 
 func main() {
 	ctrllog.SetLogger(ctrllog.Log.WithSink(ctrllog.NullLogSink{}))
 	cmd := newRootCommand(os.Stdout, os.Stderr)
 	if err := cmd.Execute(); err != nil {
-		fmt.Fprintln(os.Stderr, "kubectl ayatori:", err)
+		var quiet *exitError
+		if !errors.As(err, &quiet) {
+			fmt.Fprintln(os.Stderr, "kubectl ayatori:", err)
+		}
 		os.Exit(journalcli.ExitCode(err))
 	}
 }
@@ -103,6 +110,8 @@ every record's proof of origin. Exit status: 0 success, 1 invariant violations (
 	pf := root.PersistentFlags()
 	o.kube.AddFlags(pf)
 	pf.StringVar(&o.journal.Server, "journal-server", os.Getenv("NATS_URL"), "NATS server URL of the journal (env NATS_URL)")
+	// The default may come from NATS_URL: --help shows it without credentials.
+	pf.Lookup("journal-server").DefValue = redact.URLList(o.journal.Server)
 	pf.StringVar(&o.journal.NKey, "journal-nkey", os.Getenv("NATS_NKEY"), "NKey seed file of the journal's read-only identity (env NATS_NKEY)")
 	pf.StringVar(&o.journal.Creds, "journal-creds", os.Getenv("NATS_CREDS"), "NATS credentials file (env NATS_CREDS)")
 	pf.StringVar(&o.journal.TLSCA, "journal-ca", os.Getenv("NATS_CA"), "CA file of the NATS servers (env NATS_CA)")
@@ -153,6 +162,12 @@ func (o *options) get(ctx context.Context, args []string) (kind, *unstructured.U
 	return k, obj, err
 }
 
+// exitError ends the command with its status and nothing more to print.
+type exitError struct{ code int }
+
+func (e *exitError) Error() string { return fmt.Sprintf("exit status %d", e.code) }
+func (e *exitError) ExitCode() int { return e.code }
+
 type notFound struct{ msg string }
 
 func (e *notFound) Error() string { return e.msg }
@@ -175,26 +190,40 @@ func (o *options) whyCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			recs, untrusted, err := journalcli.ReadObject(ctx, o.journal, string(obj.GetUID()))
-			if err != nil {
-				return fmt.Errorf("read the journal of %s %s: %w", k.Kind, obj.GetName(), err)
-			}
+			recs, untrusted, jerr := journalcli.ReadObject(ctx, o.journal, string(obj.GetUID()))
 			now := time.Now()
 			e := explain(k.Kind, k.Condition, obj, recs, untrusted, now)
+			if jerr != nil {
+				// The live object still answers half the question (and the
+				// journal being unreachable may be the incident).
+				e.Journal = "unreachable: " + jerr.Error()
+				e.Untrusted = 0
+				defer func() {
+					fmt.Fprintln(cmd.ErrOrStderr(), "kubectl ayatori: the journal could not be read; the answer above is from the live object alone (see docs/runbook.md#ayatorijournalunavailable)")
+				}()
+			}
 			switch o.output {
 			case "json":
 				enc := json.NewEncoder(cmd.OutOrStdout())
 				enc.SetIndent("", "  ")
-				return enc.Encode(e)
+				if err := enc.Encode(e); err != nil || jerr == nil {
+					return err
+				}
+				return &exitError{2}
 			case "yaml":
 				b, err := yaml.Marshal(e)
 				if err != nil {
 					return err
 				}
-				_, err = cmd.OutOrStdout().Write(b)
-				return err
+				if _, err = cmd.OutOrStdout().Write(b); err != nil || jerr == nil {
+					return err
+				}
+				return &exitError{2}
 			}
 			printExplanation(cmd.OutOrStdout(), e, now)
+			if jerr != nil {
+				return &exitError{2}
+			}
 			return nil
 		},
 	}
@@ -223,16 +252,60 @@ func (o *options) journalCommand(name, short string) *cobra.Command {
 				return fmt.Errorf("--output of %s must be json, got %q", name, o.output)
 			}
 			if name == "replay" {
-				// Compare with the live object through the same kubeconfig.
-				if kc := o.kube.ToRawKubeConfigLoader().ConfigAccess().GetExplicitFile(); kc != "" {
-					jargs = append(jargs, "--kubeconfig", kc)
-				} else if env := os.Getenv("KUBECONFIG"); env != "" && !strings.Contains(env, string(os.PathListSeparator)) {
-					jargs = append(jargs, "--kubeconfig", env)
+				// Compare with the live object in the cluster the object
+				// was read from: the kubeconfig as loaded (files merged,
+				// --context applied), minified to one file.
+				kc, cleanup, err := o.replayKubeconfig()
+				if err != nil {
+					return err
 				}
+				defer cleanup()
+				jargs = append(jargs, "--kubeconfig", kc)
 			}
 			j := journalcli.NewRootCommand(cmd.OutOrStdout(), cmd.ErrOrStderr())
 			j.SetArgs(jargs)
 			return j.ExecuteContext(ctx)
 		},
 	}
+}
+
+// replayKubeconfig writes the kubeconfig the plugin uses (every file
+// merged, --context, --cluster and --user applied) as one minified,
+// flattened file readable only by this user, for replay's live comparison;
+// cleanup removes it.
+func (o *options) replayKubeconfig() (path string, cleanup func(), err error) {
+	raw, err := o.kube.ToRawKubeConfigLoader().RawConfig()
+	if err != nil {
+		return "", nil, err
+	}
+	if c := o.kube.Context; c != nil && *c != "" {
+		raw.CurrentContext = *c
+	}
+	if ctx, ok := raw.Contexts[raw.CurrentContext]; ok {
+		ctx = ctx.DeepCopy()
+		if c := o.kube.ClusterName; c != nil && *c != "" {
+			ctx.Cluster = *c
+		}
+		if u := o.kube.AuthInfoName; u != nil && *u != "" {
+			ctx.AuthInfo = *u
+		}
+		raw.Contexts[raw.CurrentContext] = ctx
+	}
+	if err := clientcmdapi.MinifyConfig(&raw); err != nil {
+		return "", nil, fmt.Errorf("kubeconfig: %w", err)
+	}
+	if err := clientcmdapi.FlattenConfig(&raw); err != nil {
+		return "", nil, fmt.Errorf("kubeconfig: %w", err)
+	}
+	f, err := os.CreateTemp("", "kubectl-ayatori-*.kubeconfig")
+	if err != nil {
+		return "", nil, err
+	}
+	f.Close()
+	cleanup = func() { _ = os.Remove(f.Name()) }
+	if err := clientcmd.WriteToFile(raw, f.Name()); err != nil {
+		cleanup()
+		return "", nil, err
+	}
+	return f.Name(), cleanup, nil
 }

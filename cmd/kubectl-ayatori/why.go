@@ -4,7 +4,9 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"strings"
 	"time"
+	"unicode"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
@@ -37,6 +39,8 @@ type Explanation struct {
 	// runbook section.
 	Action  string `json:"action"`
 	Runbook string `json:"runbook,omitempty"`
+	// Journal is "" when the journal was read, else why it could not be.
+	Journal string `json:"journal,omitempty"`
 	// Records is how many journal records the object has; Untrusted how
 	// many were left out for lack of a valid proof of origin (-1: not
 	// checked).
@@ -106,12 +110,14 @@ func explain(kind, cond string, obj *unstructured.Unstructured, recs []journal.R
 	e := Explanation{Kind: kind, Namespace: obj.GetNamespace(), Name: obj.GetName(), UID: string(obj.GetUID()),
 		Deleting: obj.GetDeletionTimestamp() != nil, Records: len(recs), Untrusted: untrusted}
 	e.Phase, _, _ = unstructured.NestedString(obj.Object, "status", "phase")
+	e.Phase = printable(e.Phase)
 	conds, _, _ := unstructured.NestedSlice(obj.Object, "status", "conditions")
 	e.Condition = Condition{Type: cond, Status: "Unknown", Reason: "None", Message: "no " + cond + " condition yet: the manager has not seen the object"}
 	for _, c := range conds {
 		m, _ := c.(map[string]any)
 		if m["type"] == cond {
-			e.Condition = Condition{Type: cond, Status: fmt.Sprint(m["status"]), Reason: fmt.Sprint(m["reason"]), Message: fmt.Sprint(m["message"])}
+			e.Condition = Condition{Type: cond, Status: printable(fmt.Sprint(m["status"])), Reason: printable(fmt.Sprint(m["reason"])),
+				Message: printable(fmt.Sprint(m["message"]))}
 		}
 	}
 	st := journal.Fold(recs)
@@ -147,6 +153,9 @@ func explain(kind, cond string, obj *unstructured.Unstructured, recs []journal.R
 		a.action = fmt.Sprintf(a.action, e.Namespace, e.Name, e.UID)
 		e.WaitingFor = "an administrator: the execution can not be found or proven stopped"
 	}
+	if kind == "PostgreSQLInstance" && a.runbook == "ayatoritenantnotready" {
+		a.runbook = "ayatoriinstancenotready"
+	}
 	e.Action = a.action
 	if a.runbook != "" {
 		e.Runbook = runbookBase + a.runbook
@@ -167,10 +176,21 @@ func explain(kind, cond string, obj *unstructured.Unstructured, recs []journal.R
 	return e
 }
 
+// printable replaces control characters (a terminal escape in a message a
+// backend or someone with status access wrote) with U+FFFD.
+func printable(s string) string {
+	return strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) {
+			return '\uFFFD'
+		}
+		return r
+	}, s)
+}
+
 func summarize(r journal.Record, st *journal.State) Step {
 	s := Step{Operation: r.Operation, Step: r.Step, Attempt: r.Attempt, Sequence: r.Sequence, Time: r.Time}
 	if r.Result != nil {
-		s.Result, s.Reason, s.Message = string(r.Result.Class), r.Result.Reason, r.Result.Message
+		s.Result, s.Reason, s.Message = string(r.Result.Class), printable(r.Result.Reason), printable(r.Result.Message)
 	} else if r.Type == journal.TypeIntent {
 		if o, ok := st.OutcomeOf(r.ID); ok && o.Result != nil {
 			s.Result, s.Reason = string(o.Result.Class), o.Result.Reason
@@ -220,7 +240,9 @@ func printExplanation(w io.Writer, e Explanation, now time.Time) {
 	if e.LastOutcome != nil {
 		fmt.Fprintf(w, "  %-13s %s\n", "Last outcome:", step(e.LastOutcome))
 	}
-	if e.LastIntent == nil && e.LastOutcome == nil {
+	if e.Journal != "" {
+		fmt.Fprintf(w, "  %-13s %s\n", "Journal:", e.Journal)
+	} else if e.LastIntent == nil && e.LastOutcome == nil {
 		fmt.Fprintf(w, "  %-13s %s\n", "Journal:", "no records for this UID (not decided yet, or removed by retention)")
 	}
 	if e.WaitingFor != "" {
