@@ -31,7 +31,7 @@ func TestStreamCollectorFollowsNATS(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	c := &journal.StreamCollector{Store: s, Consumers: []string{"ayatori-executor-database-v1", "absent-consumer"}, Timeout: 500 * time.Millisecond}
+	c := &journal.StreamCollector{Store: s, Consumers: []string{"ayatori-executor-database-v1", "absent-consumer"}, MinInterval: -1}
 	if err := reg.Register(c); err != nil {
 		t.Fatal(err)
 	}
@@ -50,7 +50,24 @@ ayatori_journal_up 1
 		t.Fatalf("last append timestamp %v, want about now", got)
 	}
 
+	// A collector with the default MinInterval answers a scrape within 10 s
+	// of its last probe from that probe: /metrics requests never reach NATS
+	// more often.
+	cachedReg := prometheus.NewRegistry()
+	cachedReg.MustRegister(&journal.StreamCollector{Store: s})
+	upOnly := `
+# HELP ayatori_journal_up 1 when the journal stream answered this process's probe at the last scrape, else 0.
+# TYPE ayatori_journal_up gauge
+ayatori_journal_up 1
+`
+	if err := testutil.GatherAndCompare(cachedReg, strings.NewReader(upOnly), "ayatori_journal_up"); err != nil {
+		t.Fatal(err)
+	}
+
 	n.Stop()
+	if err := testutil.GatherAndCompare(cachedReg, strings.NewReader(upOnly), "ayatori_journal_up"); err != nil {
+		t.Fatalf("a scrape right after the last probe asked NATS again: %v", err)
+	}
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(`
 # HELP ayatori_journal_up 1 when the journal stream answered this process's probe at the last scrape, else 0.
 # TYPE ayatori_journal_up gauge
