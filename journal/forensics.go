@@ -413,6 +413,10 @@ type Describer struct {
 	// says a live object with that UID exists; mismatches are the
 	// disagreements; detail is the domain's own account (printed as JSON).
 	CompareLive func(live map[string]any, uid string, recs []Record) (found bool, mismatches []string, detail any)
+	// Rechecks are the operations that re-check an object which stays
+	// Ready while the check runs (a periodic observation): a pending intent
+	// of one of them on a Ready object is no disagreement.
+	Rechecks []string
 }
 
 var (

@@ -35,4 +35,7 @@ func init() {
 	// projection target check and DeleteExternalSecret read them all), so
 	// journal checkpoints keep every successful EnsureExternalSecret.
 	journal.KeepSucceeded(Domain, OpEnsureExternalSecret)
+	// The forensics CLI: a Ready Instance or Tenant stays Ready while its
+	// periodic re-check runs.
+	journal.RegisterDescriber(Domain, journal.Describer{Rechecks: []string{OpObserveInstance, OpObserveTenant}})
 }

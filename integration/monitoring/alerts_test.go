@@ -338,6 +338,10 @@ func TestAlertsOnRealPrometheus(t *testing.T) {
 		}
 		secrets = append(secrets, kv...)
 		var pages []string
+		// PostgreSQL was down a moment ago: a Tenant whose re-check ran
+		// then is re-running its steps; replay compares settled ones.
+		waitTenantReady(t, s, "bench", "app2")
+		waitTenantReady(t, s, "bench", "app3")
 		for _, ref := range []string{"tenant/app2", "tenant/app3"} {
 			pages = append(pages, plugin(t, s, 0, "why", ref, "-n", "bench"), plugin(t, s, 0, "why", ref, "-n", "bench", "-o", "yaml"),
 				plugin(t, s, 0, "timeline", ref, "-n", "bench"), plugin(t, s, 0, "replay", ref, "-n", "bench"))

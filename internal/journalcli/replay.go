@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"strings"
 
@@ -73,7 +74,8 @@ func newReplayCommand(g *globalOptions) *cobra.Command {
 		Long: `replay applies an object's records one by one and prints, after each, the pending
 intents, the last outcome per step and an object-level summary. With --kubeconfig it then
 reads the live object and reports where its status disagrees with what the journal says
-(for example Ready=True while intents are pending, or a failure the status does not show).
+(for example Ready=True while intents are pending, other than the periodic re-check of a
+Ready object, or a failure the status does not show).
 
 For a Job the comparison is of its result: the live Succeeded condition (status and
 reason), status.result.exitCode and status.execution.references against the journal's
@@ -240,8 +242,8 @@ func compareLive(u *unstructured.Unstructured, st *journal.State) *liveDiff {
 	}
 	s := summarize(st)
 	switch {
-	case d.Ready == "True" && s.Pending > 0:
-		d.Mismatches = append(d.Mismatches, fmt.Sprintf("live Ready=True but the journal has %d pending intent(s)", s.Pending))
+	case d.Ready == "True" && s.Pending-rechecksPending(st) > 0:
+		d.Mismatches = append(d.Mismatches, fmt.Sprintf("live Ready=True but the journal has %d pending intent(s)", s.Pending-rechecksPending(st)))
 	case d.Ready == "True" && s.Failed > 0:
 		d.Mismatches = append(d.Mismatches, "live Ready=True but the journal's last outcome of a step failed ("+s.LastFailed+")")
 	case d.Ready != "True" && s.Settled && d.Generation == s.Generation:
@@ -252,6 +254,22 @@ func compareLive(u *unstructured.Unstructured, st *journal.State) *liveDiff {
 		d.Mismatches = append(d.Mismatches, fmt.Sprintf("status claims generation %d was observed, but the journal has no intent for generations after %d", d.ObservedGeneration, s.Generation))
 	}
 	return d
+}
+
+// rechecksPending counts st's pending intents of the domain's re-checks
+// (journal.Describer.Rechecks): a Ready object stays Ready while they run.
+func rechecksPending(st *journal.State) int {
+	d, ok := journal.DescriberOf(st.Object.Group)
+	if !ok {
+		return 0
+	}
+	n := 0
+	for _, in := range st.Pending() {
+		if slices.Contains(d.Rechecks, in.Operation) {
+			n++
+		}
+	}
+	return n
 }
 
 func printDiff(w io.Writer, d *liveDiff) {

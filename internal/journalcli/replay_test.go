@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 
+	dbcontract "git.ddupan.top/panxiao81/ayatori/contracts/database"
 	"git.ddupan.top/panxiao81/ayatori/contracts/execution"
 	"git.ddupan.top/panxiao81/ayatori/journal"
 )
@@ -53,6 +54,10 @@ func TestCompareLive(t *testing.T) {
 	pending := journal.Fold(append([]journal.Record(nil), recs...))
 	outcome(role, journal.Failed)
 	failed := journal.Fold(append([]journal.Record(nil), recs...))
+	role = intent("CreateRole")
+	outcome(role, journal.Succeeded)
+	intent(dbcontract.OpObserveTenant)
+	rechecking := journal.Fold(append([]journal.Record(nil), recs...))
 
 	cases := []struct {
 		name string
@@ -68,6 +73,7 @@ func TestCompareLive(t *testing.T) {
 		{"observed a generation the journal never saw", live(obj.UID, 3, 3, "Unknown", "Reconciling"), pending, "no intent for generations after 1"},
 		{"agreement: reconciling while pending", live(obj.UID, 1, 1, "Unknown", "Reconciling"), pending, ""},
 		{"agreement: failure shown", live(obj.UID, 1, 1, "False", "DependencyUnavailable"), failed, ""},
+		{"agreement: Ready while its periodic re-check runs", live(obj.UID, 1, 1, "True", "Ready"), rechecking, ""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
