@@ -22,6 +22,8 @@ type Dispatcher struct {
 	ops        map[string]*route
 	persistent map[string]bool
 	guard      Guard
+	// limits are the backends' bounds on intents in flight (Limit).
+	limits map[string]chan struct{}
 }
 
 // Guard checks a trusted intent against what the live objects say before
@@ -44,7 +46,52 @@ func NewDispatcher(domain string) (*Dispatcher, error) {
 	if !domainPattern.MatchString(domain) {
 		return nil, fmt.Errorf("journal: dispatcher domain %q is not a subject token", domain)
 	}
-	return &Dispatcher{domain: domain, ops: map[string]*route{}, persistent: map[string]bool{}}, nil
+	return &Dispatcher{domain: domain, ops: map[string]*route{}, persistent: map[string]bool{}, limits: map[string]chan struct{}{}}, nil
+}
+
+// Limit bounds how many intents of backend run at once in this process
+// (n > 0; n <= 0 removes the bound): each backend is sized by what it
+// talks to (PostgreSQL by its connection pool, the Kubernetes executor by
+// the API server), not by one number for all. An intent over the bound
+// waits for a slot of its own backend (its message kept in progress), so
+// a saturated backend never holds another's slots. Call it before Consume.
+func (d *Dispatcher) Limit(backend string, n int) {
+	if n <= 0 {
+		delete(d.limits, backend)
+		return
+	}
+	d.limits[backend] = make(chan struct{}, n)
+}
+
+// Backends lists the backends with at least one handler, sorted.
+func (d *Dispatcher) Backends() []string {
+	set := map[string]bool{}
+	for _, r := range d.ops {
+		for b := range r.backends {
+			set[b] = true
+		}
+	}
+	out := make([]string, 0, len(set))
+	for b := range set {
+		out = append(out, b)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Capacity is the sum of the limits of the backends with handlers: the
+// intents the dispatcher runs at once when every backend is busy (0 when
+// one of them has no limit: the consumer's Concurrency alone bounds it).
+func (d *Dispatcher) Capacity() int {
+	total := 0
+	for _, b := range d.Backends() {
+		l, ok := d.limits[b]
+		if !ok {
+			return 0
+		}
+		total += cap(l)
+	}
+	return total
 }
 
 // Persistent marks operations whose intents are retried until they
@@ -147,15 +194,33 @@ func (d *Dispatcher) handler(intent Record) (Handler, string) {
 		return nil, fmt.Sprintf("no executor handles operation %s", intent.Operation)
 	}
 	if r.owner == nil {
-		for _, h := range r.backends {
-			return d.guarded(h), ""
+		for b, h := range r.backends {
+			return d.limited(b, d.guarded(h)), ""
 		}
 	}
 	b := r.owner(intent)
 	if h, ok := r.backends[b]; ok {
-		return d.guarded(h), ""
+		return d.limited(b, d.guarded(h)), ""
 	}
 	return nil, fmt.Sprintf("no executor handles operation %s for backend %q", intent.Operation, b)
+}
+
+// limited runs h in one of backend's slots (Limit), waiting for one; a
+// context that ends first is a transient error (the intent is handed back).
+func (d *Dispatcher) limited(backend string, h Handler) Handler {
+	slots, ok := d.limits[backend]
+	if !ok {
+		return h
+	}
+	return func(ctx context.Context, intent Record) (Outcome, error) {
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+			return Outcome{}, fmt.Errorf("journal: waiting for a %s slot: %w", backend, ctx.Err())
+		}
+		defer func() { <-slots }()
+		return h(ctx, intent)
+	}
 }
 
 // guarded runs the dispatcher's guard before h.

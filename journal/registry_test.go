@@ -4,7 +4,9 @@ import (
 	"context"
 	"reflect"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 )
 
 func mustPanic(t *testing.T, what string, f func()) {
@@ -216,3 +218,80 @@ func TestRegisteredInvariant(t *testing.T) {
 }
 
 func typeOf(v any) reflect.Type { return reflect.TypeOf(v) }
+
+// Limit: each backend runs at most its own number of intents at once; a
+// saturated backend neither blocks another nor is exceeded, a wait ends
+// with the context, and Capacity sums the limits.
+func TestDispatcherLimit(t *testing.T) {
+	d, _ := NewDispatcher("alpha")
+	if err := d.Route("Run", func(r Record) string { return r.Object.Kind }); err != nil {
+		t.Fatal(err)
+	}
+	release := make(chan struct{})
+	var mu sync.Mutex
+	running, peak := map[string]int{}, map[string]int{}
+	for _, b := range []string{"slow", "fast"} {
+		if err := d.Handle(b, "Run", func(ctx context.Context, r Record) (Outcome, error) {
+			mu.Lock()
+			running[b]++
+			peak[b] = max(peak[b], running[b])
+			mu.Unlock()
+			if b == "slow" {
+				<-release
+			}
+			mu.Lock()
+			running[b]--
+			mu.Unlock()
+			return Outcome{Result: Result{Class: Succeeded}}, nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if c := d.Capacity(); c != 0 {
+		t.Errorf("Capacity without limits = %d, want 0", c)
+	}
+	d.Limit("slow", 2)
+	if c := d.Capacity(); c != 0 {
+		t.Errorf("Capacity with one backend unbounded = %d, want 0", c)
+	}
+	d.Limit("fast", 3)
+	if c := d.Capacity(); c != 5 {
+		t.Errorf("Capacity = %d, want 5", c)
+	}
+	run := func(ctx context.Context, kind string) error {
+		h, err := d.HandlerFor(Record{Operation: "Run", Object: ObjectRef{Group: "alpha.example", Kind: kind, Name: "n", UID: "u"}})
+		if err != nil {
+			return err
+		}
+		_, err = h(ctx, Record{})
+		return err
+	}
+	var wg sync.WaitGroup
+	for range 5 {
+		wg.Add(1)
+		go func() { defer wg.Done(); _ = run(context.Background(), "slow") }()
+	}
+	// The slow backend is saturated: the fast one still runs, ten in turn.
+	for range 10 {
+		if err := run(context.Background(), "fast"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A wait for a slow slot ends with its context.
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	time.Sleep(50 * time.Millisecond) // the five are running or waiting
+	if err := run(ctx, "slow"); err == nil || !strings.Contains(err.Error(), "slot") {
+		t.Errorf("a wait past its context: %v, want a slot error", err)
+	}
+	mu.Lock()
+	if running["slow"] != 2 {
+		t.Errorf("slow running = %d while saturated, want 2", running["slow"])
+	}
+	mu.Unlock()
+	close(release)
+	wg.Wait()
+	if peak["slow"] != 2 {
+		t.Errorf("slow peak = %d, want its limit 2", peak["slow"])
+	}
+}

@@ -76,7 +76,6 @@ type databaseOptions struct {
 	instanceResync   time.Duration
 	tenantResync     time.Duration
 	tenantWorkers    int
-	intentEvents     bool
 	postgresMaxConns int
 }
 
@@ -105,7 +104,6 @@ func (o *databaseOptions) bind(fs *flag.FlagSet) {
 	fs.StringVar(&o.openBaoTenantBasePath, "openbao-tenant-base-path", "postgresql-tenants", "controller-owned KV path prefix (mount-relative)")
 	fs.StringVar(&o.externalSecretStoreName, "external-secret-store-name", "", "ClusterSecretStore the controller's ExternalSecrets reference; required by the Tenant components")
 	fs.StringVar(&o.postgresqlCABundlePath, "postgresql-ca-bundle-path", "", "PEM CA bundle verifying PostgreSQL servers (required for verify-ca/verify-full)")
-	fs.BoolVar(&o.intentEvents, "intent-events", true, "emit an IntentAppended Event on the Tenant for every step decided (false: the journal alone records them; fewer API writes at scale)")
 	fs.IntVar(&o.tenantWorkers, "tenant-workers", 8, "how many Tenants the Tenant projector reconciles at once (> 0; one Tenant is never reconciled twice at once)")
 	fs.DurationVar(&o.tenantResync, "tenant-resync-interval", 10*time.Minute, "re-check a Ready Tenant (one ObserveTenant) this long after its last successful check (> 0)")
 	fs.DurationVar(&o.instanceResync, "instance-resync-interval", 5*time.Minute, "re-observe a Ready Instance this long after its last successful observation (> 0)")
@@ -217,7 +215,7 @@ func (o *databaseOptions) setup(_ context.Context, mgr manager.Manager, store *j
 				Config: dbprojector.TenantConfig{KVMount: o.openBaoKVMount, BasePath: o.openBaoTenantBasePath,
 					ConsumerAddress: o.openBaoConsumerAddress, StoreName: o.externalSecretStoreName},
 				Policy:  dbprojector.TenantPolicy{ResyncInterval: o.tenantResync, RetryBase: sh.retryBase, RetryMax: sh.retryMax, PendingRecheck: 30 * time.Second},
-				Workers: o.tenantWorkers, NoIntentEvents: !o.intentEvents}
+				Workers: o.tenantWorkers, NoIntentEvents: !sh.intentEvents}
 			if err := r.SetupWithManager(mgr, router.Tenants); err != nil {
 				return nil, fmt.Errorf("set up the PostgreSQLTenant projector: %w", err)
 			}
@@ -294,7 +292,10 @@ func (o *databaseOptions) setup(_ context.Context, mgr manager.Manager, store *j
 	}
 	dispatch.SetGuard(liveGuard(mgr, databaseLiveCheck(dbcontract.NameConfig{KVMount: o.openBaoKVMount, BasePath: o.openBaoTenantBasePath,
 		StoreName: o.externalSecretStoreName})))
-	return cleanup, sh.consume(mgr, store, databaseDurable, dispatch)
+	// PostgreSQL is bounded by its pool (more would only wait for a
+	// connection), OpenBao and the ExternalSecret writes by their servers.
+	return cleanup, sh.consume(mgr, store, databaseDurable, dispatch, map[string]int{postgresqlExecutor: o.postgresMaxConns,
+		openBaoExecutor: 8, externalSecretsExecutor: 8})
 }
 
 // databaseLiveCheck runs dbcontract.CheckIntent with the objects an intent

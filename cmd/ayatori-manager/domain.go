@@ -69,6 +69,13 @@ type shared struct {
 	// consumer is the executor consumer configuration (ack wait,
 	// concurrency, failpoints) without the durable name.
 	consumer journal.ConsumerConfig
+	// backendConcurrency are the executors' bounds the flags set
+	// (--executor-backend-concurrency); the others keep the defaults their
+	// domain passes to consume.
+	backendConcurrency map[string]int
+	// intentEvents: an IntentAppended Event for every step decided
+	// (--intent-events).
+	intentEvents bool
 	// durables collects the durable consumers this replica pulls from
 	// (the journal probe reports their lag).
 	durables *[]string
@@ -77,11 +84,26 @@ type shared struct {
 // consume runs the operations d has handlers for from the domain's durable
 // consumer, on every replica; it adds nothing when d has none (no executor
 // of the domain is enabled).
-func (sh shared) consume(mgr manager.Manager, store *journal.Store, durable string, d *journal.Dispatcher) error {
+//
+// Each executor (backend) runs at most its own number of intents at once:
+// --executor-backend-concurrency, else defaults[backend]. The consumer
+// pulls as many as all of them run (--executor-concurrency, when set,
+// bounds that sum).
+func (sh shared) consume(mgr manager.Manager, store *journal.Store, durable string, d *journal.Dispatcher, defaults map[string]int) error {
 	if len(d.Operations()) == 0 {
 		return nil
 	}
+	for _, b := range d.Backends() {
+		n := defaults[b]
+		if v, ok := sh.backendConcurrency[b]; ok {
+			n = v
+		}
+		d.Limit(b, n)
+	}
 	cc := sh.consumer
+	if cc.Concurrency == 0 {
+		cc.Concurrency = max(d.Capacity(), 1)
+	}
 	cc.Durable = durable
 	if sh.durables != nil {
 		*sh.durables = append(*sh.durables, durable)

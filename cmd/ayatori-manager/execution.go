@@ -220,7 +220,7 @@ func (o *executionOptions) setup(_ context.Context, mgr manager.Manager, store *
 		policy.ObserveMax, policy.ResolveRecheck = o.observeMax, o.resolveRecheck
 		policy.RetryBase, policy.RetryMax = sh.retryBase, sh.retryMax
 		r := &exprojector.JobReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Journal: store, Recorder: rec,
-			Policy: policy, Adapters: adapters, Workers: o.jobWorkers}
+			Policy: policy, Adapters: adapters, Workers: o.jobWorkers, NoIntentEvents: !sh.intentEvents}
 		if err := r.SetupWithManager(mgr, router.For(exprojector.KindJob)); err != nil {
 			return nil, fmt.Errorf("set up the Job projector: %w", err)
 		}
@@ -233,7 +233,9 @@ func (o *executionOptions) setup(_ context.Context, mgr manager.Manager, store *
 		return nil, err
 	}
 	dispatch.SetGuard(liveGuard(mgr, execution.CheckLive))
-	return nil, sh.consume(mgr, store, executionDurable, dispatch)
+	// A native Job costs the API server a few writes: it takes many at
+	// once; an OpenSandbox server is sized by its own limit.
+	return nil, sh.consume(mgr, store, executionDurable, dispatch, map[string]int{execution.AdapterKubernetes: 32, execution.AdapterOpenSandbox: 8})
 }
 
 // osHTTPClient is the opensandbox executor's HTTP client: the system

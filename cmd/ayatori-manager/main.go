@@ -154,7 +154,7 @@ func run(args []string) error {
 	}
 
 	var durables []string
-	sh := shared{on: on, namespace: o.namespace, durables: &durables, reconcileTimeout: o.reconcileTimeout, retryBase: o.retryBase, retryMax: o.retryMax,
+	sh := shared{on: on, namespace: o.namespace, durables: &durables, backendConcurrency: o.backendConcurrency, intentEvents: o.intentEvents, reconcileTimeout: o.reconcileTimeout, retryBase: o.retryBase, retryMax: o.retryMax,
 		consumer: journal.ConsumerConfig{AckWait: o.ackWait, Concurrency: o.executorConns,
 			BeforeHandle: failpoint("executor-before-handle"), BeforeOutcome: failpoint("executor-before-outcome"), AfterOutcome: failpoint("executor-after-outcome"),
 			OnPullError: func(err error) {

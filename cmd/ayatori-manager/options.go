@@ -4,9 +4,11 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"maps"
 	"net/url"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -49,9 +51,13 @@ type options struct {
 	kubeconfig    string
 	actor         string
 	executorConns int
-	kubeAPIQPS    float64
-	kubeAPIBurst  int
-	ackWait       time.Duration
+	// backendConcurrency are --executor-backend-concurrency's bounds by
+	// executor name (the rest keep their domain's default).
+	backendConcurrency map[string]int
+	intentEvents       bool
+	kubeAPIQPS         float64
+	kubeAPIBurst       int
+	ackWait            time.Duration
 
 	// domains are the domains this manager can run, with their flags
 	// (bind creates them).
@@ -105,7 +111,22 @@ func (o *options) bind(fs *flag.FlagSet) {
 	})
 	fs.DurationVar(&o.retryBase, "retry-base", 5*time.Second, "first back-off after a dependency failure (> 0)")
 	fs.DurationVar(&o.retryMax, "retry-max", 5*time.Minute, "longest back-off after repeated failures (>= --retry-base)")
-	fs.IntVar(&o.executorConns, "executor-concurrency", 4, "intents executed at once per process (> 0)")
+	fs.BoolVar(&o.intentEvents, "intent-events", false, "emit an IntentAppended Event on the object for every step decided (default: only the condition changes get Events; the journal records every step, `kubectl ayatori timeline` shows them)")
+	fs.IntVar(&o.executorConns, "executor-concurrency", 0, "bound on each domain's intents executed at once per process; 0: the sum of its executors' --executor-backend-concurrency")
+	fs.Func("executor-backend-concurrency", "intents each executor runs at once per process, as executor=n pairs separated by commas (default: postgresql = --postgresql-max-conns, openbao=8, externalsecrets=8, kubernetes=32, opensandbox=8)", func(v string) error {
+		if o.backendConcurrency == nil {
+			o.backendConcurrency = map[string]int{}
+		}
+		for _, kv := range splitList(v) {
+			name, n, ok := strings.Cut(kv, "=")
+			c, err := strconv.Atoi(n)
+			if !ok || err != nil {
+				return fmt.Errorf("%q is not executor=n", kv)
+			}
+			o.backendConcurrency[strings.TrimSpace(name)] = c
+		}
+		return nil
+	})
 	fs.Float64Var(&o.kubeAPIQPS, "kube-api-qps", 0, "client-side rate limit of the manager's Kubernetes API requests per second; 0: none (controller-runtime's default, the API server's priority and fairness applies), negative: none")
 	fs.IntVar(&o.kubeAPIBurst, "kube-api-burst", 0, "burst of --kube-api-qps (>= --kube-api-qps when set)")
 	fs.DurationVar(&o.ackWait, "executor-ack-wait", 0, "how long an intent taken by an executor that died stays invisible before redelivery (default: --reconcile-timeout + 30s; in-progress heartbeats keep long operations alive)")
@@ -187,8 +208,15 @@ func (o *options) validate() error {
 	if o.retryMax < o.retryBase {
 		bad("--retry-max (%s) must not be shorter than --retry-base (%s)", o.retryMax, o.retryBase)
 	}
-	if o.executorConns <= 0 {
-		bad("--executor-concurrency must be positive")
+	if o.executorConns < 0 {
+		bad("--executor-concurrency must not be negative")
+	}
+	for _, name := range slices.Sorted(maps.Keys(o.backendConcurrency)) {
+		if !slices.Contains(allExecutors, name) {
+			bad("--executor-backend-concurrency: unknown executor %q (known: %s)", name, strings.Join(allExecutors, ", "))
+		} else if o.backendConcurrency[name] <= 0 {
+			bad("--executor-backend-concurrency: %s=%d must be positive", name, o.backendConcurrency[name])
+		}
 	}
 	if o.kubeAPIQPS > 0 && float64(o.kubeAPIBurst) < o.kubeAPIQPS {
 		bad("--kube-api-burst (%d) must be at least --kube-api-qps (%g)", o.kubeAPIBurst, o.kubeAPIQPS)

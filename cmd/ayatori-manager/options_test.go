@@ -95,7 +95,11 @@ func TestFlagValidation(t *testing.T) {
 		{"tenant projector needs a store", []string{"--projectors=tenant", "--executors=externalsecrets", "--external-secret-store-name="},
 			"--external-secret-store-name is required by the tenant projector"},
 		{"zero pool size", []string{"--postgresql-max-conns=0"}, "--postgresql-max-conns must be positive"},
-		{"zero concurrency", []string{"--executor-concurrency=0"}, "--executor-concurrency must be positive"},
+		{"negative concurrency", []string{"--executor-concurrency=-1"}, "--executor-concurrency must not be negative"},
+		{"backend concurrency", []string{"--executor-backend-concurrency=postgresql=2,kubernetes=64"}, ""},
+		{"unknown backend", []string{"--executor-backend-concurrency=mysql=2"}, `unknown executor "mysql"`},
+		{"zero backend concurrency", []string{"--executor-backend-concurrency=openbao=0"}, "openbao=0 must be positive"},
+		{"malformed backend concurrency", []string{"--executor-backend-concurrency=openbao"}, "is not executor=n"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

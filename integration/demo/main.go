@@ -253,7 +253,7 @@ func run(keep bool) error {
 		fmt.Printf("    export KUBECONFIG=%s\n", s.CP.KubeconfigPath)
 		fmt.Printf("    kubectl get pginstance,pgtenant -A      # kubectl from Debian's kubectl package\n")
 		fmt.Printf("    kubectl get externalsecret,secret -n netbox\n")
-		fmt.Printf("    kubectl describe pgtenant -n netbox netbox   # conditions and the IntentAppended Events\n")
+		fmt.Printf("    kubectl describe pgtenant -n netbox netbox   # conditions and the Ready Event\n")
 		fmt.Printf("    export NATS_URL=%s\n", s.NATSURL)
 		fmt.Printf("    export NATS_NKEY=%s NATS_CA=%s   # the journal's read-only identity and the NATS servers' CA\n", s.NATSAuth.ReaderSeedFile, s.NATSAuth.CAFile)
 		fmt.Printf("    export AYATORI_JOURNAL_TRUSTED_KEYS=%s   # every record's proof of origin is checked\n", s.JournalKeys.TrustedKeysFile)

@@ -66,6 +66,9 @@ type JobReconciler struct {
 	// Workers is how many Jobs are reconciled at once (default 4; one Job
 	// is never reconciled by two workers at once).
 	Workers int
+	// NoIntentEvents: no IntentAppended Event per decided step (the
+	// journal has every intent); the condition changes still get theirs.
+	NoIntentEvents bool
 
 	observed *journaled.Observations
 }
@@ -128,7 +131,11 @@ func (r *JobReconciler) waitingJobs(ctx context.Context, ns string) []reconcile.
 
 // Reconcile runs one pass (the journaled skeleton with jobKind).
 func (r *JobReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
-	return journaled.Reconcile(ctx, req, journaled.Deps{Client: r.Client, APIReader: r.APIReader, Journal: r.Journal, Recorder: r.Recorder,
+	announce := r.Recorder
+	if r.NoIntentEvents {
+		announce = nil
+	}
+	return journaled.Reconcile(ctx, req, journaled.Deps{Client: r.Client, APIReader: r.APIReader, Journal: r.Journal, Recorder: announce,
 		Observed: r.observed}, jobKind{r})
 }
 
