@@ -579,6 +579,21 @@ func TestExecutor(t *testing.T) {
 		}
 	})
 
+	// A finished Job's pods are already stopped: one Delete waits for the
+	// garbage collector and reports NotFound (no second intent).
+	t.Run("DeleteFinishedOnce", func(t *testing.T) {
+		f := s.fixture(t, "delete-once", "runner", true)
+		j := f.job("done", integration.ImageSucceed, nil)
+		f.obs(execution.OpEnsure, j, f.ensurePayload(j))
+		f.until(j, "Succeeded", func(o execution.Observation) bool { return o.Terminal })
+		if o := f.obs(execution.OpDelete, j, exe); o.State != execution.StateNotFound {
+			t.Fatalf("one Delete of a finished Job: %+v, want NotFound", o)
+		}
+		if n := f.natives(j); len(n) != 0 {
+			t.Fatalf("%d native Jobs left", len(n))
+		}
+	})
+
 	t.Run("DeletedOutOfBand", func(t *testing.T) {
 		f := s.fixture(t, "oob", "runner", true)
 		j := f.job("oob", integration.ImageHang, nil)

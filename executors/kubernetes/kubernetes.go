@@ -49,8 +49,9 @@
 //	Observe  reads the native Job and its pods (see observe).
 //	Cancel   sets spec.suspend (merge patch with an optimistic lock): the
 //	         Job controller deletes the active pods. Repeatable.
-//	Delete   deletes the native Job (UID precondition, foreground), then
-//	         reports NotFound once it is gone, else Succeeded with State
+//	Delete   deletes the native Job (UID precondition, foreground), waits
+//	         up to DeleteWait for it to be gone (reads at 100 ms, doubling)
+//	         and reports NotFound once it is, else Succeeded with State
 //	         Stopping ("deletion in progress"): the projector asks again.
 //
 // Outcomes: a Succeeded outcome carries the Observation (Result.Message is
@@ -120,6 +121,11 @@ const ParametersKind = "KubernetesExecutionParameters"
 // DefaultTimeout bounds one operation's API requests.
 const DefaultTimeout = 30 * time.Second
 
+// DefaultDeleteWait is Executor.DeleteWait's default: enough for the
+// garbage collector to remove a finished Job's pods and the Job, short
+// enough that a running pod's grace period is left to a later Delete.
+const DefaultDeleteWait = 2 * time.Second
+
 // Executor executes the execution domain's intents with batch/v1 Jobs.
 // Both clients must read from the API server (client.New, not a manager's
 // cache): Ensure depends on seeing its own creates and the latest Job spec.
@@ -139,6 +145,12 @@ type Executor struct {
 	Proof journal.ObjectProof
 	// Timeout bounds one operation's API requests (default DefaultTimeout).
 	Timeout time.Duration
+	// DeleteWait is how long Delete waits, after its foreground delete, for
+	// the native Job to be gone before it reports Stopping (default
+	// DefaultDeleteWait; negative: no wait). A finished Job's pods are
+	// already stopped, so one Delete is then enough: no second intent after
+	// a retry back-off.
+	DeleteWait time.Duration
 	// Log receives the executor skeleton's line per attempt.
 	Log logr.Logger
 }
@@ -393,7 +405,7 @@ func finished(job *batchv1.Job) bool {
 }
 
 // delete executes Delete: a foreground delete with the native Job's UID as
-// precondition, then a fresh read.
+// precondition, then fresh reads until it is gone or DeleteWait passed.
 func (e *Executor) delete(ctx context.Context, rec journal.Record) (execution.Observation, error) {
 	n, err := nativeOf(rec)
 	if err != nil {
@@ -412,9 +424,25 @@ func (e *Executor) delete(ctx context.Context, rec journal.Record) (execution.Ob
 			return execution.Observation{}, err
 		}
 	}
-	job, err = e.get(ctx, n)
-	if err != nil || job == nil {
-		return observe(nil, nil), err
+	wait := e.DeleteWait
+	if wait == 0 {
+		wait = DefaultDeleteWait
+	}
+	deadline := time.Now().Add(wait)
+	for pause := 100 * time.Millisecond; ; pause *= 2 {
+		job, err = e.get(ctx, n)
+		if err != nil || job == nil {
+			return observe(nil, nil), err
+		}
+		left := time.Until(deadline)
+		if left <= 0 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return execution.Observation{}, ctx.Err()
+		case <-time.After(min(pause, left)):
+		}
 	}
 	return execution.Observation{State: execution.StateStopping, References: references(job), Message: "deletion in progress"}, nil
 }
