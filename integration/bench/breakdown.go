@@ -307,7 +307,7 @@ func breakdown(ctx context.Context, s *integration.Stack, metricsURL string, sta
 	reconciles := metricSums(metricsURL, "controller_runtime_reconcile_time_seconds", "controller")
 	for _, c := range []string{"postgresqltenant", "postgresqlinstance"} {
 		if e, ok := reconciles[c]; ok {
-			fmt.Printf("  reconciles %-18s %7d, mean %s ms, total %.1f s\n", c, int(e[0]), meanMS(e), e[1])
+			fmt.Printf("  reconciles %-18s %7d (%.1f per Tenant), mean %s ms, total %.1f s\n", c, int(e[0]), e[0]/nT, meanMS(e), e[1])
 		}
 	}
 
@@ -346,14 +346,14 @@ func breakdown(ctx context.Context, s *integration.Stack, metricsURL string, sta
 	}
 	verbs := metricSums(metricsURL, "rest_client_request_duration_seconds", "verb")
 	limiter := metricSums(metricsURL, "rest_client_rate_limiter_duration_seconds", "verb")
-	fmt.Printf("  API server (manager's requests; verb, count, mean ms, total s, client-side throttling s):\n")
+	fmt.Printf("  API server (manager's requests; verb, count, per Tenant, mean ms, total s, client-side throttling s):\n")
 	vs := make([]string, 0, len(verbs))
 	for v := range verbs {
 		vs = append(vs, v)
 	}
 	sort.Strings(vs)
 	for _, v := range vs {
-		fmt.Printf("    %-7s %7d %8s %7.1f %7.2f\n", v, int(verbs[v][0]), meanMS(verbs[v]), verbs[v][1], limiter[v][1])
+		fmt.Printf("    %-7s %7d %6.1f %8s %7.1f %7.2f\n", v, int(verbs[v][0]), verbs[v][0]/nT, meanMS(verbs[v]), verbs[v][1], limiter[v][1])
 	}
 
 	fmt.Printf("\nCPU seconds used during the run by the stack's processes (2 vCPU: %.1f s available)\n", 2*wall)
@@ -379,6 +379,7 @@ func breakdown(ctx context.Context, s *integration.Stack, metricsURL string, sta
 		fmt.Printf("  %-30s %6.1f s  %3.0f%%\n", p.name, p.d.Seconds(), 100*p.d.Seconds()/wall/2)
 	}
 	fmt.Printf("  %-30s %6.1f s  %3.0f%% of both cores (the machine's load average: %s)\n", "total", cpuTotal.Seconds(), 100*cpuTotal.Seconds()/wall/2, loadAverage())
+	fmt.Printf("  CPU-seconds per Tenant         %6.3f s (every process of the stack)\n", cpuTotal.Seconds()/nT)
 	if busy := machine["busy"]; busy > 0 {
 		// /proc/stat: what the whole machine did meanwhile. Steal is time
 		// the hypervisor gave these vCPUs to someone else: the same work

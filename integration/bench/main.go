@@ -27,6 +27,12 @@
 // the spec-validating OpenSandbox test server, then all deleted
 // (opensandbox.go): times, OpenSandbox requests per Job by route, journal
 // records per Job, manager memory.
+//
+// With -plain-operator BIN -plain-operator-crds DIR: the side by side with a
+// plain database operator (plainop.go): -rounds R interleaved rounds on one
+// stack, each N databases with a user through the operator at BIN and N
+// Tenants through Ayatori; every round of both, their medians and the
+// operator's fastest round.
 package main
 
 import (
@@ -74,11 +80,25 @@ func main() {
 	ttl := flag.Int("ttl", -1, "with -jobs: the Ayatori Jobs get this ttlSecondsAfterFinished and are done when deleted (no plain Jobs; see ttl.go); -1: no TTL")
 	restart := flag.Bool("restart", false, "with -jobs and -ttl: SIGKILL the manager and start it again once half the Jobs succeeded")
 	out := flag.String("out", "", "directory for the critical-path timeline picture (timeline.svg); empty: a new temporary directory, printed at the end")
-	intentEvents := flag.Bool("intent-events", true, "the manager's --intent-events (an IntentAppended Event per decided step)")
+	intentEvents := flag.Bool("intent-events", false, "the manager's --intent-events (an IntentAppended Event per decided step)")
 	profile := flag.Duration("profile-apiserver", 0, "with -n: take a CPU profile of the kube-apiserver over this much of the run from the first create, write it next to the picture and print its top functions")
 	repeat := flag.Int("repeat", 0, "with -n 1: create M Tenants one after another, each once the previous is Ready (an idle stack), and report create→Ready p50/p90/max")
 	osJobs := flag.Int("opensandbox-jobs", 0, "instead of Tenants: N Ayatori Jobs on an OpenSandbox class against the spec-validating OpenSandbox test server, then all deleted (see opensandbox.go)")
+	plainOp := flag.String("plain-operator", "", "with -n: the side by side with the plain operator at this path (a manager binary built from movetokube/postgres-operator; see plainop.go)")
+	plainCRDs := flag.String("plain-operator-crds", "", "with -plain-operator: the directory of its CRD manifests")
+	rounds := flag.Int("rounds", 5, "with -plain-operator: interleaved rounds of both sides")
 	flag.Parse()
+	if *plainOp != "" {
+		if *plainCRDs == "" || *n < 1 || *rounds < 1 || *osJobs != 0 || *jobs != 0 || *handover != "" || *cluster || *repeat != 0 || *idle != 0 || *profile != 0 {
+			fmt.Fprintln(os.Stderr, "bench: -plain-operator needs -plain-operator-crds, goes with -n N and -rounds R (both positive) and without the other modes")
+			os.Exit(2)
+		}
+		if err := runPlainOperator(plainOptions{bin: *plainOp, crds: *plainCRDs, n: *n, rounds: *rounds, timeout: *timeout, resync: *resync, intentEvents: *intentEvents}); err != nil {
+			fmt.Fprintln(os.Stderr, "bench FAILED:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if *osJobs != 0 {
 		if *osJobs < 1 || *jobs != 0 || *handover != "" || *cluster || *restart || *ttl >= 0 || *kcmQPS != 0 {
 			fmt.Fprintln(os.Stderr, "bench: -opensandbox-jobs must be positive and goes alone (besides -timeout)")
@@ -133,7 +153,9 @@ func main() {
 func run(n int, timeout time.Duration, handover syscall.Signal, cluster bool, resync, idle time.Duration, repeat int, outDir string, intentEvents bool, profile time.Duration) error {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	args := []string{"--tenant-resync-interval=" + resync.String(), "--executor-concurrency=8", fmt.Sprintf("--intent-events=%t", intentEvents)}
+	// The executors run with their default per-backend bounds
+	// (--executor-backend-concurrency: PostgreSQL by its pool).
+	args := []string{"--tenant-resync-interval=" + resync.String(), fmt.Sprintf("--intent-events=%t", intentEvents)}
 	if handover != 0 {
 		args = append(args, "--leader-elect")
 	}
