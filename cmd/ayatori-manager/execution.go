@@ -92,7 +92,7 @@ func newExecutionDomain() *domain {
 
 func (o *executionOptions) bind(fs *flag.FlagSet) {
 	fs.StringVar(&o.workloadKubeconfig, "execution-kubeconfig", "", "kubeconfig of the cluster the kubernetes executor runs native batch/v1 Jobs in (default: the management cluster)")
-	fs.IntVar(&o.jobWorkers, "job-workers", 4, "how many Jobs the job projector reconciles at once (> 0)")
+	fs.IntVar(&o.jobWorkers, "job-workers", 8, "how many Jobs the job projector reconciles at once (> 0)")
 	fs.DurationVar(&o.observeMax, "job-observe-max-interval", exprojector.DefaultJobPolicy.ObserveMax, "longest pause between two Observes of a running Job whose state does not change (> 0; the pause starts at 1s and doubles)")
 	fs.StringVar(&o.osCAFile, "opensandbox-ca-file", "", "PEM file of extra CAs the opensandbox executor (and the JobClass probe) trust for https endpoints, besides the system roots")
 	fs.DurationVar(&o.osProvision, "opensandbox-provision-timeout", osexec.DefaultProvisionTimeout, "how long one Ensure waits for a new sandbox to run before its delivery is retried (> 0)")
