@@ -69,6 +69,7 @@ var executionBackends = []executionBackend{
 type executionOptions struct {
 	workloadKubeconfig string
 	jobWorkers         int
+	observeBase        time.Duration
 	observeMax         time.Duration
 	resolveRecheck     time.Duration
 	osCAFile           string
@@ -93,7 +94,8 @@ func newExecutionDomain() *domain {
 func (o *executionOptions) bind(fs *flag.FlagSet) {
 	fs.StringVar(&o.workloadKubeconfig, "execution-kubeconfig", "", "kubeconfig of the cluster the kubernetes executor runs native batch/v1 Jobs in (default: the management cluster)")
 	fs.IntVar(&o.jobWorkers, "job-workers", 8, "how many Jobs the job projector reconciles at once (> 0)")
-	fs.DurationVar(&o.observeMax, "job-observe-max-interval", exprojector.DefaultJobPolicy.ObserveMax, "longest pause between two Observes of a running Job whose state does not change (> 0; the pause starts at 1s and doubles)")
+	fs.DurationVar(&o.observeBase, "job-observe-interval", exprojector.DefaultJobPolicy.ObserveBase, "first pause between Observes of a Job, after its Ensure and after every state change (> 0, at most --job-observe-max-interval); it doubles while the state stays the same")
+	fs.DurationVar(&o.observeMax, "job-observe-max-interval", exprojector.DefaultJobPolicy.ObserveMax, "longest pause between two Observes of a running Job whose state does not change (> 0; the pause starts at --job-observe-interval and doubles)")
 	fs.StringVar(&o.osCAFile, "opensandbox-ca-file", "", "PEM file of extra CAs the opensandbox executor (and the JobClass probe) trust for https endpoints, besides the system roots")
 	fs.DurationVar(&o.osProvision, "opensandbox-provision-timeout", osexec.DefaultProvisionTimeout, "how long one Ensure waits for a new sandbox to run before its delivery is retried (> 0)")
 	fs.StringVar(&o.osMarkerDir, "opensandbox-marker-dir", osexec.DefaultMarkerDir, "directory inside the sandbox where a command records that it started the task and its exit code (must be writable by the task's user)")
@@ -105,6 +107,9 @@ func (o *executionOptions) validate(on selection) []error {
 	var errs []error
 	if o.observeMax <= 0 {
 		errs = append(errs, fmt.Errorf("--job-observe-max-interval must be a positive duration, got %s", o.observeMax))
+	}
+	if o.observeBase <= 0 || o.observeBase > o.observeMax {
+		errs = append(errs, fmt.Errorf("--job-observe-interval must be a positive duration not above --job-observe-max-interval, got %s", o.observeBase))
 	}
 	if o.jobWorkers <= 0 {
 		errs = append(errs, fmt.Errorf("--job-workers must be positive, got %d", o.jobWorkers))
@@ -217,7 +222,7 @@ func (o *executionOptions) setup(_ context.Context, mgr manager.Manager, store *
 			return nil, err
 		}
 		policy := exprojector.DefaultJobPolicy
-		policy.ObserveMax, policy.ResolveRecheck = o.observeMax, o.resolveRecheck
+		policy.ObserveBase, policy.ObserveMax, policy.ResolveRecheck = o.observeBase, o.observeMax, o.resolveRecheck
 		policy.RetryBase, policy.RetryMax = sh.retryBase, sh.retryMax
 		r := &exprojector.JobReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Journal: store, Recorder: rec,
 			Policy: policy, Adapters: adapters, Workers: o.jobWorkers, NoIntentEvents: !sh.intentEvents}
