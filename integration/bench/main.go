@@ -165,24 +165,8 @@ func run(n int, timeout time.Duration, handover syscall.Signal, cluster bool, re
 	}
 	defer s.Close()
 	c := s.CP.Client
-	if err := c.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "admin", Namespace: integration.ControllerNamespace},
-		StringData: map[string]string{"username": s.AdminUser, "password": s.AdminPassword}}); err != nil {
+	if err := registerInstance(ctx, s); err != nil {
 		return err
-	}
-	if err := c.Create(ctx, &databasev1alpha1.PostgreSQLInstance{ObjectMeta: metav1.ObjectMeta{Name: "shared"}, Spec: databasev1alpha1.PostgreSQLInstanceSpec{
-		Endpoint:           databasev1alpha1.PostgreSQLEndpoint{Host: "localhost", HostAddr: "127.0.0.1", Port: int32(s.PG.Port)},
-		AdminCredentialRef: databasev1alpha1.AdminCredentialReference{Name: "admin"}}}); err != nil {
-		return err
-	}
-	for {
-		i := &databasev1alpha1.PostgreSQLInstance{}
-		if err := c.Get(ctx, types.NamespacedName{Name: "shared"}, i); err == nil && i.Status.Phase == databasev1alpha1.InstancePhaseReady {
-			break
-		}
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		time.Sleep(200 * time.Millisecond)
 	}
 	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "bench"}}); err != nil {
 		return err

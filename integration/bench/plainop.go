@@ -158,7 +158,7 @@ func runPlainOperator(o plainOptions) error {
 var sideName = map[string]string{"plain": "plain operator", "ayatori": "Ayatori"}
 
 // registerInstance creates the admin Secret and the PostgreSQLInstance
-// "shared" on the stack's PostgreSQL, as run does, and waits until the
+// "shared" on the stack's PostgreSQL (every Tenant run), and waits until the
 // Instance is Ready.
 func registerInstance(ctx context.Context, s *integration.Stack) error {
 	c := s.CP.Client
