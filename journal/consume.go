@@ -258,10 +258,26 @@ func (s *Store) pull(ctx context.Context, cfg ConsumerConfig, d *Dispatcher, sem
 		}
 		sem <- struct{}{}
 		wg.Add(1)
+		var once sync.Once
+		free := func() { once.Do(func() { <-sem }) }
 		go func() {
-			defer func() { <-sem; wg.Done() }()
-			s.handle(ctx, cfg, m, d)
+			defer func() { free(); wg.Done() }()
+			s.handle(context.WithValue(ctx, consumerSlotKey{}, free), cfg, m, d)
 		}()
+	}
+}
+
+// consumerSlotKey carries, in a handler's context, the function that
+// gives the intent's consumer slot back before it ends (see
+// Dispatcher.Limit): an intent that waits for a saturated backend's slot
+// does not hold one the other backends' intents need.
+type consumerSlotKey struct{}
+
+// releaseConsumerSlot gives ctx's consumer slot back (once; a no-op
+// outside Consume).
+func releaseConsumerSlot(ctx context.Context) {
+	if free, ok := ctx.Value(consumerSlotKey{}).(func()); ok {
+		free()
 	}
 }
 

@@ -54,7 +54,10 @@ func NewDispatcher(domain string) (*Dispatcher, error) {
 // talks to (PostgreSQL by its connection pool, the Kubernetes executor by
 // the API server), not by one number for all. An intent over the bound
 // waits for a slot of its own backend (its message kept in progress), so
-// a saturated backend never holds another's slots. Call it before Consume.
+// a saturated backend never holds another's slots: an intent that has to
+// wait gives its consumer slot (ConsumerConfig.Concurrency) back first, so
+// the consumer keeps pulling the other backends' intents (at most the
+// consumer's MaxAckPending wait). Call it before Consume.
 func (d *Dispatcher) Limit(backend string, n int) {
 	if n <= 0 {
 		delete(d.limits, backend)
@@ -215,8 +218,17 @@ func (d *Dispatcher) limited(backend string, h Handler) Handler {
 	return func(ctx context.Context, intent Record) (Outcome, error) {
 		select {
 		case slots <- struct{}{}:
-		case <-ctx.Done():
-			return Outcome{}, fmt.Errorf("journal: waiting for a %s slot: %w", backend, ctx.Err())
+		default:
+			// The backend is saturated: wait without holding the
+			// consumer's slot, so the other backends' intents keep
+			// flowing. The wait is heartbeated like a running handler;
+			// the consumer's MaxAckPending bounds how many wait.
+			releaseConsumerSlot(ctx)
+			select {
+			case slots <- struct{}{}:
+			case <-ctx.Done():
+				return Outcome{}, fmt.Errorf("journal: waiting for a %s slot: %w", backend, ctx.Err())
+			}
 		}
 		defer func() { <-slots }()
 		return h(ctx, intent)

@@ -415,7 +415,8 @@ type Describer struct {
 	CompareLive func(live map[string]any, uid string, recs []Record) (found bool, mismatches []string, detail any)
 	// Rechecks are the operations that re-check an object which stays
 	// Ready while the check runs (a periodic observation): a pending intent
-	// of one of them on a Ready object is no disagreement.
+	// of one of them on a Ready object, of the generation status observed
+	// and after an earlier successful step of it, is no disagreement.
 	Rechecks []string
 }
 

@@ -603,3 +603,73 @@ func waitOutcomeWithin(t *testing.T, s *journal.Store, uid, intentID string, cla
 	t.Fatalf("no outcome for %s", intentID)
 	return journal.Record{}
 }
+
+// A saturated backend does not hold the consumer's slots: with
+// Concurrency 2 and three intents of a backend limited to one at once
+// (its handler blocked), an intent of another backend still runs; the
+// blocked backend's intents all run once it is released, each once.
+func TestBackendLimitNoHeadOfLineBlocking(t *testing.T) {
+	n := integration.StartNATS(t)
+	ctx := context.Background()
+	s := open(t, n, journal.Config{})
+	d, err := journal.NewDispatcher(testDomain)
+	if err != nil {
+		t.Fatal(err)
+	}
+	release := make(chan struct{})
+	var slowCalls atomic.Int32
+	if err := d.Handle("slow", "CreateDatabase", func(ctx context.Context, r journal.Record) (journal.Outcome, error) {
+		slowCalls.Add(1)
+		select {
+		case <-release:
+		case <-ctx.Done():
+			return journal.Outcome{}, ctx.Err()
+		}
+		return journal.Outcome{Result: journal.Result{Class: journal.Succeeded}}, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Handle("fast", "VerifyLogin", func(ctx context.Context, r journal.Record) (journal.Outcome, error) {
+		return journal.Outcome{Result: journal.Result{Class: journal.Succeeded}}, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	d.Limit("slow", 1)
+	d.Limit("fast", 1)
+	var slow []*journal.Record
+	for range 3 {
+		o := obj()
+		in := intent(t, o, "CreateDatabase", 1)
+		if _, err := s.Append(ctx, in); err != nil {
+			t.Fatal(err)
+		}
+		slow = append(slow, in)
+	}
+	o := obj()
+	fast := intent(t, o, "VerifyLogin", 1)
+	if _, err := s.Append(ctx, fast); err != nil {
+		t.Fatal(err)
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		done <- s.Consume(cctx, journal.ConsumerConfig{Durable: "exec-hol", AckWait: 30 * time.Second, MaxDeliver: 5, Concurrency: 2}, d)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("consume: %v", err)
+		}
+	})
+	waitOutcomeWithin(t, s, o.UID, fast.ID, journal.Succeeded, 15*time.Second)
+	if c := slowCalls.Load(); c != 1 {
+		t.Fatalf("the limited backend ran %d intents at once, want 1", c)
+	}
+	close(release)
+	for _, in := range slow {
+		waitOutcome(t, s, in.Object.UID, in.ID, journal.Succeeded)
+	}
+	if c := slowCalls.Load(); c != 3 {
+		t.Fatalf("the limited backend ran %d times for 3 intents", c)
+	}
+}

@@ -292,9 +292,10 @@ func (o *databaseOptions) setup(_ context.Context, mgr manager.Manager, store *j
 	}
 	dispatch.SetGuard(liveGuard(mgr, databaseLiveCheck(dbcontract.NameConfig{KVMount: o.openBaoKVMount, BasePath: o.openBaoTenantBasePath,
 		StoreName: o.externalSecretStoreName})))
-	// PostgreSQL is bounded by its pool (more would only wait for a
-	// connection), OpenBao and the ExternalSecret writes by their servers.
-	return cleanup, sh.consume(mgr, store, databaseDurable, dispatch, map[string]int{postgresqlExecutor: o.postgresMaxConns,
+	// PostgreSQL: twice one Instance's pool, so that two Instances'
+	// intents run at once and one Instance's beyond its pool wait for a
+	// connection; OpenBao and the ExternalSecret writes by their servers.
+	return cleanup, sh.consume(mgr, store, databaseDurable, dispatch, map[string]int{postgresqlExecutor: 2 * o.postgresMaxConns,
 		openBaoExecutor: 8, externalSecretsExecutor: 8})
 }
 

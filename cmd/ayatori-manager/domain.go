@@ -59,6 +59,10 @@ func (s selection) enables(d *domain) bool {
 	return slices.ContainsFunc(d.projectors, s.projector) || slices.ContainsFunc(d.executors, s.executor)
 }
 
+// defaultBackendConcurrency bounds an executor its domain gives no
+// default and the flags do not name.
+const defaultBackendConcurrency = 8
+
 // shared is what every domain's setup gets from the shared flags.
 type shared struct {
 	on        selection
@@ -97,6 +101,9 @@ func (sh shared) consume(mgr manager.Manager, store *journal.Store, durable stri
 		n := defaults[b]
 		if v, ok := sh.backendConcurrency[b]; ok {
 			n = v
+		}
+		if n <= 0 {
+			n = defaultBackendConcurrency
 		}
 		d.Limit(b, n)
 	}

@@ -113,17 +113,21 @@ func (o *options) bind(fs *flag.FlagSet) {
 	fs.DurationVar(&o.retryMax, "retry-max", 5*time.Minute, "longest back-off after repeated failures (>= --retry-base)")
 	fs.BoolVar(&o.intentEvents, "intent-events", false, "emit an IntentAppended Event on the object for every step decided (default: only the condition changes get Events; the journal records every step, `kubectl ayatori timeline` shows them)")
 	fs.IntVar(&o.executorConns, "executor-concurrency", 0, "bound on each domain's intents executed at once per process; 0: the sum of its executors' --executor-backend-concurrency")
-	fs.Func("executor-backend-concurrency", "intents each executor runs at once per process, as executor=n pairs separated by commas (default: postgresql = --postgresql-max-conns, openbao=8, externalsecrets=8, kubernetes=32, opensandbox=8)", func(v string) error {
+	fs.Func("executor-backend-concurrency", "intents each executor runs at once per process, as executor=n pairs separated by commas (default: postgresql = 2 x --postgresql-max-conns, openbao=8, externalsecrets=8, kubernetes=32, opensandbox=8)", func(v string) error {
 		if o.backendConcurrency == nil {
 			o.backendConcurrency = map[string]int{}
 		}
 		for _, kv := range splitList(v) {
 			name, n, ok := strings.Cut(kv, "=")
-			c, err := strconv.Atoi(n)
-			if !ok || err != nil {
+			name = strings.TrimSpace(name)
+			c, err := strconv.Atoi(strings.TrimSpace(n))
+			if !ok || err != nil || name == "" {
 				return fmt.Errorf("%q is not executor=n", kv)
 			}
-			o.backendConcurrency[strings.TrimSpace(name)] = c
+			if _, dup := o.backendConcurrency[name]; dup {
+				return fmt.Errorf("executor %s is named twice", name)
+			}
+			o.backendConcurrency[name] = c
 		}
 		return nil
 	})

@@ -100,6 +100,8 @@ func TestFlagValidation(t *testing.T) {
 		{"unknown backend", []string{"--executor-backend-concurrency=mysql=2"}, `unknown executor "mysql"`},
 		{"zero backend concurrency", []string{"--executor-backend-concurrency=openbao=0"}, "openbao=0 must be positive"},
 		{"malformed backend concurrency", []string{"--executor-backend-concurrency=openbao"}, "is not executor=n"},
+		{"backend concurrency with spaces", []string{"--executor-backend-concurrency= kubernetes = 32 , openbao=4,"}, ""},
+		{"backend named twice", []string{"--executor-backend-concurrency=openbao=4,openbao=8"}, "executor openbao is named twice"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

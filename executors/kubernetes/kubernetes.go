@@ -50,8 +50,8 @@
 //	Cancel   sets spec.suspend (merge patch with an optimistic lock): the
 //	         Job controller deletes the active pods. Repeatable.
 //	Delete   deletes the native Job (UID precondition, foreground), waits
-//	         up to DeleteWait for it to be gone (reads at 100 ms, doubling)
-//	         and reports NotFound once it is, else Succeeded with State
+//	         up to DeleteWait for a finished one to be gone (reads at 100
+//	         ms, doubling) and reports NotFound once it is, else Succeeded with State
 //	         Stopping ("deletion in progress"): the projector asks again.
 //
 // Outcomes: a Succeeded outcome carries the Observation (Result.Message is
@@ -145,11 +145,11 @@ type Executor struct {
 	Proof journal.ObjectProof
 	// Timeout bounds one operation's API requests (default DefaultTimeout).
 	Timeout time.Duration
-	// DeleteWait is how long Delete waits, after its foreground delete, for
-	// the native Job to be gone before it reports Stopping (default
-	// DefaultDeleteWait; negative: no wait). A finished Job's pods are
-	// already stopped, so one Delete is then enough: no second intent after
-	// a retry back-off.
+	// DeleteWait is how long Delete waits, after its foreground delete of
+	// a finished native Job, for it to be gone before it reports Stopping
+	// (default DefaultDeleteWait; negative: no wait). A finished Job's pods
+	// are already stopped, so one Delete is then enough: no second intent
+	// after a retry back-off. A running Job is not waited for.
 	DeleteWait time.Duration
 	// Log receives the executor skeleton's line per attempt.
 	Log logr.Logger
@@ -415,6 +415,16 @@ func (e *Executor) delete(ctx context.Context, rec journal.Record) (execution.Ob
 	if err != nil || job == nil {
 		return observe(nil, nil), err
 	}
+	// Only a finished Job is waited for: its pods are stopped, so the
+	// garbage collector removes it at once; a running one's pods have
+	// their grace period (a later Delete reads the rest).
+	wait := e.DeleteWait
+	if wait == 0 {
+		wait = DefaultDeleteWait
+	}
+	if !finished(job) {
+		wait = 0
+	}
 	if job.DeletionTimestamp == nil {
 		uid := job.UID
 		err := e.Workload.Delete(ctx, job, client.Preconditions{UID: &uid}, client.PropagationPolicy(metav1.DeletePropagationForeground))
@@ -423,10 +433,6 @@ func (e *Executor) delete(ctx context.Context, rec journal.Record) (execution.Ob
 			// the name) is transient: the redelivery reads it again.
 			return execution.Observation{}, err
 		}
-	}
-	wait := e.DeleteWait
-	if wait == 0 {
-		wait = DefaultDeleteWait
 	}
 	deadline := time.Now().Add(wait)
 	for pause := 100 * time.Millisecond; ; pause *= 2 {

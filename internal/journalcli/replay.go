@@ -242,8 +242,9 @@ func compareLive(u *unstructured.Unstructured, st *journal.State) *liveDiff {
 	}
 	s := summarize(st)
 	switch {
-	case d.Ready == "True" && s.Pending-rechecksPending(st) > 0:
-		d.Mismatches = append(d.Mismatches, fmt.Sprintf("live Ready=True but the journal has %d pending intent(s)", s.Pending-rechecksPending(st)))
+	case d.Ready == "True" && s.Pending-rechecksPending(st, d.Generation, d.ObservedGeneration) > 0:
+		d.Mismatches = append(d.Mismatches, fmt.Sprintf("live Ready=True but the journal has %d pending intent(s)",
+			s.Pending-rechecksPending(st, d.Generation, d.ObservedGeneration)))
 	case d.Ready == "True" && s.Failed > 0:
 		d.Mismatches = append(d.Mismatches, "live Ready=True but the journal's last outcome of a step failed ("+s.LastFailed+")")
 	case d.Ready != "True" && s.Settled && d.Generation == s.Generation:
@@ -256,17 +257,28 @@ func compareLive(u *unstructured.Unstructured, st *journal.State) *liveDiff {
 	return d
 }
 
-// rechecksPending counts st's pending intents of the domain's re-checks
-// (journal.Describer.Rechecks): a Ready object stays Ready while they run.
-func rechecksPending(st *journal.State) int {
+// rechecksPending counts st's pending intents that re-check a Ready object
+// (journal.Describer.Rechecks): of the live generation, which status says
+// was observed, after an earlier successful step of that generation. A
+// Ready object stays Ready while they run; the first step of a generation,
+// or one of a generation status has not caught up with, is still a
+// mismatch.
+func rechecksPending(st *journal.State, generation, observed int64) int {
 	d, ok := journal.DescriberOf(st.Object.Group)
-	if !ok {
+	if !ok || generation != observed {
 		return 0
 	}
 	n := 0
 	for _, in := range st.Pending() {
-		if slices.Contains(d.Rechecks, in.Operation) {
-			n++
+		if !slices.Contains(d.Rechecks, in.Operation) || in.Object.Generation != generation {
+			continue
+		}
+		for _, o := range st.Outcomes {
+			if o.Object.Generation == generation && o.Sequence < in.Sequence &&
+				o.Result != nil && o.Result.Class == journal.Succeeded {
+				n++
+				break
+			}
 		}
 	}
 	return n

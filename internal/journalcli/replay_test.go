@@ -58,6 +58,14 @@ func TestCompareLive(t *testing.T) {
 	outcome(role, journal.Succeeded)
 	intent(dbcontract.OpObserveTenant)
 	rechecking := journal.Fold(append([]journal.Record(nil), recs...))
+	// The first step of a generation is no re-check, whatever its name.
+	var first []journal.Record
+	for _, r := range recs {
+		if r.Operation == dbcontract.OpObserveTenant {
+			first = append(first, r)
+		}
+	}
+	firstStep := journal.Fold(first)
 
 	cases := []struct {
 		name string
@@ -74,6 +82,8 @@ func TestCompareLive(t *testing.T) {
 		{"agreement: reconciling while pending", live(obj.UID, 1, 1, "Unknown", "Reconciling"), pending, ""},
 		{"agreement: failure shown", live(obj.UID, 1, 1, "False", "DependencyUnavailable"), failed, ""},
 		{"agreement: Ready while its periodic re-check runs", live(obj.UID, 1, 1, "True", "Ready"), rechecking, ""},
+		{"a re-check as the first step of the generation", live(obj.UID, 1, 1, "True", "Ready"), firstStep, "1 pending intent"},
+		{"a re-check of a generation status has not observed", live(obj.UID, 2, 1, "True", "Ready"), rechecking, "1 pending intent"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
