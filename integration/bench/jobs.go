@@ -244,43 +244,20 @@ func measure(ctx context.Context, what string, wc client.WithWatch, list client.
 	go func() { finished <- follow(ctx, wc, list, opts, w, n, done, &mu, doneAt) }()
 
 	start := time.Now()
-	next := make(chan int)
-	errs := make(chan error, createWorkers)
-	var wg sync.WaitGroup
-	for range createWorkers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range next {
-				o := obj(i)
-				if err := wc.Create(ctx, o); err != nil {
-					errs <- err
-					cancel()
-					return
-				}
-				now := time.Now()
-				mu.Lock()
-				createdAt[o.GetName()] = now
-				mu.Unlock()
-			}
-		}()
-	}
-send:
-	for i := range n {
-		select {
-		case next <- i:
-		case <-ctx.Done():
-			break send
-		}
-	}
-	close(next)
-	wg.Wait()
+	objs := make([]client.Object, n)
+	times, err := createAll(ctx, wc, n, func(i int) []client.Object {
+		objs[i] = obj(i)
+		return []client.Object{objs[i]}
+	})
 	createdIn := time.Since(start)
-	select {
-	case err := <-errs:
-		return phase{}, fmt.Errorf("create: %w", err)
-	default:
+	if err != nil {
+		return phase{}, err
 	}
+	mu.Lock()
+	for i, o := range objs {
+		createdAt[o.GetName()] = times[i]
+	}
+	mu.Unlock()
 	fmt.Printf("created %d %s in %s\n", n, what, createdIn.Round(time.Millisecond))
 	if err := <-finished; err != nil {
 		mu.Lock()
