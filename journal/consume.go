@@ -396,6 +396,16 @@ func (s *Store) process(ctx context.Context, cfg ConsumerConfig, m jetstream.Msg
 	if done {
 		return ack
 	}
+	// 1b. Ordered after another intent: run only once that one succeeded.
+	if rec.After != "" {
+		out, ok := s.awaitDependency(ctx, rec)
+		if !ok {
+			return handBack
+		}
+		if out != nil {
+			return s.finish(ctx, cfg, rec, *out)
+		}
+	}
 	// 2. Delivered too often without an outcome (crashes, AckWait
 	// expiries, hand-backs): record that instead of running it again.
 	if delivered > cfg.DeliveryLimit && !d.isPersistent(rec.Operation) {
@@ -513,6 +523,7 @@ func (s *Store) finish(ctx context.Context, cfg ConsumerConfig, rec Record, out 
 		return handBack
 	}
 	s.cfg.Metrics.countOutcome(rec.Operation, *o.Result)
+	s.signalOutcome(rec.Object.UID)
 	if cfg.AfterOutcome != nil {
 		cfg.AfterOutcome(rec)
 	}
@@ -644,4 +655,102 @@ func (s *Store) hasRecord(ctx context.Context, uid, id string) (bool, error) {
 	}
 	_, ok := st.ids[id]
 	return ok, nil
+}
+
+// awaitDependency waits until the intent rec is ordered after
+// (Record.After) has an outcome in the journal, without holding the
+// consumer's slot (the wait is heartbeated like a running handler). It
+// returns a nil outcome when rec may run (that intent succeeded), the
+// Failed/DependencyFailed outcome to record instead of running it (that
+// intent did not succeed, or is not an earlier intent of the object in the
+// journal: never taken, or removed by retention), and ok false when ctx
+// ended first. Only records with a valid proof count (the UID's cached
+// state holds no other), so a forged outcome can not release rec.
+func (s *Store) awaitDependency(ctx context.Context, rec Record) (out *Outcome, ok bool) {
+	skip := func(msg string) (*Outcome, bool) {
+		return &Outcome{Result: Result{Class: Failed, Reason: ReasonDependencyFailed, Message: "not executed: " + msg}}, true
+	}
+	wait := 20 * time.Millisecond
+	released := false
+	for {
+		signal := s.outcomeSignal(rec.Object.UID)
+		rctx, cancel := context.WithTimeout(ctx, finishTimeout)
+		dep, err := s.dependency(rctx, rec.Object.UID, rec.After)
+		cancel()
+		switch {
+		case err != nil:
+			// The journal's trouble: try again below.
+		case !dep.known || dep.seq >= rec.Sequence:
+			return skip(fmt.Sprintf("it is ordered after intent %s, which is not an earlier intent of this object in the journal", shorten(rec.After)))
+		case dep.done && dep.failed == nil:
+			return nil, true
+		case dep.done:
+			return skip(fmt.Sprintf("the intent it is ordered after (%s) ended %s", shorten(rec.After), dep.failed.String()))
+		}
+		if !released {
+			releaseConsumerSlot(ctx)
+			released = true
+		}
+		select {
+		case <-ctx.Done():
+			return nil, false
+		case <-signal:
+		case <-time.After(wait):
+			wait = min(2*wait, time.Second)
+		}
+	}
+}
+
+// dependencyState is what the journal says of the intent another one is
+// ordered after.
+type dependencyState struct {
+	known  bool    // the intent is in the journal
+	seq    uint64  // its sequence
+	done   bool    // it has an outcome
+	failed *Result // that outcome, when it did not succeed
+}
+
+// dependency reads the UID's journal for intent id and its outcome.
+func (s *Store) dependency(ctx context.Context, uid, id string) (dependencyState, error) {
+	unlock := s.lockUID(uid)
+	defer unlock()
+	st, err := s.refresh(ctx, uid)
+	if err != nil {
+		return dependencyState{}, err
+	}
+	var d dependencyState
+	d.seq, d.known = st.ids[id]
+	_, d.done = st.ids[OutcomeID(id)]
+	if r, ok := st.failed[OutcomeID(id)]; ok {
+		d.failed = &r
+	}
+	return d, nil
+}
+
+// outcomeSignal returns the channel closed at the next outcome this
+// process records for uid.
+func (s *Store) outcomeSignal(uid string) <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ch, ok := s.outcomeSignals[uid]
+	if !ok {
+		if s.outcomeSignals == nil || len(s.outcomeSignals) >= uidCacheLimit {
+			// Entries of UIDs whose outcomes another replica recorded
+			// are never closed here: drop them all (their waiters poll).
+			s.outcomeSignals = map[string]chan struct{}{}
+		}
+		ch = make(chan struct{})
+		s.outcomeSignals[uid] = ch
+	}
+	return ch
+}
+
+// signalOutcome wakes the intents waiting for an outcome of uid.
+func (s *Store) signalOutcome(uid string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if ch, ok := s.outcomeSignals[uid]; ok {
+		close(ch)
+		delete(s.outcomeSignals, uid)
+	}
 }

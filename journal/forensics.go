@@ -99,6 +99,11 @@ const (
 	RuleIntentWhilePending     = "intent-while-step-pending"
 	RuleStepRepeated           = "step-repeated-after-success"
 	RuleUndecodableRecord      = "undecodable-record"
+	// RuleDependencyOrder: an intent ordered after another (Record.After)
+	// names no earlier intent of its object, or was executed although that
+	// intent had no Succeeded outcome before it, or was skipped
+	// (DependencyFailed) although that intent succeeded.
+	RuleDependencyOrder = "dependency-order"
 )
 
 // InvariantCheck follows the records of one object (one UID) in stream
@@ -225,8 +230,24 @@ func verifyUID(uid string, recs []Record) []Violation {
 		seen[r.ID] = r.Sequence
 		switch r.Type {
 		case TypeIntent:
+			if r.After != "" {
+				if dep, ok := intents[r.After]; !ok || dep.Sequence >= r.Sequence {
+					add(RuleDependencyOrder, obj, fmt.Sprintf("%s intent %s is ordered after %s, which is not an earlier intent of this object", r.Operation, r.ID, r.After), r.Sequence)
+				}
+			}
 			intents[r.ID] = r
 		case TypeOutcome:
+			if in, ok := intents[r.CausationID]; ok && in.After != "" {
+				dep, depDone := firstOutcome[in.After]
+				succeeded := depDone && dep.Result.Class == Succeeded
+				skipped := r.Result.Class == Failed && r.Result.Reason == ReasonDependencyFailed
+				switch {
+				case !skipped && !succeeded:
+					add(RuleDependencyOrder, obj, fmt.Sprintf("%s intent %s ran before the intent it is ordered after (%s) succeeded", r.Operation, r.CausationID, in.After), in.Sequence, r.Sequence)
+				case skipped && succeeded:
+					add(RuleDependencyOrder, obj, fmt.Sprintf("%s intent %s was skipped although the intent it is ordered after (%s) succeeded before it", r.Operation, r.CausationID, in.After), dep.Sequence, r.Sequence)
+				}
+			}
 			if r.Result.Reason == ReasonUntrustedIntent && strings.HasPrefix(r.CausationID, r.Object.UID+"/untrusted/seq") {
 				add(RuleUntrustedIntentRefused, obj, fmt.Sprintf("an executor refused an intent without a valid proof of origin (%s): %s",
 					strings.TrimPrefix(r.CausationID, r.Object.UID+"/untrusted/"), r.Result.Message), r.Sequence)

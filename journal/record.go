@@ -66,6 +66,10 @@ const (
 	ReasonRetriesExhausted = "RetriesExhausted"
 	// ReasonUnknownOperation: no executor handles the intent's operation.
 	ReasonUnknownOperation = "UnknownOperation"
+	// ReasonDependencyFailed: the intent was not executed because the
+	// intent it is ordered after (Record.After) did not succeed, or is not
+	// an earlier intent of the object in the journal.
+	ReasonDependencyFailed = "DependencyFailed"
 	// ReasonUntrustedIntent: the intent was not executed because it can not
 	// be attributed to the manager: no valid proof of origin, published on
 	// another object's subject, or (checked by the executor) parameters
@@ -126,6 +130,15 @@ type Record struct {
 	Step string `json:"step,omitempty"`
 	// Attempt counts re-decided intents of the same step, starting at 1.
 	Attempt int `json:"attempt"`
+	// After is, for an intent, the ID of an earlier intent of the same
+	// object UID that must have a Succeeded outcome before this one is
+	// executed (empty: none). The consumer runs the intent only once that
+	// outcome is in the journal; when the named intent ends in any other
+	// way, or is not in the journal, this one gets a Failed outcome with
+	// ReasonDependencyFailed and nothing is executed. It lets one projector
+	// pass decide a chain of steps whose inputs are all known, each after
+	// the one before it (docs/journal.md "Intents that wait for another").
+	After string `json:"after,omitempty"`
 	// CausationID is, for an outcome, the ID of its intent.
 	CausationID string `json:"causationId,omitempty"`
 	// Result is set on outcomes only.
@@ -290,7 +303,14 @@ func (r *Record) Validate() error {
 		if r.Attempt < 1 {
 			return bad("attempt must be >= 1")
 		}
+		if r.After != "" && (r.After == r.ID || len(r.After) > 512 || strings.ContainsAny(r.After, " \t\r\n") ||
+			!strings.HasPrefix(r.After, r.Object.UID+"/")) {
+			return bad("after must name another intent of the same object")
+		}
 	case TypeOutcome:
+		if r.After != "" {
+			return bad("only an intent has after")
+		}
 		if r.Result == nil || r.CausationID == "" {
 			return bad("an outcome needs result and causationId")
 		}
@@ -304,6 +324,9 @@ func (r *Record) Validate() error {
 			return bad("result class %q", r.Result.Class)
 		}
 	case TypeNote:
+		if r.After != "" {
+			return bad("only an intent has after")
+		}
 	default:
 		return bad("type %q", r.Type)
 	}

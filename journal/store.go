@@ -122,6 +122,10 @@ type Store struct {
 	// inflight holds the intent IDs this process's executor is processing
 	// (see takeIntent), under mu.
 	inflight map[string]chan struct{}
+	// outcomeSignals wake the intents waiting here for another intent of
+	// the same UID (Record.After): closed when this process records an
+	// outcome of the UID (see awaitDependency), under mu.
+	outcomeSignals map[string]chan struct{}
 	// verified are the journal messages that passed verification;
 	// verifiedCheckpoints the checkpoint stream's.
 	verified, verifiedCheckpoints verifiedCache
@@ -142,6 +146,20 @@ var uidCacheLimit = 100_000
 type uidState struct {
 	lastSeq uint64
 	ids     map[string]uint64 // record ID -> sequence
+	// failed holds the results of the outcomes that did not succeed, by
+	// outcome record ID (a dependent intent's consumer reads them).
+	failed map[string]Result
+}
+
+// note adds a record of the UID at seq.
+func (st *uidState) note(r *Record, seq uint64) {
+	st.ids[r.ID] = seq
+	if r.Type == TypeOutcome && r.Result != nil && r.Result.Class != Succeeded {
+		if st.failed == nil {
+			st.failed = map[string]Result{}
+		}
+		st.failed[r.ID] = *r.Result
+	}
 }
 
 // ErrConflict is returned by Append when the UID's journal moved past the
@@ -405,7 +423,7 @@ func (s *Store) append(ctx context.Context, rec *Record, opts ...AppendOption) (
 			return AppendResult{Sequence: st.ids[rec.ID], Duplicate: true}, nil
 		}
 		st.lastSeq = ack.Sequence
-		st.ids[rec.ID] = ack.Sequence
+		st.note(rec, ack.Sequence)
 		s.cfg.Metrics.observeAppend(time.Since(start))
 		return AppendResult{Sequence: ack.Sequence}, nil
 	}
@@ -498,7 +516,7 @@ func (s *Store) refresh(ctx context.Context, uid string) (*uidState, error) {
 		return nil, err
 	}
 	for _, r := range recs {
-		st.ids[r.ID] = r.Sequence
+		st.note(&r, r.Sequence)
 		if r.Sequence > st.lastSeq {
 			st.lastSeq = r.Sequence
 		}

@@ -319,6 +319,15 @@ func (k tenantKind) Plan(ctx context.Context, t *databasev1alpha1.PostgreSQLTena
 			return plan{}, err
 		}
 		p.Record = &rec
+		prev := rec.ID
+		for i := range d.Chain {
+			next, err := r.intent(t, inst, n, &d.Chain[i], st)
+			if err != nil {
+				return plan{}, err
+			}
+			next.After, prev = prev, next.ID
+			p.Chain = append(p.Chain, &next)
+		}
 	}
 	if d.RemoveFinalizer {
 		p.RemoveFinalizer = true

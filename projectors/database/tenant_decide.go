@@ -3,6 +3,7 @@ package database
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -137,6 +138,13 @@ type TenantDecision struct {
 	Ready      ReadyCondition
 	Conclusive bool
 	Intent     *PlannedIntent
+	// Chain are further provisioning steps decided in the same pass, each
+	// ordered after the one before it (the first after Intent): their
+	// executors run them one after another as the outcomes come in,
+	// without a pass per step (journal.Record.After). Only steps whose
+	// payload and gates are known before the earlier steps' outcomes are
+	// chained (chainable).
+	Chain []PlannedIntent
 	// Note is a journal note to append (dbcontract.NoteRevalidate, dbcontract.NoteDeletionStarted).
 	Note       string
 	NotePolicy databasev1alpha1.DeletionPolicy
@@ -182,7 +190,18 @@ func DecideTenant(f TenantFacts, p TenantPolicy) TenantDecision {
 		}
 		return d.Intent.Operation
 	}
-	if !f.Deleting && (op() == dbcontract.OpClaimOwnership || op() == dbcontract.OpEnsureExternalSecret) && need(FactTargetTaken) {
+	plans := func(ops ...string) bool {
+		if d.Intent == nil {
+			return false
+		}
+		for _, o := range ops {
+			if d.Intent.Operation == o || slices.ContainsFunc(d.Chain, func(c PlannedIntent) bool { return c.Operation == o }) {
+				return true
+			}
+		}
+		return false
+	}
+	if !f.Deleting && plans(dbcontract.OpClaimOwnership, dbcontract.OpEnsureExternalSecret) && need(FactTargetTaken) {
 		// Before the first external write, and before the ExternalSecret
 		// is created: is the projection target someone else's?
 		return ask(FactTargetTaken)
@@ -198,7 +217,7 @@ func DecideTenant(f TenantFacts, p TenantPolicy) TenantDecision {
 			return ask(FactProjectionSynced)
 		}
 		if !f.ProjectionSynced {
-			d.Intent, d.RequeueAfter = nil, ensuredAt(st, f.Generation).Add(p.RetryBase).Sub(f.Now)
+			d.Intent, d.Chain, d.RequeueAfter = nil, nil, ensuredAt(st, f.Generation).Add(p.RetryBase).Sub(f.Now)
 		}
 	}
 	if !f.Deleting && d.Intent == nil && d.RequeueAfter > 0 && reobserveDue(st, f.Generation) && need(FactProjectionSynced) {
@@ -396,18 +415,25 @@ func runChain(f TenantFacts, p TenantPolicy, st *journal.State, steps []tenantSt
 	phase := start
 	var lastDone time.Time
 	var oid uint32
-	for _, step := range steps {
-		var last *journal.Record
-		for _, r := range journaled.IntentsOf(st, step.op, f.Generation) {
-			if r.Sequence > epoch {
-				r := r
-				last = &r
+	for i, step := range steps {
+		last := lastIntentSince(st, step.op, f.Generation, epoch)
+		if last == nil || skipped(st, last) {
+			// Not decided yet in this epoch, or its last intent was not
+			// run because an earlier step failed (which has succeeded
+			// since): decide it, and the chainable steps after it.
+			var chain []PlannedIntent
+			for _, next := range steps[i+1:] {
+				if !chainable[next.op] {
+					break
+				}
+				if l := lastIntentSince(st, next.op, f.Generation, epoch); l != nil && !skipped(st, l) {
+					break
+				}
+				chain = append(chain, PlannedIntent{Operation: next.op, Attempt: journaled.NextAttempt(st, next.op, f.Generation)})
 			}
-		}
-		if last == nil {
 			return chainResult{TenantDecision: TenantDecision{Phase: phase, RequeueAfter: p.PendingRecheck, DatabaseOID: oid,
 				Ready:  reconciling(stepMessage(step.op)),
-				Intent: &PlannedIntent{Operation: step.op, Attempt: journaled.NextAttempt(st, step.op, f.Generation)}}}
+				Intent: &PlannedIntent{Operation: step.op, Attempt: journaled.NextAttempt(st, step.op, f.Generation)}, Chain: chain}}
 		}
 		out, ok := st.OutcomeOf(last.ID)
 		if !ok {
@@ -427,6 +453,41 @@ func runChain(f TenantFacts, p TenantPolicy, st *journal.State, steps []tenantSt
 		lastDone = out.Time
 	}
 	return chainResult{TenantDecision: TenantDecision{Phase: phase, DatabaseOID: oid}, done: true, lastDone: lastDone, oid: oid}
+}
+
+// chainable are the provisioning steps decided in the same pass as the
+// step before them and ordered after it (TenantDecision.Chain): their
+// payloads come from the spec and the Instance alone, and the only fact
+// read on demand that gates any of them (FactTargetTaken, before
+// ClaimOwnership) is read once for the pass. EnsureExternalSecret carries
+// the credential version WriteCredential's outcome reports, and
+// ObserveProjection waits for ESO: each starts a chain of its own.
+var chainable = map[string]bool{
+	dbcontract.OpClaimOwnership:   true,
+	dbcontract.OpWriteCredential:  true,
+	dbcontract.OpCreateRole:       true,
+	dbcontract.OpCreateDatabase:   true,
+	dbcontract.OpEnsureExtensions: true,
+	dbcontract.OpVerifyLogin:      true,
+}
+
+// lastIntentSince is the last intent of op in gen after epoch (nil: none).
+func lastIntentSince(st *journal.State, op string, gen int64, epoch uint64) *journal.Record {
+	var last *journal.Record
+	for _, r := range journaled.IntentsOf(st, op, gen) {
+		if r.Sequence > epoch {
+			r := r
+			last = &r
+		}
+	}
+	return last
+}
+
+// skipped reports whether intent in was not run because the intent it was
+// ordered after did not succeed (Failed/DependencyFailed).
+func skipped(st *journal.State, in *journal.Record) bool {
+	out, ok := st.OutcomeOf(in.ID)
+	return ok && out.Result.Class == journal.Failed && out.Result.Reason == journal.ReasonDependencyFailed
 }
 
 func stepMessage(op string) string {

@@ -1,6 +1,7 @@
 package database
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -310,5 +311,69 @@ func TestDecideTenantAsksForWhatItNeeds(t *testing.T) {
 	d, _ = run(gone, nothing)
 	if d.Intent != nil || d.Ready.Reason != databasev1alpha1.ReasonInstanceNotReady || d.RequeueAfter != tenantPolicy.PendingRecheck {
 		t.Fatalf("Instance gone: %+v", d)
+	}
+}
+
+// TestDecideTenantChain: one pass decides every provisioning step whose
+// inputs are known, each ordered after the one before it; a step skipped
+// because an earlier one failed is decided again (with the chain after
+// it) at once once that one succeeded, without a back-off.
+func TestDecideTenantChain(t *testing.T) {
+	ops := func(d TenantDecision) []string {
+		if d.Intent == nil {
+			return nil
+		}
+		out := []string{d.Intent.Operation}
+		for _, c := range d.Chain {
+			out = append(out, c.Operation)
+		}
+		return out
+	}
+	dbChain := []string{dbcontract.OpCheckExtensions, dbcontract.OpClaimOwnership, dbcontract.OpWriteCredential, dbcontract.OpCreateRole,
+		dbcontract.OpCreateDatabase, dbcontract.OpEnsureExtensions}
+	skip := func(op string) step {
+		return step{op: op, class: journal.Failed, reason: journal.ReasonDependencyFailed}
+	}
+	cases := []struct {
+		name  string
+		steps []step
+		want  []string
+		phase databasev1alpha1.TenantPhase
+	}{
+		{name: "fresh: the chain up to the extensions", want: dbChain, phase: "Pending"},
+		{name: "chain pending: nothing new", steps: []step{ok(dbcontract.OpCheckExtensions), {op: dbcontract.OpClaimOwnership}, {op: dbcontract.OpWriteCredential}},
+			phase: "Pending"},
+		{name: "extensions done: the ExternalSecret alone", steps: []step{ok(dbcontract.OpCheckExtensions), ok(dbcontract.OpClaimOwnership),
+			ok(dbcontract.OpWriteCredential), ok(dbcontract.OpCreateRole), ok(dbcontract.OpCreateDatabase), ok(dbcontract.OpEnsureExtensions)},
+			want: []string{dbcontract.OpEnsureExternalSecret}, phase: "DatabaseCreated"},
+		{name: "ExternalSecret created: the observation and the login check after it", steps: []step{ok(dbcontract.OpCheckExtensions), ok(dbcontract.OpClaimOwnership),
+			ok(dbcontract.OpWriteCredential), ok(dbcontract.OpCreateRole), ok(dbcontract.OpCreateDatabase), ok(dbcontract.OpEnsureExtensions),
+			ok(dbcontract.OpEnsureExternalSecret)},
+			want: []string{dbcontract.OpObserveProjection, dbcontract.OpVerifyLogin}, phase: "ExternalSecretCreated"},
+		{name: "projection retried alone after a failure; the skipped login check after its success", steps: []step{ok(dbcontract.OpCheckExtensions), ok(dbcontract.OpClaimOwnership),
+			ok(dbcontract.OpWriteCredential), ok(dbcontract.OpCreateRole), ok(dbcontract.OpCreateDatabase), ok(dbcontract.OpEnsureExtensions),
+			ok(dbcontract.OpEnsureExternalSecret), {op: dbcontract.OpObserveProjection, class: journal.Failed, reason: "CredentialProjectionFailed"}, skip(dbcontract.OpVerifyLogin),
+			ok(dbcontract.OpObserveProjection)},
+			want: []string{dbcontract.OpVerifyLogin}, phase: "CredentialProjected"},
+		{name: "retried step succeeded: the skipped ones again, no back-off", steps: []step{ok(dbcontract.OpCheckExtensions), ok(dbcontract.OpClaimOwnership),
+			ok(dbcontract.OpWriteCredential), {op: dbcontract.OpCreateRole, class: journal.Failed, reason: "DependencyUnavailable"},
+			skip(dbcontract.OpCreateDatabase), skip(dbcontract.OpEnsureExtensions), ok(dbcontract.OpCreateRole)},
+			want: []string{dbcontract.OpCreateDatabase, dbcontract.OpEnsureExtensions}, phase: "RoleCreated"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			st, recs := tenantHistory(c.steps...)
+			f := TenantFacts{Generation: 1, Journal: st, Records: recs, Now: t0.Add(time.Hour), ProjectionSynced: true}
+			if len(recs) > 0 {
+				f.Status.Phase = databasev1alpha1.TenantPhasePending
+			}
+			d := decideKnown(f)
+			if got := ops(d); !slices.Equal(got, c.want) {
+				t.Errorf("decided %v, want %v", got, c.want)
+			}
+			if d.Phase != c.phase {
+				t.Errorf("phase %s, want %s", d.Phase, c.phase)
+			}
+		})
 	}
 }

@@ -41,6 +41,13 @@ type Plan[D any] struct {
 	// read (journal.View.Last): a concurrent append makes the pass start
 	// over.
 	Record *journal.Record
+	// Chain are further intents appended right after Record, in order,
+	// each with the expected last sequence of the one before it; each
+	// should be ordered after the one before it (journal.Record.After),
+	// so the executors run them one after another without a pass in
+	// between. A pass that fails part-way leaves a prefix of the chain,
+	// which the next pass reads like any other pending intents.
+	Chain []*journal.Record
 	// Requeue asks for another pass at once (after a note, whose effect
 	// the next decision reads from the journal).
 	Requeue bool
@@ -165,25 +172,30 @@ func Reconcile[O client.Object, D any](ctx context.Context, req reconcile.Reques
 		}
 		timer.done("checkpoint")
 	}
-	if rec := p.Record; rec != nil {
-		res, err := deps.Journal.Append(ctx, rec, journal.ExpectLastSequence(view.Last))
-		if errors.Is(err, journal.ErrConflict) {
-			// Another replica (or pass) appended first: decide again on
-			// the fresh journal.
-			return reconcile.Result{RequeueAfter: RequeueSoon}, nil
-		}
-		if err != nil {
-			return reconcile.Result{}, fmt.Errorf("append %s %s: %w", rec.Operation, rec.Type, err)
-		}
-		if rec.Type == journal.TypeIntent {
-			if !res.Duplicate {
-				now := *rec
-				now.Time = time.Now()
-				pendingIntents.set(kind, domain, req.NamespacedName, append(pending, now))
-				ctrl.LoggerFrom(ctx).V(1).Info("intent appended", "operation", rec.Operation, "attempt", rec.Attempt, "seq", res.Sequence)
+	if p.Record != nil {
+		last := view.Last
+		for _, rec := range append([]*journal.Record{p.Record}, p.Chain...) {
+			res, err := deps.Journal.Append(ctx, rec, journal.ExpectLastSequence(last))
+			if errors.Is(err, journal.ErrConflict) {
+				// Another replica (or pass) appended first: decide again on
+				// the fresh journal.
+				return reconcile.Result{RequeueAfter: RequeueSoon}, nil
 			}
-			if !p.Quiet {
-				AnnounceIntent(deps.Recorder, obj, rec.Operation, rec.Attempt, res)
+			if err != nil {
+				return reconcile.Result{}, fmt.Errorf("append %s %s: %w", rec.Operation, rec.Type, err)
+			}
+			last = res.Sequence
+			if rec.Type == journal.TypeIntent {
+				if !res.Duplicate {
+					now := *rec
+					now.Time = time.Now()
+					pending = append(pending, now)
+					pendingIntents.set(kind, domain, req.NamespacedName, pending)
+					ctrl.LoggerFrom(ctx).V(1).Info("intent appended", "operation", rec.Operation, "attempt", rec.Attempt, "seq", res.Sequence)
+				}
+				if !p.Quiet {
+					AnnounceIntent(deps.Recorder, obj, rec.Operation, rec.Attempt, res)
+				}
 			}
 		}
 		timer.done("append")
