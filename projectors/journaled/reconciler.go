@@ -42,11 +42,10 @@ type Plan[D any] struct {
 	// over.
 	Record *journal.Record
 	// Chain are further intents appended right after Record, in order,
-	// each with the expected last sequence of the one before it; each
-	// should be ordered after the one before it (journal.Record.After),
-	// so the executors run them one after another without a pass in
-	// between. A pass that fails part-way leaves a prefix of the chain,
-	// which the next pass reads like any other pending intents.
+	// each ordered after the one before it (journal.Record.After), so the
+	// executors run them one after another without a pass in between. A
+	// pass that fails part-way leaves a prefix of the chain, which the
+	// next pass reads like any other pending intents.
 	Chain []*journal.Record
 	// Requeue asks for another pass at once (after a note, whose effect
 	// the next decision reads from the journal).
@@ -173,9 +172,19 @@ func Reconcile[O client.Object, D any](ctx context.Context, req reconcile.Reques
 		timer.done("checkpoint")
 	}
 	if p.Record != nil {
-		last := view.Last
-		for _, rec := range append([]*journal.Record{p.Record}, p.Chain...) {
-			res, err := deps.Journal.Append(ctx, rec, journal.ExpectLastSequence(last))
+		for i, rec := range append([]*journal.Record{p.Record}, p.Chain...) {
+			// The first record carries the journal as read: a concurrent
+			// decision makes this pass start over. The chain after it
+			// does not (the executor may already have appended the first
+			// one's outcome): a link decided on a view that moved is
+			// harmless, since it runs only after the intent before it
+			// succeeded, and its deterministic ID makes a second copy a
+			// duplicate.
+			var opts []journal.AppendOption
+			if i == 0 {
+				opts = append(opts, journal.ExpectLastSequence(view.Last))
+			}
+			res, err := deps.Journal.Append(ctx, rec, opts...)
 			if errors.Is(err, journal.ErrConflict) {
 				// Another replica (or pass) appended first: decide again on
 				// the fresh journal.
@@ -184,7 +193,6 @@ func Reconcile[O client.Object, D any](ctx context.Context, req reconcile.Reques
 			if err != nil {
 				return reconcile.Result{}, fmt.Errorf("append %s %s: %w", rec.Operation, rec.Type, err)
 			}
-			last = res.Sequence
 			if rec.Type == journal.TypeIntent {
 				if !res.Duplicate {
 					now := *rec
