@@ -94,17 +94,7 @@ func TestIntentAfter(t *testing.T) {
 	free := intent(t, e, "VerifyLogin", 1)
 	appendAll(free)
 
-	cctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() {
-		done <- s.Consume(cctx, journal.ConsumerConfig{Durable: "exec-after", AckWait: 30 * time.Second, MaxDeliver: 5, Concurrency: 2}, d)
-	}()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("consume: %v", err)
-		}
-	})
+	consumeUntilCleanup(t, s, journal.ConsumerConfig{Durable: "exec-after", AckWait: 30 * time.Second, MaxDeliver: 5, Concurrency: 2}, d)
 	waitOutcomeWithin(t, s, e.UID, free.ID, journal.Succeeded, 15*time.Second)
 	for _, sk := range []*journal.Record{ext, login, orphan} {
 		o := waitOutcome(t, s, sk.Object.UID, sk.ID, journal.Failed)

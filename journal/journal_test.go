@@ -650,17 +650,7 @@ func TestBackendLimitNoHeadOfLineBlocking(t *testing.T) {
 	if _, err := s.Append(ctx, fast); err != nil {
 		t.Fatal(err)
 	}
-	cctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() {
-		done <- s.Consume(cctx, journal.ConsumerConfig{Durable: "exec-hol", AckWait: 30 * time.Second, MaxDeliver: 5, Concurrency: 2}, d)
-	}()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("consume: %v", err)
-		}
-	})
+	consumeUntilCleanup(t, s, journal.ConsumerConfig{Durable: "exec-hol", AckWait: 30 * time.Second, MaxDeliver: 5, Concurrency: 2}, d)
 	waitOutcomeWithin(t, s, o.UID, fast.ID, journal.Succeeded, 15*time.Second)
 	if c := slowCalls.Load(); c != 1 {
 		t.Fatalf("the limited backend ran %d intents at once, want 1", c)
@@ -672,4 +662,19 @@ func TestBackendLimitNoHeadOfLineBlocking(t *testing.T) {
 	if c := slowCalls.Load(); c != 3 {
 		t.Fatalf("the limited backend ran %d times for 3 intents", c)
 	}
+}
+
+// consumeUntilCleanup runs s.Consume with cfg and d until the test's
+// cleanup, which stops it and fails the test if it returned an error.
+func consumeUntilCleanup(t *testing.T, s *journal.Store, cfg journal.ConsumerConfig, d *journal.Dispatcher) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Consume(ctx, cfg, d) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("consume: %v", err)
+		}
+	})
 }
