@@ -471,6 +471,9 @@ func (s *Store) takeIntent(ctx context.Context, id string) (release func(), ok b
 			}, true
 		}
 		s.mu.Unlock()
+		// Waiting here holds no consumer slot: the first delivery may
+		// itself wait for an intent that has to be delivered again.
+		releaseConsumerSlot(ctx)
 		select {
 		case <-busy:
 		case <-ctx.Done():
@@ -675,11 +678,12 @@ func (s *Store) awaitDependency(ctx context.Context, rec Record) (out *Outcome, 
 	for {
 		signal := s.outcomeSignal(rec.Object.UID)
 		rctx, cancel := context.WithTimeout(ctx, finishTimeout)
-		dep, err := s.dependency(rctx, rec.Object.UID, rec.After)
+		dep, err := s.dependency(rctx, rec.Object.UID, rec.After, rec.Sequence)
 		cancel()
 		switch {
-		case err != nil:
-			// The journal's trouble: try again below.
+		case err != nil || !dep.covered:
+			// The journal's trouble, or a read that does not reach this
+			// intent yet (a lagging server answered): try again below.
 		case !dep.known || dep.seq >= rec.Sequence:
 			return skip(fmt.Sprintf("it is ordered after intent %s, which is not an earlier intent of this object in the journal", shorten(rec.After)))
 		case dep.done && dep.failed == nil:
@@ -704,21 +708,23 @@ func (s *Store) awaitDependency(ctx context.Context, rec Record) (out *Outcome, 
 // dependencyState is what the journal says of the intent another one is
 // ordered after.
 type dependencyState struct {
-	known  bool    // the intent is in the journal
-	seq    uint64  // its sequence
-	done   bool    // it has an outcome
-	failed *Result // that outcome, when it did not succeed
+	covered bool    // the read reached the waiting intent's own sequence
+	known   bool    // the intent is in the journal
+	seq     uint64  // its sequence
+	done    bool    // it has an outcome
+	failed  *Result // that outcome, when it did not succeed
 }
 
-// dependency reads the UID's journal for intent id and its outcome.
-func (s *Store) dependency(ctx context.Context, uid, id string) (dependencyState, error) {
+// dependency reads the UID's journal for intent id and its outcome; seq is
+// the sequence of the intent waiting for it.
+func (s *Store) dependency(ctx context.Context, uid, id string, seq uint64) (dependencyState, error) {
 	unlock := s.lockUID(uid)
 	defer unlock()
 	st, err := s.refresh(ctx, uid)
 	if err != nil {
 		return dependencyState{}, err
 	}
-	var d dependencyState
+	d := dependencyState{covered: st.lastSeq >= seq}
 	d.seq, d.known = st.ids[id]
 	_, d.done = st.ids[OutcomeID(id)]
 	if r, ok := st.failed[OutcomeID(id)]; ok {

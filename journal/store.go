@@ -582,6 +582,12 @@ func (s *Store) Read(ctx context.Context, uid string) ([]Record, error) {
 	return s.readFrom(ctx, uid, 1, true)
 }
 
+// ReadAfter returns the UID's records stored after sequence seq, in order
+// (with Config.Trust, only those with a valid proof).
+func (s *Store) ReadAfter(ctx context.Context, uid string, seq uint64) ([]Record, error) {
+	return s.readFrom(ctx, uid, seq+1, true)
+}
+
 // Latest returns the UID's last record, or nil when it has none (nor a
 // trusted one: with Config.Trust an untrusted last record is an error
 // wrapping ErrUntrusted). A uid that is not a UID is an error wrapping

@@ -561,11 +561,12 @@ func tenantFailure(f TenantFacts, p TenantPolicy, st *journal.State, step tenant
 // that is about 35 s.
 const projectionGrace = 4
 
-// attemptsSince counts the intents of op for gen after epoch.
+// attemptsSince counts the intents of op for gen after epoch that ran (a
+// skipped one, Failed/DependencyFailed, was no attempt).
 func attemptsSince(st *journal.State, op string, gen int64, epoch uint64) int {
 	n := 0
 	for _, r := range journaled.IntentsOf(st, op, gen) {
-		if r.Sequence > epoch {
+		if r.Sequence > epoch && !skipped(st, &r) {
 			n++
 		}
 	}

@@ -8,7 +8,9 @@ import (
 // passwordIssued reports whether the journal shows that the Tenant's
 // password already exists somewhere it matters: a WriteCredential generated
 // it, or a CreateRole was decided (the role may hold it, even if the
-// outcome was never written). The WriteCredential intent then forbids
+// outcome was never written) that has run or may still run: a CreateRole
+// of a chain that was skipped, or will be because a step before it did
+// not succeed (wontRun), never held a password. The WriteCredential intent then forbids
 // generating a new one (specification §6, §8.3: PostgreSQL present and the
 // OpenBao record absent is a Conflict, never a second password).
 func passwordIssued(st *journal.State) bool {
@@ -16,7 +18,7 @@ func passwordIssued(st *journal.State) bool {
 		return false
 	}
 	for _, r := range st.Intents {
-		if r.Operation == dbcontract.OpCreateRole {
+		if r.Operation == dbcontract.OpCreateRole && !wontRun(st, r) {
 			return true
 		}
 	}
@@ -90,3 +92,35 @@ const maxKVSegment = dbcontract.MaxKVSegment
 
 // kvSegment is dbcontract.KVSegment.
 func kvSegment(name string) string { return dbcontract.KVSegment(name) }
+
+// wontRun reports whether intent in never ran and never will: it was
+// skipped (Failed/DependencyFailed), or it has no outcome yet and the
+// intent it is ordered after (journal.Record.After), or one before that,
+// ended without success, so the consumer will skip it.
+func wontRun(st *journal.State, in journal.Record) bool {
+	for depth := 0; depth < 64; depth++ {
+		if out, ok := st.OutcomeOf(in.ID); ok {
+			return depth == 0 && out.Result.Class == journal.Failed && out.Result.Reason == journal.ReasonDependencyFailed ||
+				depth > 0 && out.Result.Class != journal.Succeeded
+		}
+		if in.After == "" {
+			return false
+		}
+		dep, ok := intentByID(st, in.After)
+		if !ok {
+			return true // not in the journal: the consumer skips it
+		}
+		in = dep
+	}
+	return false
+}
+
+// intentByID returns the intent with this ID.
+func intentByID(st *journal.State, id string) (journal.Record, bool) {
+	for _, r := range st.Intents {
+		if r.ID == id {
+			return r, true
+		}
+	}
+	return journal.Record{}, false
+}

@@ -102,3 +102,45 @@ func TestValidateTenantLongNames(t *testing.T) {
 		}
 	}
 }
+
+// TestPasswordIssuedChain: a CreateRole of a chain that was skipped, or
+// will be because a step before it failed, never held a password; one
+// that ran, failed for its own reason, or may still run did (or may).
+func TestPasswordIssuedChain(t *testing.T) {
+	obj := journal.ObjectRef{Group: "database.ayatori.ddupan.top", Kind: "PostgreSQLTenant", Namespace: "ns", Name: "app", UID: "t-1", Generation: 1}
+	var recs []journal.Record
+	add := func(r journal.Record) journal.Record {
+		r.Sequence = uint64(len(recs) + 1)
+		recs = append(recs, r)
+		return r
+	}
+	intentAfter := func(op string, after *journal.Record) journal.Record {
+		r, _ := journal.NewIntent(obj, op, "", 1, nil)
+		if after != nil {
+			r.After = after.ID
+		}
+		return add(r)
+	}
+	outcome := func(in journal.Record, class journal.ResultClass, reason string) {
+		o, _ := journal.NewOutcome(in, journal.Result{Class: class, Reason: reason}, nil)
+		add(o)
+	}
+	cred := intentAfter(dbcontract.OpWriteCredential, nil)
+	role := intentAfter(dbcontract.OpCreateRole, &cred)
+	check := func(want bool, what string) {
+		t.Helper()
+		if got := passwordIssued(journal.Fold(recs)); got != want {
+			t.Errorf("%s: passwordIssued %v, want %v", what, got, want)
+		}
+	}
+	check(true, "CreateRole pending, its dependency pending")
+	outcome(cred, journal.Failed, "DependencyUnavailable")
+	check(false, "CreateRole pending, its dependency failed")
+	outcome(role, journal.Failed, journal.ReasonDependencyFailed)
+	check(false, "CreateRole skipped")
+	r2, _ := journal.NewIntent(obj, dbcontract.OpCreateRole, "", 2, nil)
+	role2 := add(r2)
+	check(true, "CreateRole decided again, pending")
+	outcome(role2, journal.Failed, "DependencyUnavailable")
+	check(true, "CreateRole failed for its own reason")
+}

@@ -172,19 +172,17 @@ func Reconcile[O client.Object, D any](ctx context.Context, req reconcile.Reques
 		timer.done("checkpoint")
 	}
 	if p.Record != nil {
+		last := view.Last
 		for i, rec := range append([]*journal.Record{p.Record}, p.Chain...) {
-			// The first record carries the journal as read: a concurrent
-			// decision makes this pass start over. The chain after it
-			// does not (the executor may already have appended the first
-			// one's outcome): a link decided on a view that moved is
-			// harmless, since it runs only after the intent before it
-			// succeeded, and its deterministic ID makes a second copy a
-			// duplicate.
-			var opts []journal.AppendOption
-			if i == 0 {
-				opts = append(opts, journal.ExpectLastSequence(view.Last))
+			// Every record carries the journal as this pass knows it: a
+			// concurrent decision makes the pass start over (the first
+			// record) or ends the chain there (a link; the next pass
+			// decides the rest). Outcomes the executors appended since
+			// the record before it do not count as a decision.
+			res, err := appendLink(ctx, deps.Journal, rec, last, i > 0)
+			if errors.Is(err, errChainCut) {
+				break
 			}
-			res, err := deps.Journal.Append(ctx, rec, opts...)
 			if errors.Is(err, journal.ErrConflict) {
 				// Another replica (or pass) appended first: decide again on
 				// the fresh journal.
@@ -193,6 +191,7 @@ func Reconcile[O client.Object, D any](ctx context.Context, req reconcile.Reques
 			if err != nil {
 				return reconcile.Result{}, fmt.Errorf("append %s %s: %w", rec.Operation, rec.Type, err)
 			}
+			last = res.Sequence
 			if rec.Type == journal.TypeIntent {
 				if !res.Duplicate {
 					now := *rec
@@ -247,3 +246,37 @@ func Reconcile[O client.Object, D any](ctx context.Context, req reconcile.Reques
 // enough to be immediate for a user, long enough that a retry loop on a
 // persistent conflict costs the API server little.
 const RequeueSoon = 20 * time.Millisecond
+
+// errChainCut: a link of a chain was not appended because something other
+// than outcomes was appended since the record before it.
+var errChainCut = errors.New("journaled: chain cut by a concurrent decision")
+
+// appendLink appends rec expecting the UID's journal to end at last. For a
+// link of a chain (link true), records appended since that are all
+// outcomes (the executors work while the pass appends) are stepped over;
+// anything else (an intent or a note: another decider) cuts the chain
+// (errChainCut).
+func appendLink(ctx context.Context, j *journal.Store, rec *journal.Record, last uint64, link bool) (journal.AppendResult, error) {
+	for tries := 0; ; tries++ {
+		res, err := j.Append(ctx, rec, journal.ExpectLastSequence(last))
+		if !link || !errors.Is(err, journal.ErrConflict) {
+			return res, err
+		}
+		if tries >= 16 {
+			return journal.AppendResult{}, errChainCut
+		}
+		since, rerr := j.ReadAfter(ctx, rec.Object.UID, last)
+		if rerr != nil {
+			return journal.AppendResult{}, rerr
+		}
+		for _, r := range since {
+			if r.ID == rec.ID {
+				return journal.AppendResult{Sequence: r.Sequence, Duplicate: true}, nil
+			}
+			if r.Type != journal.TypeOutcome {
+				return journal.AppendResult{}, errChainCut
+			}
+			last = r.Sequence
+		}
+	}
+}
