@@ -313,21 +313,31 @@ func (k tenantKind) Plan(ctx context.Context, t *databasev1alpha1.PostgreSQLTena
 		}
 		p.Record, p.Requeue, p.RequeueAfter = &note, true, 0
 		return p, nil
-	case d.Intent != nil:
-		rec, err := r.intent(t, inst, n, d.Intent, st)
-		if err != nil {
-			return plan{}, err
-		}
-		p.Record = &rec
-		prev := rec.ID
-		for i := range d.Chain {
-			next, err := r.intent(t, inst, n, &d.Chain[i], st)
+	case d.Intent != nil || len(d.Also) > 0:
+		var recs []*journal.Record
+		if d.Intent != nil {
+			rec, err := r.intent(t, inst, n, d.Intent, st)
 			if err != nil {
 				return plan{}, err
 			}
-			next.After, prev = prev, next.ID
-			p.Chain = append(p.Chain, &next)
+			recs = append(recs, &rec)
+			for i := range d.Chain {
+				next, err := r.intent(t, inst, n, &d.Chain[i], st)
+				if err != nil {
+					return plan{}, err
+				}
+				next.After = recs[len(recs)-1].ID
+				recs = append(recs, &next)
+			}
 		}
+		for i := range d.Also {
+			rec, err := r.intent(t, inst, n, &d.Also[i], st)
+			if err != nil {
+				return plan{}, err
+			}
+			recs = append(recs, &rec)
+		}
+		p.Record, p.Chain = recs[0], recs[1:]
 	}
 	if d.RemoveFinalizer {
 		p.RemoveFinalizer = true

@@ -145,6 +145,10 @@ type TenantDecision struct {
 	// payload and gates are known before the earlier steps' outcomes are
 	// chained (chainable).
 	Chain []PlannedIntent
+	// Also are intents decided in the same pass that wait for none of the
+	// others (their inputs are in the journal already): the ExternalSecret
+	// beside the role → database → extensions chain.
+	Also []PlannedIntent
 	// Note is a journal note to append (dbcontract.NoteRevalidate, dbcontract.NoteDeletionStarted).
 	Note       string
 	NotePolicy databasev1alpha1.DeletionPolicy
@@ -191,11 +195,9 @@ func DecideTenant(f TenantFacts, p TenantPolicy) TenantDecision {
 		return d.Intent.Operation
 	}
 	plans := func(ops ...string) bool {
-		if d.Intent == nil {
-			return false
-		}
 		for _, o := range ops {
-			if d.Intent.Operation == o || slices.ContainsFunc(d.Chain, func(c PlannedIntent) bool { return c.Operation == o }) {
+			has := func(c PlannedIntent) bool { return c.Operation == o }
+			if op() == o || slices.ContainsFunc(d.Chain, has) || slices.ContainsFunc(d.Also, has) {
 				return true
 			}
 		}
@@ -217,7 +219,7 @@ func DecideTenant(f TenantFacts, p TenantPolicy) TenantDecision {
 			return ask(FactProjectionSynced)
 		}
 		if !f.ProjectionSynced {
-			d.Intent, d.Chain, d.RequeueAfter = nil, nil, ensuredAt(st, f.Generation).Add(p.RetryBase).Sub(f.Now)
+			d.Intent, d.Chain, d.Also, d.RequeueAfter = nil, nil, nil, ensuredAt(st, f.Generation).Add(p.RetryBase).Sub(f.Now)
 		}
 	}
 	if !f.Deleting && d.Intent == nil && d.RequeueAfter > 0 && reobserveDue(st, f.Generation) && need(FactProjectionSynced) {
@@ -309,7 +311,30 @@ func decideTenantChain(f TenantFacts, p TenantPolicy) TenantDecision {
 	if d.done {
 		return decideRecheck(f, p, st, d, epoch)
 	}
+	if d.Ready.Status == metav1.ConditionUnknown {
+		d.Also = externalSecretBeside(f, st, epoch, d.at)
+	}
 	return d.TenantDecision
+}
+
+// externalSecretBeside plans EnsureExternalSecret beside the role →
+// database → extensions chain: it needs only the credential record, so it
+// is decided once WriteCredential succeeded, while the walk of the steps
+// (stopped at index at, waiting for or deciding a step, not reporting a
+// failure) has not reached it yet, and it has no intent in this epoch (or
+// only a skipped one). ESO then syncs while PostgreSQL works. The phase
+// still advances in the steps' order; a failure of the ExternalSecret is
+// reported, and retried, when the walk reaches its step.
+func externalSecretBeside(f TenantFacts, st *journal.State, epoch uint64, at int) []PlannedIntent {
+	es := slices.IndexFunc(provisionSteps, func(s tenantStep) bool { return s.op == dbcontract.OpEnsureExternalSecret })
+	cred := slices.IndexFunc(provisionSteps, func(s tenantStep) bool { return s.op == dbcontract.OpWriteCredential })
+	if at <= cred || at >= es {
+		return nil
+	}
+	if l := lastIntentSince(st, dbcontract.OpEnsureExternalSecret, f.Generation, epoch); l != nil && !skipped(st, l) {
+		return nil
+	}
+	return []PlannedIntent{{Operation: dbcontract.OpEnsureExternalSecret, Attempt: journaled.NextAttempt(st, dbcontract.OpEnsureExternalSecret, f.Generation)}}
 }
 
 // decideRecheck keeps a provisioned Tenant Ready and re-checks it every
@@ -405,6 +430,8 @@ func anyAfter(st *journal.State, gen int64, epoch uint64) bool {
 
 type chainResult struct {
 	TenantDecision
+	// at is the index of the step the walk stopped at (len(steps): done).
+	at       int
 	done     bool
 	lastDone time.Time
 	oid      uint32
@@ -431,17 +458,17 @@ func runChain(f TenantFacts, p TenantPolicy, st *journal.State, steps []tenantSt
 				}
 				chain = append(chain, PlannedIntent{Operation: next.op, Attempt: journaled.NextAttempt(st, next.op, f.Generation)})
 			}
-			return chainResult{TenantDecision: TenantDecision{Phase: phase, RequeueAfter: p.PendingRecheck, DatabaseOID: oid,
+			return chainResult{at: i, TenantDecision: TenantDecision{Phase: phase, RequeueAfter: p.PendingRecheck, DatabaseOID: oid,
 				Ready:  reconciling(stepMessage(step.op)),
 				Intent: &PlannedIntent{Operation: step.op, Attempt: journaled.NextAttempt(st, step.op, f.Generation)}, Chain: chain}}
 		}
 		out, ok := st.OutcomeOf(last.ID)
 		if !ok {
-			return chainResult{TenantDecision: TenantDecision{Phase: phase, RequeueAfter: p.PendingRecheck, DatabaseOID: oid,
+			return chainResult{at: i, TenantDecision: TenantDecision{Phase: phase, RequeueAfter: p.PendingRecheck, DatabaseOID: oid,
 				Ready: reconciling(stepMessage(step.op))}}
 		}
 		if out.Result.Class != journal.Succeeded {
-			return chainResult{TenantDecision: tenantFailure(f, p, st, step, out, phase, epoch, oid)}
+			return chainResult{at: i, TenantDecision: tenantFailure(f, p, st, step, out, phase, epoch, oid)}
 		}
 		if step.op == dbcontract.OpCreateDatabase {
 			var o dbcontract.TenantOutcome
@@ -452,7 +479,7 @@ func runChain(f TenantFacts, p TenantPolicy, st *journal.State, steps []tenantSt
 		phase = step.phase
 		lastDone = out.Time
 	}
-	return chainResult{TenantDecision: TenantDecision{Phase: phase, DatabaseOID: oid}, done: true, lastDone: lastDone, oid: oid}
+	return chainResult{at: len(steps), TenantDecision: TenantDecision{Phase: phase, DatabaseOID: oid}, done: true, lastDone: lastDone, oid: oid}
 }
 
 // chainable are the provisioning steps decided in the same pass as the

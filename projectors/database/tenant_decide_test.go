@@ -276,8 +276,13 @@ func TestDecideTenantAsksForWhatItNeeds(t *testing.T) {
 		t.Fatalf("taken target: %+v", d)
 	}
 	d, asked = run(facts(all[:3]), nothing)
-	if len(asked) != 0 || d.Intent == nil || d.Intent.Operation != dbcontract.OpCreateRole {
-		t.Fatalf("mid-chain: asked %v, decided %+v", asked, d)
+	if len(asked) != 1 || asked[0] != FactTargetTaken || d.Intent == nil || d.Intent.Operation != dbcontract.OpCreateRole ||
+		len(d.Also) != 1 || d.Also[0].Operation != dbcontract.OpEnsureExternalSecret {
+		t.Fatalf("mid-chain, the ExternalSecret beside it: asked %v, decided %+v", asked, d)
+	}
+	d, _ = run(facts(all[:3]), func(_ TenantFactSet, f *TenantFacts) { f.TargetTaken = "Secret ns/app taken" })
+	if d.Intent != nil || len(d.Also) != 0 || d.Ready.Reason != databasev1alpha1.ReasonConflict {
+		t.Fatalf("mid-chain, taken target: %+v", d)
 	}
 
 	// Ready: drift is read, and a drift is a Revalidate note.
@@ -359,6 +364,28 @@ func TestDecideTenantChain(t *testing.T) {
 			ok(dbcontract.OpWriteCredential), {op: dbcontract.OpCreateRole, class: journal.Failed, reason: "DependencyUnavailable"},
 			skip(dbcontract.OpCreateDatabase), skip(dbcontract.OpEnsureExtensions), ok(dbcontract.OpCreateRole)},
 			want: []string{dbcontract.OpCreateDatabase, dbcontract.OpEnsureExtensions}, phase: "RoleCreated"},
+	}
+	beside := []step{ok(dbcontract.OpCheckExtensions), ok(dbcontract.OpClaimOwnership), ok(dbcontract.OpWriteCredential)}
+	for _, c := range []struct {
+		name  string
+		steps []step
+		want  bool
+	}{
+		{name: "credential written, role pending", steps: append(append([]step{}, beside...), step{op: dbcontract.OpCreateRole}), want: true},
+		{name: "credential pending", steps: beside[:2], want: false},
+		{name: "ExternalSecret already pending", steps: append(append([]step{}, beside...), step{op: dbcontract.OpCreateRole}, step{op: dbcontract.OpEnsureExternalSecret})},
+		{name: "ExternalSecret failed: reported when the walk reaches it", steps: append(append([]step{}, beside...), step{op: dbcontract.OpCreateRole},
+			step{op: dbcontract.OpEnsureExternalSecret, class: journal.Failed, reason: "Conflict"})},
+		{name: "role failed: nothing beside a failure", steps: append(append([]step{}, beside...), step{op: dbcontract.OpCreateRole, class: journal.Failed, reason: "DependencyUnavailable"})},
+	} {
+		t.Run("beside/"+c.name, func(t *testing.T) {
+			st, recs := tenantHistory(c.steps...)
+			d := decideKnown(TenantFacts{Generation: 1, Journal: st, Records: recs, Now: t0.Add(time.Second), Status: databasev1alpha1.PostgreSQLTenantStatus{Phase: "Planned"}})
+			got := len(d.Also) == 1 && d.Also[0].Operation == dbcontract.OpEnsureExternalSecret
+			if got != c.want {
+				t.Errorf("ExternalSecret beside the chain: %v, want %v (decision %+v)", got, c.want, d)
+			}
+		})
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
