@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"git.ddupan.top/panxiao81/ayatori/integration"
 	"git.ddupan.top/panxiao81/ayatori/journal"
 )
 
@@ -16,13 +15,8 @@ import (
 // (Failed/DependencyFailed, nothing executed) when it failed or is not an
 // earlier intent of the object; a waiting intent holds no consumer slot.
 func TestIntentAfter(t *testing.T) {
-	n := integration.StartNATS(t)
 	ctx := context.Background()
-	s := open(t, n, journal.Config{})
-	d, err := journal.NewDispatcher(testDomain)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, d := storeAndDispatcher(t)
 	release := make(chan struct{})
 	var roleDone, dbBeforeRole, dbRuns, extRuns atomic.Int32
 	handle := func(op string, h journal.Handler) {

@@ -609,13 +609,8 @@ func waitOutcomeWithin(t *testing.T, s *journal.Store, uid, intentID string, cla
 // (its handler blocked), an intent of another backend still runs; the
 // blocked backend's intents all run once it is released, each once.
 func TestBackendLimitNoHeadOfLineBlocking(t *testing.T) {
-	n := integration.StartNATS(t)
 	ctx := context.Background()
-	s := open(t, n, journal.Config{})
-	d, err := journal.NewDispatcher(testDomain)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, d := storeAndDispatcher(t)
 	release := make(chan struct{})
 	var slowCalls atomic.Int32
 	if err := d.Handle("slow", "CreateDatabase", func(ctx context.Context, r journal.Record) (journal.Outcome, error) {
@@ -677,4 +672,16 @@ func consumeUntilCleanup(t *testing.T, s *journal.Store, cfg journal.ConsumerCon
 			t.Errorf("consume: %v", err)
 		}
 	})
+}
+
+// storeAndDispatcher starts a NATS server, opens a store on it as the
+// manager and returns it with an empty dispatcher of testDomain.
+func storeAndDispatcher(t *testing.T) (*journal.Store, *journal.Dispatcher) {
+	t.Helper()
+	s := open(t, integration.StartNATS(t), journal.Config{})
+	d, err := journal.NewDispatcher(testDomain)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, d
 }
