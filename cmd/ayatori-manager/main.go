@@ -110,6 +110,7 @@ func run(args []string) error {
 		Scheme:                  scheme,
 		Metrics:                 metricsserver.Options{BindAddress: o.metricsAddr},
 		HealthProbeBindAddress:  o.probeAddr,
+		PprofBindAddress:        o.pprofAddr,
 		LeaderElection:          o.leaderElect,
 		LeaderElectionID:        "ayatori-manager.ayatori.ddupan.top",
 		LeaderElectionNamespace: o.namespace,

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"maps"
+	"net"
 	"net/url"
 	"os"
 	"slices"
@@ -48,6 +49,7 @@ type options struct {
 	retryPeriod   time.Duration
 	metricsAddr   string
 	probeAddr     string
+	pprofAddr     string
 	kubeconfig    string
 	actor         string
 	executorConns int
@@ -141,10 +143,32 @@ func (o *options) bind(fs *flag.FlagSet) {
 	fs.DurationVar(&o.retryPeriod, "leader-elect-retry-period", 2*time.Second, "how often candidates try to acquire or renew the Lease (renew deadline > 1.2 x this)")
 	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":8080", "metrics endpoint address (0 disables)")
 	fs.StringVar(&o.probeAddr, "health-probe-bind-address", ":8081", "health and readiness probe address")
+	fs.StringVar(&o.pprofAddr, "pprof-bind-address", "0", "Go runtime profiles (/debug/pprof/) on this address, unauthenticated: loopback only, for benchmarks and debugging (0 disables, the default)")
 	fs.StringVar(&o.actor, "actor", "", "name written into journal records (default: <hostname>/<pid>)")
 	for _, d := range o.domains {
 		d.bind(fs)
 	}
+}
+
+// loopbackOnly refuses an address that is not on a loopback interface
+// ("0" and "" are off). The profiles are served without authentication and
+// a heap profile holds whatever the process held, secret values included,
+// so they are never offered to the network.
+func loopbackOnly(addr string) error {
+	if addr == "" || addr == "0" {
+		return nil
+	}
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("%q is not host:port: %w", addr, err)
+	}
+	if host == "localhost" {
+		return nil
+	}
+	if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
+		return fmt.Errorf("%q is not a loopback address (the profiles are unauthenticated and may hold secret values; use 127.0.0.1:PORT and a port-forward)", addr)
+	}
+	return nil
 }
 
 func envOr(k, def string) string {
@@ -221,6 +245,9 @@ func (o *options) validate() error {
 		} else if o.backendConcurrency[name] <= 0 {
 			bad("--executor-backend-concurrency: %s=%d must be positive", name, o.backendConcurrency[name])
 		}
+	}
+	if err := loopbackOnly(o.pprofAddr); err != nil {
+		bad("--pprof-bind-address: %v", err)
 	}
 	if o.kubeAPIQPS > 0 && float64(o.kubeAPIBurst) < o.kubeAPIQPS {
 		bad("--kube-api-burst (%d) must be at least --kube-api-qps (%g)", o.kubeAPIBurst, o.kubeAPIQPS)

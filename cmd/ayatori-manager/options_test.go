@@ -102,6 +102,12 @@ func TestFlagValidation(t *testing.T) {
 		{"malformed backend concurrency", []string{"--executor-backend-concurrency=openbao"}, "is not executor=n"},
 		{"backend concurrency with spaces", []string{"--executor-backend-concurrency= kubernetes = 32 , openbao=4,"}, ""},
 		{"backend named twice", []string{"--executor-backend-concurrency=openbao=4,openbao=8"}, "executor openbao is named twice"},
+		{"pprof on loopback", []string{"--pprof-bind-address=127.0.0.1:6060"}, ""},
+		{"pprof on IPv6 loopback", []string{"--pprof-bind-address=[::1]:6060"}, ""},
+		{"pprof on localhost", []string{"--pprof-bind-address=localhost:6060"}, ""},
+		{"pprof on every interface", []string{"--pprof-bind-address=:6060"}, "not a loopback address"},
+		{"pprof on a routable address", []string{"--pprof-bind-address=10.0.0.7:6060"}, "not a loopback address"},
+		{"pprof without a port", []string{"--pprof-bind-address=127.0.0.1"}, "not host:port"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

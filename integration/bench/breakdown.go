@@ -356,37 +356,7 @@ func breakdown(ctx context.Context, s *integration.Stack, metricsURL string, sta
 		fmt.Printf("    %-7s %7d %6.1f %8s %7.1f %7.2f\n", v, int(verbs[v][0]), verbs[v][0]/nT, meanMS(verbs[v]), verbs[v][1], limiter[v][1])
 	}
 
-	fmt.Printf("\nCPU seconds used during the run by the stack's processes (2 vCPU: %.1f s available)\n", 2*wall)
-	type pc struct {
-		name string
-		d    time.Duration
-	}
-	var pcs []pc
-	var cpuTotal time.Duration
-	machine := map[string]time.Duration{}
-	for name, d := range cpu1 {
-		if strings.HasPrefix(name, machinePrefix) {
-			machine[strings.TrimPrefix(name, machinePrefix)] = d - cpu0[name]
-			continue
-		}
-		if d -= cpu0[name]; d > 0 {
-			pcs = append(pcs, pc{name, d})
-			cpuTotal += d
-		}
-	}
-	sort.Slice(pcs, func(i, j int) bool { return pcs[i].d > pcs[j].d })
-	for _, p := range pcs {
-		fmt.Printf("  %-30s %6.1f s  %3.0f%%\n", p.name, p.d.Seconds(), 100*p.d.Seconds()/wall/2)
-	}
-	fmt.Printf("  %-30s %6.1f s  %3.0f%% of both cores (the machine's load average: %s)\n", "total", cpuTotal.Seconds(), 100*cpuTotal.Seconds()/wall/2, loadAverage())
-	fmt.Printf("  CPU-seconds per Tenant         %6.3f s (every process of the stack)\n", cpuTotal.Seconds()/nT)
-	if busy := machine["busy"]; busy > 0 {
-		// /proc/stat: what the whole machine did meanwhile. Steal is time
-		// the hypervisor gave these vCPUs to someone else: the same work
-		// then takes longer, and runs of one code differ.
-		fmt.Printf("  machine (/proc/stat): busy %.1f s (processes outside the stack %.1f s), iowait %.1f s, steal %.1f s\n",
-			busy.Seconds(), max(busy-cpuTotal, 0).Seconds(), machine["iowait"].Seconds(), machine["steal"].Seconds())
-	}
+	printCPU(cpu0, cpu1, wall, nT, "Tenant")
 
 	if outDir == "" {
 		if outDir, err = os.MkdirTemp("", "ayatori-bench-"); err != nil {
@@ -473,4 +443,42 @@ func timelineSVG(traces []*tenantTrace, start, end time.Time) string {
 	}
 	b.WriteString("</svg>\n")
 	return b.String()
+}
+
+// printCPU prints the CPU time each process of the stack used between the
+// snapshots cpu0 and cpu1 (procCPU) over wall seconds, their total, the
+// total per object (n objects of kind per) and what /proc/stat says the
+// whole machine did meanwhile.
+func printCPU(cpu0, cpu1 map[string]time.Duration, wall, n float64, per string) {
+	fmt.Printf("\nCPU seconds used during the run by the stack's processes (2 vCPU: %.1f s available)\n", 2*wall)
+	type pc struct {
+		name string
+		d    time.Duration
+	}
+	var pcs []pc
+	var cpuTotal time.Duration
+	machine := map[string]time.Duration{}
+	for name, d := range cpu1 {
+		if strings.HasPrefix(name, machinePrefix) {
+			machine[strings.TrimPrefix(name, machinePrefix)] = d - cpu0[name]
+			continue
+		}
+		if d -= cpu0[name]; d > 0 {
+			pcs = append(pcs, pc{name, d})
+			cpuTotal += d
+		}
+	}
+	sort.Slice(pcs, func(i, j int) bool { return pcs[i].d > pcs[j].d })
+	for _, p := range pcs {
+		fmt.Printf("  %-30s %6.1f s  %3.0f%%\n", p.name, p.d.Seconds(), 100*p.d.Seconds()/wall/2)
+	}
+	fmt.Printf("  %-30s %6.1f s  %3.0f%% of both cores (the machine's load average: %s)\n", "total", cpuTotal.Seconds(), 100*cpuTotal.Seconds()/wall/2, loadAverage())
+	fmt.Printf("  CPU-seconds per %-14s %6.3f s (every process of the stack)\n", per, cpuTotal.Seconds()/n)
+	if busy := machine["busy"]; busy > 0 {
+		// /proc/stat: what the whole machine did meanwhile. Steal is time
+		// the hypervisor gave these vCPUs to someone else: the same work
+		// then takes longer, and runs of one code differ.
+		fmt.Printf("  machine (/proc/stat): busy %.1f s (processes outside the stack %.1f s), iowait %.1f s, steal %.1f s\n",
+			busy.Seconds(), max(busy-cpuTotal, 0).Seconds(), machine["iowait"].Seconds(), machine["steal"].Seconds())
+	}
 }

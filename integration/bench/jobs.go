@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -170,8 +172,8 @@ func runJobs(n, kcmQPS int, timeout time.Duration) error {
 // jobsNamespace, and waits until the class is Ready (the manager is up).
 // It returns the stack, a watching client and a description of
 // kube-controller-manager's rate limit.
-func startJobsStack(ctx context.Context, nodes, kcmQPS int) (*integration.ExecutionStack, client.WithWatch, string, error) {
-	opts := integration.ExecutionStackOptions{Nodes: nodes}
+func startJobsStack(ctx context.Context, nodes, kcmQPS int, managerArgs ...string) (*integration.ExecutionStack, client.WithWatch, string, error) {
+	opts := integration.ExecutionStackOptions{Nodes: nodes, ManagerArgs: managerArgs}
 	kcm := "kube-controller-manager with its default API rate limit (20 QPS, burst 30)"
 	if kcmQPS > 0 {
 		opts.ControllerManagerArgs = []string{fmt.Sprintf("--kube-api-qps=%d", kcmQPS), fmt.Sprintf("--kube-api-burst=%d", 2*kcmQPS)}
@@ -498,4 +500,30 @@ func loadAverage() string {
 		return "?"
 	}
 	return strings.Fields(string(b))[0]
+}
+
+// jobCosts prints, from the manager's metrics at metricsURL, what the n
+// Jobs of a run cost it: reconciles of each execution controller, the
+// projector pass phases, and the Kubernetes API requests by verb, each
+// also per Job.
+func jobCosts(metricsURL string, n float64) {
+	fmt.Printf("\nmanager costs per Job (its metrics)\n")
+	reconciles := metricSums(metricsURL, "controller_runtime_reconcile_time_seconds", "controller")
+	for _, c := range []string{"job", "jobttl", "jobclass"} {
+		if e, ok := reconciles[c]; ok {
+			fmt.Printf("  reconciles %-9s %7d (%.2f per Job), mean %s ms, total %.1f s\n", c, int(e[0]), e[0]/n, meanMS(e), e[1])
+		}
+	}
+	phases := metricSums(metricsURL, "ayatori_projector_pass_phase_seconds", "phase")
+	fmt.Printf("  projector pass phases: phase, count, per Job, mean ms, total s\n")
+	for _, ph := range []string{"finalizer", "read", "plan", "checkpoint", "append", "status"} {
+		if e, ok := phases[ph]; ok {
+			fmt.Printf("    %-10s %7d %6.2f %8s %8.1f\n", ph, int(e[0]), e[0]/n, meanMS(e), e[1])
+		}
+	}
+	verbs := metricSums(metricsURL, "rest_client_request_duration_seconds", "verb")
+	fmt.Printf("  API requests of the manager: verb, count, per Job, mean ms, total s\n")
+	for _, v := range slices.Sorted(maps.Keys(verbs)) {
+		fmt.Printf("    %-7s %7d %6.2f %8s %7.1f\n", v, int(verbs[v][0]), verbs[v][0]/n, meanMS(verbs[v]), verbs[v][1])
+	}
 }

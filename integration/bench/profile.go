@@ -44,7 +44,35 @@ func fetchProfile(ctx context.Context, cfg *rest.Config, d time.Duration, dir st
 	if err != nil {
 		return "", err
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", strings.TrimRight(cfg.Host, "/"), int(d.Seconds())), nil)
+	return fetchProfileFrom(ctx, hc, cfg.Host, d, filepath.Join(dir, "kube-apiserver.pprof"))
+}
+
+// profileManager is profileAPIServer for the manager's
+// --pprof-bind-address (base its http://127.0.0.1:PORT): the profile goes
+// to dir/ayatori-manager.pprof.
+func profileManager(ctx context.Context, base string, d time.Duration, dir string) <-chan string {
+	done := make(chan string, 1)
+	go func() {
+		path, err := fetchProfileFrom(ctx, http.DefaultClient, base, d, filepath.Join(dir, "ayatori-manager.pprof"))
+		if err != nil {
+			done <- "manager CPU profile: " + err.Error()
+			return
+		}
+		out, err := exec.CommandContext(ctx, "go", "tool", "pprof", "-top", "-nodecount=25", path).CombinedOutput()
+		if err != nil {
+			done <- fmt.Sprintf("manager CPU profile %s: go tool pprof: %v", path, err)
+			return
+		}
+		cum, _ := exec.CommandContext(ctx, "go", "tool", "pprof", "-top", "-cum", "-nodecount=50", path).CombinedOutput()
+		done <- fmt.Sprintf("manager CPU profile over the first %s (%s; by self time, then cumulative):\n%s\n%s", d, path, out, cum)
+	}()
+	return done
+}
+
+// fetchProfileFrom takes a CPU profile of d from base's
+// /debug/pprof/profile with hc and writes it to path.
+func fetchProfileFrom(ctx context.Context, hc *http.Client, base string, d time.Duration, path string) (string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", strings.TrimRight(base, "/"), int(d.Seconds())), nil)
 	if err != nil {
 		return "", err
 	}
@@ -57,10 +85,9 @@ func fetchProfile(ctx context.Context, cfg *rest.Config, d time.Duration, dir st
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
 		return "", fmt.Errorf("HTTP %d: %s", resp.StatusCode, b)
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return "", err
 	}
-	path := filepath.Join(dir, "kube-apiserver.pprof")
 	f, err := os.Create(path)
 	if err != nil {
 		return "", err

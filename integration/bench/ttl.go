@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"os"
 	"sort"
 	"strings"
 	"sync"
@@ -32,19 +33,35 @@ import (
 //
 // With restart the manager is killed (SIGKILL) and started again once
 // half the Jobs succeeded; each Job must still be deleted exactly once.
-func runTTL(n, ttl, kcmQPS int, restart bool, timeout time.Duration) error {
+func runTTL(n, ttl, kcmQPS int, restart bool, profile time.Duration, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	// Room for every pod (each node takes 110) even if finished pods
 	// still counted until their Job is deleted.
 	nodes := (2*n + 109) / 110
-	s, wc, kcm, err := startJobsStack(ctx, nodes, kcmQPS)
+	pprofPort, err := integration.FreePort()
+	if err != nil {
+		return err
+	}
+	pprofURL := fmt.Sprintf("http://127.0.0.1:%d", pprofPort)
+	s, wc, kcm, err := startJobsStack(ctx, nodes, kcmQPS, "--pprof-bind-address", fmt.Sprintf("127.0.0.1:%d", pprofPort))
 	if err != nil {
 		return err
 	}
 	defer s.Close()
 	c := s.CP.Client
 	rssBefore := procStatus(s.ManagerPID(), "VmRSS")
+	outDir, err := os.MkdirTemp("", "ayatori-bench-ttl-")
+	if err != nil {
+		return err
+	}
+	var profiled <-chan string
+	if profile > 0 && !restart {
+		// From the first create on (the stack is idle before): where the
+		// manager's CPU goes while the Jobs run.
+		profiled = profileManager(ctx, pprofURL, profile, outDir)
+	}
+	cpu0 := procCPU()
 
 	// Native Jobs by the Ayatori Job UID they carry, and the ones seen
 	// deleted, from a watch that runs through the whole phase.
@@ -117,6 +134,7 @@ func runTTL(n, ttl, kcmQPS int, restart bool, timeout time.Duration) error {
 	if rs.err != nil {
 		return rs.err
 	}
+	cpu1 := procCPU()
 	pid := s.ManagerPID()
 	hwm, rss := procStatus(pid, "VmHWM"), procStatus(pid, "VmRSS")
 	appendSum, appendCount, deliverySum, deliveryCount := journalMetrics(s.MetricsURL)
@@ -128,7 +146,7 @@ func runTTL(n, ttl, kcmQPS int, restart bool, timeout time.Duration) error {
 	var lag, toSucceeded []time.Duration
 	var lost []string
 	uids := map[string]bool{}
-	var last time.Time
+	var last, lastSucceeded time.Time
 	for name, created := range p.createdAt {
 		uid := uidOf[name]
 		uids[string(uid)] = true
@@ -139,6 +157,9 @@ func runTTL(n, ttl, kcmQPS int, restart bool, timeout time.Duration) error {
 		}
 		lag = append(lag, p.doneAt[name].Sub(sAt))
 		toSucceeded = append(toSucceeded, sAt.Sub(created))
+		if sAt.After(lastSucceeded) {
+			lastSucceeded = sAt
+		}
 		if p.doneAt[name].After(last) {
 			last = p.doneAt[name]
 		}
@@ -201,6 +222,7 @@ func runTTL(n, ttl, kcmQPS int, restart bool, timeout time.Duration) error {
 		n, integration.ImageSucceed, ttl, nodes, mode, kcm, loadAverage())
 	fmt.Printf("  created in               %s\n", r(p.createdIn))
 	fmt.Printf("  all deleted              %s after the first create call: %.2f Jobs/s\n", r(allDone), float64(n)/allDone.Seconds())
+	fmt.Printf("  all Succeeded            %s after the first create call: %.2f Jobs/s\n", r(lastSucceeded.Sub(p.start)), float64(n)/lastSucceeded.Sub(p.start).Seconds())
 	fmt.Printf("  create → Succeeded seen  %s\n", dist(toSucceeded))
 	fmt.Printf("  create → deletion seen   %s\n", dist(p.lat))
 	fmt.Printf("  TTL deletion lag         %s  (Succeeded=True seen → deletion seen, by a watch)\n", dist(lag))
@@ -241,6 +263,14 @@ func runTTL(n, ttl, kcmQPS int, restart bool, timeout time.Duration) error {
 	} else {
 		fmt.Printf("  manager memory           VmHWM %.1f MiB, VmRSS %.1f MiB at the end (VmRSS %.1f MiB idle before the run)\n",
 			float64(hwm)/1024, float64(rss)/1024, float64(rssBefore)/1024)
+	}
+
+	if !restart {
+		jobCosts(s.MetricsURL, float64(n))
+		printCPU(cpu0, cpu1, allDone.Seconds(), float64(n), "Job")
+	}
+	if profiled != nil {
+		fmt.Printf("\n%s\n", <-profiled)
 	}
 
 	fmt.Printf("\nayatori-journal verify\n")
