@@ -351,14 +351,30 @@ func (s *Store) DropCheckpoint(ctx context.Context, uid string) error {
 	if err := ValidateUID(uid); err != nil {
 		return fmt.Errorf("journal: uid %w", err)
 	}
-	st, err := s.js.Stream(ctx, CheckpointStreamName(s.cfg.StreamName))
-	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("journal: drop checkpoint of %s: %w", uid, err)
+	s.mu.Lock()
+	st := s.checkpointStream
+	s.mu.Unlock()
+	if st == nil {
+		// One stream lookup per process, not one per dropped checkpoint.
+		var err error
+		st, err = s.js.Stream(ctx, CheckpointStreamName(s.cfg.StreamName))
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("journal: drop checkpoint of %s: %w", uid, err)
+		}
+		s.mu.Lock()
+		s.checkpointStream = st
+		s.mu.Unlock()
 	}
 	if err := st.Purge(ctx, jetstream.WithPurgeSubject(s.checkpointSubject(uid))); err != nil {
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			s.mu.Lock()
+			s.checkpointStream = nil
+			s.mu.Unlock()
+			return nil
+		}
 		return fmt.Errorf("journal: drop checkpoint of %s: %w", uid, err)
 	}
 	return nil

@@ -102,6 +102,9 @@ type Store struct {
 	// checkpoints: the checkpoint stream exists (Open creates it;
 	// OpenExisting finds it or reads without checkpoints).
 	checkpoints bool
+	// checkpointStream is the checkpoint stream's handle once looked up
+	// (DropCheckpoint), under mu.
+	checkpointStream jetstream.Stream
 	// readOnly: opened with OpenExisting (the read-only tools): reads use
 	// direct gets only.
 	readOnly bool

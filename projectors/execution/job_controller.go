@@ -166,6 +166,15 @@ func (k jobKind) Plan(ctx context.Context, j *executionv1alpha1.Job, h journaled
 			if res != nil {
 				pinned = res.Class
 			}
+			if res != nil && res.Reason == "" && res.Class != nil {
+				// Accepted in this pass: the first Ensure can be decided
+				// in it too, once the class's readiness is known.
+				reason, msg, err := r.classReadiness(ctx, res.Class)
+				if err != nil {
+					return journaled.Plan[JobDecision]{}, err
+				}
+				f.ClassReason, f.ClassMessage, f.ClassChecked = reason, msg, true
+			}
 		} else if !meta.IsStatusConditionTrue(j.Status.Conditions, executionv1alpha1.JobConditionScheduled) {
 			reason, msg, err := r.classReadiness(ctx, j.Status.ResolvedJobClass)
 			if err != nil {
@@ -180,7 +189,7 @@ func (k jobKind) Plan(ctx context.Context, j *executionv1alpha1.Job, h journaled
 		}
 	}
 	d := DecideJob(j, h.Records, f, r.Policy)
-	p := journaled.Plan[JobDecision]{Status: d, Requeue: d.Requeue, RequeueAfter: d.RequeueAfter, RemoveFinalizer: d.RemoveFinalizer}
+	p := journaled.Plan[JobDecision]{Status: d, Requeue: d.Requeue, RequeueAfter: d.RequeueAfter, RemoveFinalizer: d.RemoveFinalizer, StatusFirst: d.StatusFirst}
 	ref := objectRef(j)
 	switch {
 	case d.Note != "":

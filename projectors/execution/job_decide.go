@@ -24,8 +24,14 @@ type JobFacts struct {
 	// ClassReason and ClassMessage say why no new execution may start now
 	// (the pinned class or parameters are gone, recreated with another UID,
 	// or the class is not Ready); "" when it may. Read only before an
-	// execution exists.
+	// execution exists: for the pinned class, or for the class an accepting
+	// Resolution pins (then ClassChecked is set).
 	ClassReason, ClassMessage string
+	// ClassChecked: ClassReason and ClassMessage were read for the class
+	// Resolution pins, so the pass that accepts the Job also decides its
+	// first Ensure (the status with the pinned class is written first:
+	// JobDecision.StatusFirst).
+	ClassChecked bool
 	// Adapter is the name of the adapter this manager runs for the pinned
 	// class's controller ("" when none, or no class is pinned yet): the
 	// adapter an Ensure names.
@@ -88,6 +94,10 @@ type JobDecision struct {
 	NotePayload any
 	// RemoveFinalizer: the Job's backend resources are gone.
 	RemoveFinalizer bool
+	// StatusFirst: the Status is written before the Intent is appended (an
+	// Ensure decided in the pass that pins the class: the executor checks
+	// it against status.resolvedJobClass).
+	StatusFirst bool
 	// Requeue asks for another pass at once; RequeueAfter after a delay.
 	Requeue      bool
 	RequeueAfter time.Duration
@@ -377,7 +387,12 @@ func (d *decider) decide() {
 			n.ExitCode = d.st.Result.ExitCode
 		}
 		d.out.Note, d.out.NotePayload = execution.NoteFinished, n
-		d.requeueAfter(0)
+		if deleting {
+			// The deletion is decided on the journal with the note.
+			d.requeueAfter(0)
+		}
+		// Otherwise nothing follows the note: the Job is at rest (the
+		// skeleton checkpoints the journal with the note in this pass).
 		return
 	}
 	if deleting {
@@ -485,8 +500,16 @@ func (d *decider) decideAcceptance() {
 	c := *r.Class
 	d.st.ResolvedJobClass = &c
 	d.st.EffectiveResources = *r.Resources.DeepCopy()
-	// The Ensure is decided from the pinned status, in the next pass.
-	d.requeueAfter(0)
+	if !d.f.ClassChecked {
+		// The Ensure is decided from the pinned status, in the next pass.
+		d.requeueAfter(0)
+		return
+	}
+	// The class's readiness is known: the first Ensure is decided now,
+	// and appended only after the status with the pinned class is
+	// written (the executor checks the Ensure against it).
+	d.decideScheduling()
+	d.out.StatusFirst = d.out.Intent != nil
 }
 
 // stopWanted says whether the execution must be stopped, and why (the

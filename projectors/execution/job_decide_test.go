@@ -1057,3 +1057,84 @@ func TestCancelGoesToTheEnsuresAdapter(t *testing.T) {
 		t.Fatalf("Cancel for adapter %q (%v), want the Ensure's", in.Adapter, err)
 	}
 }
+
+// The pass that accepts a Job also decides its first Ensure when the
+// class's readiness was read with the Resolution (ClassChecked); the
+// status with the pinned class is written before the Ensure is appended
+// (StatusFirst), since the executor checks the Ensure against it.
+func TestAcceptanceDecidesFirstEnsure(t *testing.T) {
+	t.Run("class ready", func(t *testing.T) {
+		s := newSim(t)
+		s.facts.ClassChecked = true
+		d := s.pass()
+		if d.Intent == nil || d.Intent.Operation != execution.OpEnsure || !d.StatusFirst {
+			t.Fatalf("accepting pass: intent %+v, statusFirst %v; want an Ensure written after the status", d.Intent, d.StatusFirst)
+		}
+		if !meta.IsStatusConditionTrue(d.Status.Conditions, executionv1alpha1.JobConditionAccepted) || d.Status.ResolvedJobClass == nil {
+			t.Fatalf("the Ensure's pass does not pin the class: %+v", d.Status)
+		}
+		in := d.Intent.Payload.(execution.EnsureIntent)
+		if in.JobClassUID != string(d.Status.ResolvedJobClass.UID) || in.ParametersUID != string(d.Status.ResolvedJobClass.ParametersRef.UID) {
+			t.Fatalf("Ensure %+v names another class than the status pins %+v", in, d.Status.ResolvedJobClass)
+		}
+		s.ok(execution.OpEnsure, execution.Observation{State: execution.StatePending, Created: true})
+		if d := s.pass(); d.StatusFirst {
+			t.Fatal("StatusFirst outside the accepting pass")
+		}
+		if s.count(execution.OpEnsure) != 1 {
+			t.Fatalf("%d Ensures", s.count(execution.OpEnsure))
+		}
+		s.verify()
+	})
+	t.Run("class not ready", func(t *testing.T) {
+		s := newSim(t)
+		s.facts.ClassChecked = true
+		s.facts.ClassReason, s.facts.ClassMessage = executionv1alpha1.ReasonClassNotReady, "JobClass default is not ready"
+		d := s.pass()
+		if d.Intent != nil || d.StatusFirst || d.RequeueAfter != testPolicy.ResolveRecheck {
+			t.Fatalf("accepting pass with the class not ready: intent %+v, statusFirst %v, requeue %s", d.Intent, d.StatusFirst, d.RequeueAfter)
+		}
+		if c := s.cond(executionv1alpha1.JobConditionScheduled); c == nil || c.Reason != executionv1alpha1.ReasonClassNotReady {
+			t.Fatalf("Scheduled %+v", c)
+		}
+		if !meta.IsStatusConditionTrue(d.Status.Conditions, executionv1alpha1.JobConditionAccepted) {
+			t.Fatal("not accepted")
+		}
+	})
+	t.Run("readiness not read", func(t *testing.T) {
+		s := newSim(t)
+		d := s.pass()
+		if d.Intent != nil || d.StatusFirst || !d.Requeue {
+			t.Fatalf("accepting pass without the class's readiness: intent %+v, statusFirst %v, requeue %v", d.Intent, d.StatusFirst, d.Requeue)
+		}
+		s.accept()
+	})
+}
+
+// A Job's Finished note needs no pass after it unless the Job is being
+// deleted: the skeleton checkpoints the journal with the note.
+func TestFinishedNoteRestsUnlessDeleting(t *testing.T) {
+	for _, deleting := range []bool{false, true} {
+		s := newSim(t)
+		s.run()
+		s.until(execution.OpObserve)
+		done := obs(execution.StateSucceeded)
+		done.ExitCode = i32(0)
+		s.ok(execution.OpObserve, done)
+		if deleting {
+			s.job.DeletionTimestamp = &metav1.Time{Time: s.now}
+		}
+		d := s.pass()
+		if d.Note != execution.NoteFinished {
+			t.Fatalf("deleting=%v: decided %+v, want the Finished note", deleting, d)
+		}
+		if d.Requeue != deleting || d.RequeueAfter != 0 {
+			t.Fatalf("deleting=%v: requeue %v after %s", deleting, d.Requeue, d.RequeueAfter)
+		}
+		if deleting {
+			s.until(execution.OpDelete)
+		} else if d := s.pass(); d.Intent != nil || d.Note != "" || d.Requeue || d.RequeueAfter != 0 {
+			t.Fatalf("after the Finished note: %+v", d)
+		}
+	}
+}

@@ -61,6 +61,13 @@ type Plan[D any] struct {
 	// Quiet: the Record is routine (a periodic observation) and is not
 	// announced with an IntentAppended Event.
 	Quiet bool
+	// StatusFirst: Status is written before Record is appended, not after.
+	// For an intent the executor checks against the status this pass
+	// writes (an Ensure against the class the same pass pins): the intent
+	// is then never delivered before that status exists. A pass whose
+	// append fails after the write leaves only the status, which the next
+	// pass decides on like any other.
+	StatusFirst bool
 	// StatusLost: the decision rests on an empty status. The skeleton
 	// re-reads the object from the API server (Deps.APIReader) and repeats
 	// the pass when the status is only missing from the cache.
@@ -162,6 +169,7 @@ func Reconcile[O client.Object, D any](ctx context.Context, req reconcile.Reques
 		}
 	}
 	atRest := p.Record == nil && len(h.State.Pending()) == 0
+	checkpointed := false
 	if (atRest && view.Tail > 0) || view.Tail >= CheckpointEvery {
 		// Fold what was read into the checkpoint: when the object comes to
 		// rest (nothing to append, nothing pending), or when the tail grew
@@ -169,7 +177,18 @@ func Reconcile[O client.Object, D any](ctx context.Context, req reconcile.Reques
 		if err := deps.Journal.WriteCheckpoint(ctx, view); err != nil {
 			ctrl.LoggerFrom(ctx).Error(err, "journal checkpoint not written")
 		}
+		checkpointed = true
 		timer.done("checkpoint")
+	}
+	if p.StatusFirst && p.Record != nil && !p.RemoveFinalizer {
+		rv := obj.GetResourceVersion()
+		if err := k.Project(ctx, obj, p.Status); err != nil {
+			return reconcile.Result{}, err
+		}
+		if obj.GetResourceVersion() != rv {
+			deps.OwnWrites.Record(obj)
+		}
+		timer.done("status")
 	}
 	if p.Record != nil {
 		last := view.Last
@@ -192,6 +211,25 @@ func Reconcile[O client.Object, D any](ctx context.Context, req reconcile.Reques
 				return reconcile.Result{}, fmt.Errorf("append %s %s: %w", rec.Operation, rec.Type, err)
 			}
 			last = res.Sequence
+			if i == 0 && len(p.Chain) == 0 && rec.Type == journal.TypeNote && !res.Duplicate && len(h.State.Pending()) == 0 && !checkpointed &&
+				!p.Requeue && (p.RequeueAfter == 0 || p.RequeueAfter >= time.Second) {
+				// A note alone, nothing pending, no pass right after it:
+				// the object is at rest after the note, and the journal
+				// of its UID is exactly what was read and the note (the
+				// append expected the last sequence read). The checkpoint
+				// takes both, so no pass is needed after the note just
+				// to write it.
+				noted := *rec
+				noted.Sequence = res.Sequence
+				at := view
+				at.Records = append(append(make([]journal.Record, 0, len(view.Records)+1), view.Records...), noted)
+				at.Tail++
+				if err := deps.Journal.WriteCheckpoint(ctx, at); err != nil {
+					ctrl.LoggerFrom(ctx).Error(err, "journal checkpoint not written")
+				}
+				checkpointed = true
+				timer.done("checkpoint")
+			}
 			if rec.Type == journal.TypeIntent {
 				if !res.Duplicate {
 					now := *rec
@@ -221,19 +259,26 @@ func Reconcile[O client.Object, D any](ctx context.Context, req reconcile.Reques
 		deps.Observed.Forget(uid)
 		deps.OwnWrites.Forget(obj)
 		pendingIntents.set(kind, domain, req.NamespacedName, nil)
-		if err := deps.Journal.DropCheckpoint(ctx, uid); err != nil {
-			ctrl.LoggerFrom(ctx).Error(err, "journal checkpoint not dropped")
+		// Only a checkpoint this pass read or wrote can exist: passes of
+		// one object never run at once (one worker per key, projectors
+		// on the leader only).
+		if view.Through != 0 || checkpointed {
+			if err := deps.Journal.DropCheckpoint(ctx, uid); err != nil {
+				ctrl.LoggerFrom(ctx).Error(err, "journal checkpoint not dropped")
+			}
 		}
 		return reconcile.Result{}, nil
 	}
-	rv := obj.GetResourceVersion()
-	if err := k.Project(ctx, obj, p.Status); err != nil {
-		return reconcile.Result{}, err
+	if !p.StatusFirst || p.Record == nil {
+		rv := obj.GetResourceVersion()
+		if err := k.Project(ctx, obj, p.Status); err != nil {
+			return reconcile.Result{}, err
+		}
+		if obj.GetResourceVersion() != rv {
+			deps.OwnWrites.Record(obj) // Project wrote the status
+		}
+		timer.done("status")
 	}
-	if obj.GetResourceVersion() != rv {
-		deps.OwnWrites.Record(obj) // Project wrote the status
-	}
-	timer.done("status")
 	after := p.RequeueAfter
 	if p.Requeue && (after == 0 || after > RequeueSoon) {
 		after = RequeueSoon

@@ -28,6 +28,8 @@ type podKind struct {
 	c        client.Client
 	projects []corev1.PodPhase
 	planned  int
+	// onProject, when set, runs at the start of each Project.
+	onProject func()
 }
 
 const testFinalizer = "example.ayatori.ddupan.top/test"
@@ -40,6 +42,9 @@ func (k *podKind) Plan(_ context.Context, _ *corev1.Pod, h journaled.History) (j
 	return k.plan(h)
 }
 func (k *podKind) Project(ctx context.Context, p *corev1.Pod, d corev1.PodPhase) error {
+	if k.onProject != nil {
+		k.onProject()
+	}
 	k.projects = append(k.projects, d)
 	before := p.DeepCopy()
 	p.Status.Phase = d
@@ -188,6 +193,94 @@ func TestSkeleton(t *testing.T) {
 	if res, err := journaled.Reconcile(ctx, req, deps, k); err != nil || res != (reconcile.Result{}) || k.planned != planned {
 		t.Fatalf("pass on a gone object: %v %+v", err, res)
 	}
+}
+
+// StatusFirst writes the status before the record is appended (and only
+// then); a note alone with nothing pending and no pass right after it is
+// folded into the checkpoint in its own pass.
+func TestStatusFirstAndNoteCheckpoint(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts an embedded JetStream")
+	}
+	ctx := context.Background()
+	store := openJournal(t)
+	scheme := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(scheme)
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p", UID: types.UID("5c7e1f0a-2b3c-4d5e-8f70-0a1b2c3d4e5f")}}
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(pod).WithStatusSubresource(pod).Build()
+	k := &podKind{c: c}
+	deps := journaled.Deps{Client: c, APIReader: c, Journal: store, OwnWrites: &journaled.OwnWrites{}}
+	req := reconcile.Request{NamespacedName: types.NamespacedName{Namespace: "ns", Name: "p"}}
+	uid := string(pod.UID)
+
+	var seen []int
+	k.onProject = func() {
+		recs, err := store.Read(ctx, uid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen = append(seen, len(recs))
+	}
+	k.plan = func(h journaled.History) (journaled.Plan[corev1.PodPhase], error) {
+		in, err := journal.NewIntent(ref(pod), "Ensure", "", journaled.NextAttempt(h.State, "Ensure", 1), nil)
+		return journaled.Plan[corev1.PodPhase]{Status: corev1.PodPending, Record: &in, StatusFirst: true, RequeueAfter: time.Minute}, err
+	}
+	if _, err := journaled.Reconcile(ctx, req, deps, k); err != nil {
+		t.Fatal(err)
+	}
+	if len(seen) != 1 || seen[0] != 0 {
+		t.Fatalf("StatusFirst: status written %d times with %v records in the journal, want once before the intent", len(seen), seen)
+	}
+	if recs, _ := store.Read(ctx, uid); len(recs) != 1 {
+		t.Fatalf("journal has %d records, want the intent", len(recs))
+	}
+	out, err := journal.NewOutcome(mustRead(t, store, uid)[0], journal.Result{Class: journal.Succeeded}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.Append(ctx, &out); err != nil {
+		t.Fatal(err)
+	}
+	k.onProject = nil
+
+	// A note with a pass right after it: no checkpoint yet (the next pass
+	// is at rest and writes it).
+	noteAt := func(op string) *journal.Record {
+		return &journal.Record{ID: uid + "/note/" + op, Type: journal.TypeNote, Operation: op, Object: ref(pod), Attempt: 1}
+	}
+	k.plan = func(journaled.History) (journaled.Plan[corev1.PodPhase], error) {
+		return journaled.Plan[corev1.PodPhase]{Status: corev1.PodRunning, Record: noteAt("A"), Requeue: true}, nil
+	}
+	if _, err := journaled.Reconcile(ctx, req, deps, k); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := store.ReadView(ctx, uid); err != nil || v.Through != 0 || v.Tail != 3 {
+		t.Fatalf("after a note with a requeue: through %d tail %d (%v), want no checkpoint", v.Through, v.Tail, err)
+	}
+	// A note alone, nothing pending, nothing after it: the checkpoint
+	// holds every record, the note included.
+	k.plan = func(journaled.History) (journaled.Plan[corev1.PodPhase], error) {
+		return journaled.Plan[corev1.PodPhase]{Status: corev1.PodSucceeded, Record: noteAt("B")}, nil
+	}
+	if _, err := journaled.Reconcile(ctx, req, deps, k); err != nil {
+		t.Fatal(err)
+	}
+	v, err := store.ReadView(ctx, uid)
+	if err != nil || v.Tail != 0 || v.Through != v.Last || len(v.Records) == 0 || v.Records[len(v.Records)-1].Operation != "B" {
+		t.Fatalf("after a note at rest: through %d last %d tail %d records %d (%v), want a checkpoint through the note", v.Through, v.Last, v.Tail, len(v.Records), err)
+	}
+	if st := journal.Fold(v.Records); len(st.Pending()) != 0 {
+		t.Fatalf("the checkpoint lost the outcome: pending %+v", st.Pending())
+	}
+}
+
+func mustRead(t *testing.T, s *journal.Store, uid string) []journal.Record {
+	t.Helper()
+	recs, err := s.Read(context.Background(), uid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return recs
 }
 
 func TestBackoff(t *testing.T) {
