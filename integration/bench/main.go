@@ -81,7 +81,7 @@ func main() {
 	restart := flag.Bool("restart", false, "with -jobs and -ttl: SIGKILL the manager and start it again once half the Jobs succeeded")
 	out := flag.String("out", "", "directory for the critical-path timeline picture (timeline.svg); empty: a new temporary directory, printed at the end")
 	intentEvents := flag.Bool("intent-events", false, "the manager's --intent-events (an IntentAppended Event per decided step)")
-	profile := flag.Duration("profile-apiserver", 0, "with -n: take a CPU profile of the kube-apiserver over this much of the run from the first create, write it next to the picture and print its top functions")
+	profile := flag.Duration("profile-apiserver", 0, "with -n, or -jobs and -ttl: take a CPU profile of the kube-apiserver over this much of the run from the first create, write it next to the picture and print its top functions")
 	profileManagerFor := flag.Duration("profile-manager", 0, "with -jobs and -ttl: take a CPU profile of the manager (--pprof-bind-address on loopback) over this much of the run from the first create, write it to a temporary directory and print its top functions")
 	repeat := flag.Int("repeat", 0, "with -n 1: create M Tenants one after another, each once the previous is Ready (an idle stack), and report create→Ready p50/p90/max")
 	osJobs := flag.Int("opensandbox-jobs", 0, "instead of Tenants: N Ayatori Jobs on an OpenSandbox class against the spec-validating OpenSandbox test server, then all deleted (see opensandbox.go)")
@@ -118,7 +118,7 @@ func main() {
 		}
 		run := func() error { return runJobs(*jobs, *kcmQPS, *timeout) }
 		if *ttl >= 0 {
-			run = func() error { return runTTL(*jobs, *ttl, *kcmQPS, *restart, *profileManagerFor, *timeout) }
+			run = func() error { return runTTL(*jobs, *ttl, *kcmQPS, *restart, *profileManagerFor, *profile, *timeout) }
 		}
 		if err := run(); err != nil {
 			fmt.Fprintln(os.Stderr, "bench FAILED:", err)

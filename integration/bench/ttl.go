@@ -33,7 +33,7 @@ import (
 //
 // With restart the manager is killed (SIGKILL) and started again once
 // half the Jobs succeeded; each Job must still be deleted exactly once.
-func runTTL(n, ttl, kcmQPS int, restart bool, profile time.Duration, timeout time.Duration) error {
+func runTTL(n, ttl, kcmQPS int, restart bool, profile, apiProfile time.Duration, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	// Room for every pod (each node takes 110) even if finished pods
@@ -60,6 +60,10 @@ func runTTL(n, ttl, kcmQPS int, restart bool, profile time.Duration, timeout tim
 		// From the first create on (the stack is idle before): where the
 		// manager's CPU goes while the Jobs run.
 		profiled = profileManager(ctx, pprofURL, profile, outDir)
+	}
+	var apiProfiled <-chan string
+	if apiProfile > 0 && !restart {
+		apiProfiled = profileAPIServer(ctx, s.CP.Config, apiProfile, outDir)
 	}
 	cpu0 := procCPU()
 
@@ -271,6 +275,9 @@ func runTTL(n, ttl, kcmQPS int, restart bool, profile time.Duration, timeout tim
 	}
 	if profiled != nil {
 		fmt.Printf("\n%s\n", <-profiled)
+	}
+	if apiProfiled != nil {
+		fmt.Printf("\n%s\n", <-apiProfiled)
 	}
 
 	fmt.Printf("\nayatori-journal verify\n")
