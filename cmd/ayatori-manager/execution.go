@@ -173,7 +173,7 @@ func (o *executionOptions) kubernetesAdapter(mgr manager.Manager, store *journal
 		if err != nil {
 			return nil, err
 		}
-		return &kexec.Executor{Management: mgr.GetAPIReader(), Workload: workload, Timeout: sh.reconcileTimeout,
+		return &kexec.Executor{Management: mgr.GetAPIReader(), Cached: mgr.GetCache(), Workload: workload, Timeout: sh.reconcileTimeout,
 			Log: executorLog(execution.AdapterKubernetes), Proof: journal.ObjectProof{Signer: store.Config().Signer, Trust: store.Config().Trust}}, nil
 	}), nil
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
@@ -502,6 +504,43 @@ func TestExecutor(t *testing.T) {
 		}
 	})
 
+	t.Run("AdmissionReadsCacheFirst", func(t *testing.T) {
+		f := s.fixture(t, "cached", "runner", true)
+		// A cache that admits: no fresh read of the Job, class or
+		// parameters.
+		fresh := &countingReader{Reader: s.c}
+		cached := &kexec.Executor{Management: fresh, Cached: s.c, Workload: s.c, Actor: "kexec-test", Proof: s.exec.Proof}
+		f.suite = &suite{w: s.w, c: s.c, exec: cached, h: cached.Handlers()}
+		j := f.job("admitted", integration.ImageSucceed, nil)
+		if o := f.obs(execution.OpEnsure, j, f.ensurePayload(j)); !o.Created {
+			t.Fatalf("Ensure admitted on the cache: %+v", o)
+		}
+		if n := fresh.n.Load(); n != 0 {
+			t.Fatalf("%d fresh reads after the cache admitted", n)
+		}
+		// A cache that has not seen the Job (or would refuse it): the
+		// admission is decided again on fresh reads.
+		fresh = &countingReader{Reader: s.c}
+		behind := &kexec.Executor{Management: fresh, Cached: notFoundReader{}, Workload: s.c, Actor: "kexec-test", Proof: s.exec.Proof}
+		f.suite = &suite{w: s.w, c: s.c, exec: behind, h: behind.Handlers()}
+		j = f.job("behind", integration.ImageSucceed, nil)
+		if o := f.obs(execution.OpEnsure, j, f.ensurePayload(j)); !o.Created {
+			t.Fatalf("Ensure with a cache behind: %+v", o)
+		}
+		if n := fresh.n.Load(); n != 3 {
+			t.Fatalf("%d fresh reads after the cache refused, want 3 (Job, class, parameters)", n)
+		}
+		// A refusal stands only on fresh reads: a cancelled Job is refused
+		// whatever the cache says.
+		j = f.job("cxl", integration.ImageSucceed, nil, func(j *executionv1alpha1.Job) {
+			j.Spec.DesiredState = executionv1alpha1.JobDesiredStateCancelled
+		})
+		f.failed(execution.OpEnsure, j, f.ensurePayload(j), executionv1alpha1.ReasonCancelled)
+		if n := f.natives(j); len(n) != 0 {
+			t.Fatalf("%d native Jobs of a cancelled Job", len(n))
+		}
+	})
+
 	t.Run("DesiredStateCancelled", func(t *testing.T) {
 		f := s.fixture(t, "cancelled", "runner", true)
 		j := f.job("cxl", integration.ImageSucceed, nil, func(j *executionv1alpha1.Job) {
@@ -663,4 +702,22 @@ func TestExecutor(t *testing.T) {
 			t.Fatalf("native Job: %v", err)
 		}
 	})
+}
+
+// countingReader counts the reads it passes on.
+type countingReader struct {
+	client.Reader
+	n atomic.Int64
+}
+
+func (r *countingReader) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	r.n.Add(1)
+	return r.Reader.Get(ctx, key, obj, opts...)
+}
+
+// notFoundReader is a cache that has seen nothing.
+type notFoundReader struct{ client.Reader }
+
+func (notFoundReader) Get(_ context.Context, key client.ObjectKey, obj client.Object, _ ...client.GetOption) error {
+	return apierrors.NewNotFound(schema.GroupResource{Resource: "objects"}, key.Name)
 }

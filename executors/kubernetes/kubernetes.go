@@ -128,12 +128,23 @@ const DefaultDeleteWait = 2 * time.Second
 
 // Executor executes the execution domain's intents with batch/v1 Jobs.
 // Both clients must read from the API server (client.New, not a manager's
-// cache): Ensure depends on seeing its own creates and the latest Job spec.
+// cache): Ensure depends on seeing its own creates. Only Ensure's
+// admission reads may go to a cache first (Cached).
 type Executor struct {
 	// Management reads the management cluster: Ayatori Jobs and
 	// KubernetesExecutionParameters (its scheme must have the execution
 	// API). Uncached.
 	Management client.Reader
+	// Cached, when set, is the manager's informer cache of the management
+	// cluster: Ensure's admission reads the Ayatori Job, its JobClass and
+	// its parameters there first, and reads them again through Management
+	// only when that admission refuses or a read fails. The Job's task is
+	// immutable and its class and parameters are matched by UID, so a
+	// cache a moment behind admits only what a fresh read a moment
+	// earlier would have; a Job deleted or cancelled meanwhile gets an
+	// execution that its Cancel and Delete then remove, as when the
+	// deletion comes right after the Ensure. Nil: every read is fresh.
+	Cached client.Reader
 	// Workload is the cluster the native Jobs run in (usually the same
 	// cluster): batch/v1 Jobs, pods, ServiceAccounts. Uncached reads.
 	Workload client.Client
@@ -503,13 +514,24 @@ func (e *Executor) ensure(ctx context.Context, rec journal.Record, in execution.
 }
 
 // admit re-reads the Ayatori Job, the parameters and the ServiceAccount
-// and returns the refusal that keeps Ensure from creating the execution.
+// and returns the refusal that keeps Ensure from creating the execution:
+// on Cached first when set, then, unless that admitted, on Management.
 func (e *Executor) admit(ctx context.Context, rec journal.Record, in execution.EnsureIntent) (*executionv1alpha1.Job, *executionv1alpha1.KubernetesExecutionParameters, error) {
+	if e.Cached != nil {
+		if aj, params, err := e.admitOn(ctx, e.Cached, rec, in); err == nil {
+			return aj, params, nil
+		}
+	}
+	return e.admitOn(ctx, e.Management, rec, in)
+}
+
+// admitOn is admit with the management cluster read through mgmt.
+func (e *Executor) admitOn(ctx context.Context, mgmt client.Reader, rec journal.Record, in execution.EnsureIntent) (*executionv1alpha1.Job, *executionv1alpha1.KubernetesExecutionParameters, error) {
 	cancelled := func(msg string) error {
 		return &execution.Failure{Reason: executionv1alpha1.ReasonCancelled, State: execution.StateNotFound, Message: msg}
 	}
 	aj := &executionv1alpha1.Job{}
-	err := e.Management.Get(ctx, types.NamespacedName{Namespace: rec.Object.Namespace, Name: rec.Object.Name}, aj)
+	err := mgmt.Get(ctx, types.NamespacedName{Namespace: rec.Object.Namespace, Name: rec.Object.Name}, aj)
 	switch {
 	case isNotFound(err):
 		return nil, nil, cancelled("the Job no longer exists; no execution was created")
@@ -527,7 +549,7 @@ func (e *Executor) admit(ctx context.Context, rec journal.Record, in execution.E
 			Message: "the Job's task does not match the digest of the Ensure intent; no execution was created"}
 	}
 	class := &executionv1alpha1.JobClass{}
-	err = e.Management.Get(ctx, types.NamespacedName{Name: in.JobClass}, class)
+	err = mgmt.Get(ctx, types.NamespacedName{Name: in.JobClass}, class)
 	switch {
 	case isNotFound(err) || err == nil && string(class.UID) != in.JobClassUID:
 		// The class the Job was accepted with is gone (or was recreated):
@@ -546,7 +568,7 @@ func (e *Executor) admit(ctx context.Context, rec journal.Record, in execution.E
 			Message: fmt.Sprintf("the Kubernetes adapter reads %s parameters, not %q", ParametersKind, in.ParametersKind)}
 	}
 	params := &executionv1alpha1.KubernetesExecutionParameters{}
-	err = e.Management.Get(ctx, types.NamespacedName{Name: in.ParametersName}, params)
+	err = mgmt.Get(ctx, types.NamespacedName{Name: in.ParametersName}, params)
 	switch {
 	case isNotFound(err):
 		return nil, nil, &execution.Failure{Reason: executionv1alpha1.ReasonParametersChanged, State: execution.StateNotFound,

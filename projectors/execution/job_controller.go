@@ -260,12 +260,11 @@ func (k jobKind) announce(j *executionv1alpha1.Job, old, cur *executionv1alpha1.
 		o := meta.FindStatusCondition(old.Conditions, typ)
 		return c, o == nil || o.Status != c.Status || o.Reason != c.Reason
 	}
-	if c, ok := changed(executionv1alpha1.JobConditionAccepted); ok {
-		typ := corev1.EventTypeNormal
-		if c.Status != metav1.ConditionTrue {
-			typ = corev1.EventTypeWarning
-		}
-		rec.Eventf(j, nil, typ, c.Reason, "Accept", "%s", c.Message)
+	if c, ok := changed(executionv1alpha1.JobConditionAccepted); ok && c.Status != metav1.ConditionTrue {
+		// A refusal is a Warning; an acceptance has no Event of its own
+		// (one API write per Job less, issue 28): Scheduled follows it,
+		// BackendCreated or a Warning saying why not.
+		rec.Eventf(j, nil, corev1.EventTypeWarning, c.Reason, "Accept", "%s", c.Message)
 	}
 	if c, ok := changed(executionv1alpha1.JobConditionScheduled); ok && c.Reason != executionv1alpha1.ReasonNotScheduled {
 		typ := corev1.EventTypeNormal
