@@ -147,7 +147,7 @@ bench: postgres tools ## Scale benchmark: N=100 Tenants on one Instance with its
 	go run ./integration/bench -n 100 -nats-cluster
 	go run ./integration/bench -jobs 100
 	go run ./integration/bench -jobs 100 -kcm-qps 500
-	go run ./integration/bench -jobs 1000 -ttl 0 -kcm-qps 500
+	go run ./integration/bench -jobs 1000 -ttl 0 -kcm-qps 500 -profile-manager 60s -profile-apiserver 60s
 	go run ./integration/bench -jobs 1000 -ttl 0 -kcm-qps 500 -restart
 	go run ./integration/bench -opensandbox-jobs 100
 	$(if $(PLAIN_OPERATOR),go run ./integration/bench -n 100 -plain-operator $(PLAIN_OPERATOR) -plain-operator-crds $(PLAIN_OPERATOR_CRDS) -rounds 5)

@@ -439,18 +439,19 @@ func (e *Executor) delete(ctx context.Context, rec journal.Record) (execution.Ob
 	if job.DeletionTimestamp == nil {
 		uid := job.UID
 		err := e.Workload.Delete(ctx, job, client.Preconditions{UID: &uid}, client.PropagationPolicy(metav1.DeletePropagationForeground))
-		if err != nil && !isNotFound(err) {
+		switch {
+		case isNotFound(err):
+			return observe(nil, nil), nil
+		case err != nil:
 			// A Conflict (the UID precondition failed: another object took
 			// the name) is transient: the redelivery reads it again.
 			return execution.Observation{}, err
 		}
 	}
+	// The read above (or the delete's answer) is this instant: the first
+	// fresh read comes after the first pause, not right away.
 	deadline := time.Now().Add(wait)
 	for pause := 100 * time.Millisecond; ; pause *= 2 {
-		job, err = e.get(ctx, n)
-		if err != nil || job == nil {
-			return observe(nil, nil), err
-		}
 		left := time.Until(deadline)
 		if left <= 0 {
 			break
@@ -459,6 +460,10 @@ func (e *Executor) delete(ctx context.Context, rec journal.Record) (execution.Ob
 		case <-ctx.Done():
 			return execution.Observation{}, ctx.Err()
 		case <-time.After(min(pause, left)):
+		}
+		job, err = e.get(ctx, n)
+		if err != nil || job == nil {
+			return observe(nil, nil), err
 		}
 	}
 	return execution.Observation{State: execution.StateStopping, References: references(job), Message: "deletion in progress"}, nil

@@ -13,9 +13,12 @@ import (
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	executionv1alpha1 "git.ddupan.top/panxiao81/ayatori/api/execution/v1alpha1"
@@ -72,9 +75,22 @@ func (r *TTLReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("jobttl").
-		For(&executionv1alpha1.Job{}).
+		For(&executionv1alpha1.Job{}, builder.WithPredicates(TTLRelevant())).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 2}).
 		Complete(r)
+}
+
+// TTLRelevant filters the Job updates the TTL controller reconciles: only
+// those where the Job is finished before or after the update (a running
+// Job's status writes cannot make it eligible; the write that finishes it
+// does). Creates (the informer's initial list included), deletes and
+// generic events all pass.
+func TTLRelevant() predicate.Funcs {
+	return predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+		o, ok1 := e.ObjectOld.(*executionv1alpha1.Job)
+		n, ok2 := e.ObjectNew.(*executionv1alpha1.Job)
+		return !ok1 || !ok2 || IsTerminal(&o.Status) || IsTerminal(&n.Status)
+	}}
 }
 
 // TTLDue says whether a Job is eligible for TTL deletion and, if so, how

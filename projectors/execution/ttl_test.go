@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	executionv1alpha1 "git.ddupan.top/panxiao81/ayatori/api/execution/v1alpha1"
@@ -308,5 +309,32 @@ func TestTTLExtendedBetweenGetAndDeleteIsHonoured(t *testing.T) {
 	r.APIReader = e.c
 	if res := e.reconcile(r, j); res.RequeueAfter != 3590*time.Second || !e.exists(j) {
 		t.Fatalf("extended TTL not honoured on the next pass: exists %v, RequeueAfter %v", e.exists(j), res.RequeueAfter)
+	}
+}
+
+// The TTL controller reconciles a Job's updates only around its end: a
+// running Job's status writes never wake it.
+func TestTTLRelevant(t *testing.T) {
+	job := func(status metav1.ConditionStatus) *executionv1alpha1.Job {
+		return &executionv1alpha1.Job{Status: executionv1alpha1.JobStatus{Conditions: []metav1.Condition{{Type: executionv1alpha1.JobConditionSucceeded, Status: status}}}}
+	}
+	p := exprojector.TTLRelevant()
+	for _, tc := range []struct {
+		name     string
+		old, new *executionv1alpha1.Job
+		want     bool
+	}{
+		{"running to running", job(metav1.ConditionUnknown), job(metav1.ConditionUnknown), false},
+		{"no status yet", &executionv1alpha1.Job{}, job(metav1.ConditionUnknown), false},
+		{"running to succeeded", job(metav1.ConditionUnknown), job(metav1.ConditionTrue), true},
+		{"running to failed", job(metav1.ConditionUnknown), job(metav1.ConditionFalse), true},
+		{"finished, then deleted or its TTL changed", job(metav1.ConditionTrue), job(metav1.ConditionTrue), true},
+	} {
+		if got := p.Update(event.UpdateEvent{ObjectOld: tc.old, ObjectNew: tc.new}); got != tc.want {
+			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
+		}
+	}
+	if !p.Create(event.CreateEvent{Object: job(metav1.ConditionTrue)}) || !p.Delete(event.DeleteEvent{Object: job(metav1.ConditionUnknown)}) {
+		t.Error("creates and deletes must pass")
 	}
 }
