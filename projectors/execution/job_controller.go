@@ -224,6 +224,12 @@ func (k jobKind) Project(ctx context.Context, j *executionv1alpha1.Job, d JobDec
 	if statusEqual(&j.Status, &d.Status) {
 		return nil
 	}
+	if !j.DeletionTimestamp.IsZero() && statusEqual(withoutGenerations(&j.Status), withoutGenerations(&d.Status)) {
+		// The API server raises a custom resource's generation when its
+		// deletion starts: a Job on its way out gets no status write for
+		// that alone (one API write per deleted Job less, issue 28).
+		return nil
+	}
 	before := j.DeepCopy()
 	old := j.Status.DeepCopy()
 	j.Status = d.Status
@@ -235,6 +241,17 @@ func (k jobKind) Project(ctx context.Context, j *executionv1alpha1.Job, d JobDec
 	}
 	k.announce(j, old, &d.Status)
 	return nil
+}
+
+// withoutGenerations is a copy of st without its observed generations
+// (the status's and each condition's).
+func withoutGenerations(st *executionv1alpha1.JobStatus) *executionv1alpha1.JobStatus {
+	c := st.DeepCopy()
+	c.ObservedGeneration = 0
+	for i := range c.Conditions {
+		c.Conditions[i].ObservedGeneration = 0
+	}
+	return c
 }
 
 func statusEqual(a, b *executionv1alpha1.JobStatus) bool {
