@@ -21,50 +21,42 @@ import (
 // The profile is taken while the run goes on; errors are printed, never
 // fatal (the figures do not depend on it).
 func profileAPIServer(ctx context.Context, cfg *rest.Config, d time.Duration, dir string) <-chan string {
-	done := make(chan string, 1)
-	go func() {
-		path, err := fetchProfile(ctx, cfg, d, dir)
+	return takeProfile(ctx, "kube-apiserver", d, 40, func() (string, error) {
+		hc, err := rest.HTTPClientFor(cfg)
 		if err != nil {
-			done <- "kube-apiserver CPU profile: " + err.Error()
-			return
+			return "", err
 		}
-		out, err := exec.CommandContext(ctx, "go", "tool", "pprof", "-top", "-nodecount=25", path).CombinedOutput()
-		if err != nil {
-			done <- fmt.Sprintf("kube-apiserver CPU profile %s: go tool pprof: %v", path, err)
-			return
-		}
-		cum, _ := exec.CommandContext(ctx, "go", "tool", "pprof", "-top", "-cum", "-nodecount=40", path).CombinedOutput()
-		done <- fmt.Sprintf("kube-apiserver CPU profile over the first %s (%s; by self time, then cumulative):\n%s\n%s", d, path, out, cum)
-	}()
-	return done
-}
-
-func fetchProfile(ctx context.Context, cfg *rest.Config, d time.Duration, dir string) (string, error) {
-	hc, err := rest.HTTPClientFor(cfg)
-	if err != nil {
-		return "", err
-	}
-	return fetchProfileFrom(ctx, hc, cfg.Host, d, filepath.Join(dir, "kube-apiserver.pprof"))
+		return fetchProfileFrom(ctx, hc, cfg.Host, d, filepath.Join(dir, "kube-apiserver.pprof"))
+	})
 }
 
 // profileManager is profileAPIServer for the manager's
 // --pprof-bind-address (base its http://127.0.0.1:PORT): the profile goes
 // to dir/ayatori-manager.pprof.
 func profileManager(ctx context.Context, base string, d time.Duration, dir string) <-chan string {
+	return takeProfile(ctx, "manager", d, 50, func() (string, error) {
+		return fetchProfileFrom(ctx, http.DefaultClient, base, d, filepath.Join(dir, "ayatori-manager.pprof"))
+	})
+}
+
+// takeProfile runs fetch (which writes a CPU profile of d and returns its
+// path) in the background and sends what `go tool pprof -top` says of it,
+// by self time and then the cum top nodes cumulatively, or the error.
+func takeProfile(ctx context.Context, what string, d time.Duration, cum int, fetch func() (string, error)) <-chan string {
 	done := make(chan string, 1)
 	go func() {
-		path, err := fetchProfileFrom(ctx, http.DefaultClient, base, d, filepath.Join(dir, "ayatori-manager.pprof"))
+		path, err := fetch()
 		if err != nil {
-			done <- "manager CPU profile: " + err.Error()
+			done <- what + " CPU profile: " + err.Error()
 			return
 		}
 		out, err := exec.CommandContext(ctx, "go", "tool", "pprof", "-top", "-nodecount=25", path).CombinedOutput()
 		if err != nil {
-			done <- fmt.Sprintf("manager CPU profile %s: go tool pprof: %v", path, err)
+			done <- fmt.Sprintf("%s CPU profile %s: go tool pprof: %v", what, path, err)
 			return
 		}
-		cum, _ := exec.CommandContext(ctx, "go", "tool", "pprof", "-top", "-cum", "-nodecount=50", path).CombinedOutput()
-		done <- fmt.Sprintf("manager CPU profile over the first %s (%s; by self time, then cumulative):\n%s\n%s", d, path, out, cum)
+		byCum, _ := exec.CommandContext(ctx, "go", "tool", "pprof", "-top", "-cum", fmt.Sprintf("-nodecount=%d", cum), path).CombinedOutput()
+		done <- fmt.Sprintf("%s CPU profile over the first %s (%s; by self time, then cumulative):\n%s\n%s", what, d, path, out, byCum)
 	}()
 	return done
 }

@@ -79,21 +79,29 @@ func ref(p *corev1.Pod) journal.ObjectRef {
 	return journal.ObjectRef{Group: "example.ayatori.ddupan.top", Kind: "Pod", Namespace: p.Namespace, Name: p.Name, UID: string(p.UID), Generation: 1}
 }
 
+// skeletonFixture is a journal on an embedded JetStream, the pod ns/p
+// with uid in a fake API server, its podKind and the Deps of a pass over
+// it (no Recorder) with req naming the pod.
+func skeletonFixture(t *testing.T, uid string) (*journal.Store, *corev1.Pod, client.Client, *podKind, journaled.Deps, reconcile.Request) {
+	t.Helper()
+	store := openJournal(t)
+	scheme := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(scheme)
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p", UID: types.UID(uid)}}
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(pod).WithStatusSubresource(pod).Build()
+	deps := journaled.Deps{Client: c, APIReader: c, Journal: store, OwnWrites: &journaled.OwnWrites{}}
+	return store, pod, c, &podKind{c: c}, deps, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: "ns", Name: "p"}}
+}
+
 func TestSkeleton(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts an embedded JetStream")
 	}
 	ctx := context.Background()
-	store := openJournal(t)
-	scheme := runtime.NewScheme()
-	_ = clientgoscheme.AddToScheme(scheme)
-	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p", UID: types.UID("0b5f0ae2-8c7e-4f57-9b4e-2a3c4d5e6f70")}}
-	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(pod).WithStatusSubresource(pod).Build()
+	store, pod, c, k, deps, req := skeletonFixture(t, "0b5f0ae2-8c7e-4f57-9b4e-2a3c4d5e6f70")
 	rec := &recorder{}
-	k := &podKind{c: c}
-	own := &journaled.OwnWrites{}
-	deps := journaled.Deps{Client: c, APIReader: c, Journal: store, Recorder: rec, OwnWrites: own}
-	req := reconcile.Request{NamespacedName: types.NamespacedName{Namespace: "ns", Name: "p"}}
+	own := deps.OwnWrites
+	deps.Recorder = rec
 	get := func() *corev1.Pod {
 		p := &corev1.Pod{}
 		if err := c.Get(ctx, req.NamespacedName, p); err != nil {
@@ -203,14 +211,7 @@ func TestStatusFirstAndNoteCheckpoint(t *testing.T) {
 		t.Skip("starts an embedded JetStream")
 	}
 	ctx := context.Background()
-	store := openJournal(t)
-	scheme := runtime.NewScheme()
-	_ = clientgoscheme.AddToScheme(scheme)
-	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p", UID: types.UID("5c7e1f0a-2b3c-4d5e-8f70-0a1b2c3d4e5f")}}
-	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(pod).WithStatusSubresource(pod).Build()
-	k := &podKind{c: c}
-	deps := journaled.Deps{Client: c, APIReader: c, Journal: store, OwnWrites: &journaled.OwnWrites{}}
-	req := reconcile.Request{NamespacedName: types.NamespacedName{Namespace: "ns", Name: "p"}}
+	store, pod, _, k, deps, req := skeletonFixture(t, "5c7e1f0a-2b3c-4d5e-8f70-0a1b2c3d4e5f")
 	uid := string(pod.UID)
 
 	var seen []int
