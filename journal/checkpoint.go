@@ -199,6 +199,10 @@ type View struct {
 	checkpointSeq uint64
 }
 
+// HasCheckpoint reports whether the UID had a checkpoint message when v
+// was read, trusted or not (one that DropCheckpoint would remove).
+func (v View) HasCheckpoint() bool { return v.checkpointSeq != 0 }
+
 // ReadView reads one UID from its checkpoint: the checkpoint (one direct
 // get) and the journal records after it. Without a checkpoint (or without
 // the checkpoint stream, for read-only tools) it is Read. Errors as Read.

@@ -143,17 +143,19 @@ func (o *options) bind(fs *flag.FlagSet) {
 	fs.DurationVar(&o.retryPeriod, "leader-elect-retry-period", 2*time.Second, "how often candidates try to acquire or renew the Lease (renew deadline > 1.2 x this)")
 	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":8080", "metrics endpoint address (0 disables)")
 	fs.StringVar(&o.probeAddr, "health-probe-bind-address", ":8081", "health and readiness probe address")
-	fs.StringVar(&o.pprofAddr, "pprof-bind-address", "0", "Go runtime profiles (/debug/pprof/) on this address, unauthenticated: loopback only, for benchmarks and debugging (0 disables, the default)")
+	fs.StringVar(&o.pprofAddr, "pprof-bind-address", "0", "Go runtime profiles (/debug/pprof/) on this address, unauthenticated: a loopback IP only, for benchmarks and debugging (0 disables, the default)")
 	fs.StringVar(&o.actor, "actor", "", "name written into journal records (default: <hostname>/<pid>)")
 	for _, d := range o.domains {
 		d.bind(fs)
 	}
 }
 
-// loopbackOnly refuses an address that is not on a loopback interface
-// ("0" and "" are off). The profiles are served without authentication and
-// a heap profile holds whatever the process held, secret values included,
-// so they are never offered to the network.
+// loopbackOnly refuses an address that is not a literal loopback IP and
+// port ("0" and "" are off; a host name is refused, since it resolves
+// through /etc/hosts or DNS). The pprof endpoints are served without
+// authentication: they show the command line and every goroutine's
+// stack, and anyone who reaches them can make the process spend CPU, so
+// they are never offered to the network.
 func loopbackOnly(addr string) error {
 	if addr == "" || addr == "0" {
 		return nil
@@ -162,11 +164,8 @@ func loopbackOnly(addr string) error {
 	if err != nil {
 		return fmt.Errorf("%q is not host:port: %w", addr, err)
 	}
-	if host == "localhost" {
-		return nil
-	}
 	if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
-		return fmt.Errorf("%q is not a loopback address (the profiles are unauthenticated and may hold secret values; use 127.0.0.1:PORT and a port-forward)", addr)
+		return fmt.Errorf("%q is not a loopback IP address (the profiles are unauthenticated; use 127.0.0.1:PORT and a port-forward)", addr)
 	}
 	return nil
 }

@@ -104,9 +104,9 @@ func TestFlagValidation(t *testing.T) {
 		{"backend named twice", []string{"--executor-backend-concurrency=openbao=4,openbao=8"}, "executor openbao is named twice"},
 		{"pprof on loopback", []string{"--pprof-bind-address=127.0.0.1:6060"}, ""},
 		{"pprof on IPv6 loopback", []string{"--pprof-bind-address=[::1]:6060"}, ""},
-		{"pprof on localhost", []string{"--pprof-bind-address=localhost:6060"}, ""},
-		{"pprof on every interface", []string{"--pprof-bind-address=:6060"}, "not a loopback address"},
-		{"pprof on a routable address", []string{"--pprof-bind-address=10.0.0.7:6060"}, "not a loopback address"},
+		{"pprof on a host name", []string{"--pprof-bind-address=localhost:6060"}, "not a loopback IP address"},
+		{"pprof on every interface", []string{"--pprof-bind-address=:6060"}, "not a loopback IP address"},
+		{"pprof on a routable address", []string{"--pprof-bind-address=10.0.0.7:6060"}, "not a loopback IP address"},
 		{"pprof without a port", []string{"--pprof-bind-address=127.0.0.1"}, "not host:port"},
 	}
 	for _, tc := range cases {

@@ -506,8 +506,8 @@ func TestExecutor(t *testing.T) {
 
 	t.Run("AdmissionReadsCacheFirst", func(t *testing.T) {
 		f := s.fixture(t, "cached", "runner", true)
-		// A cache that admits: no fresh read of the Job, class or
-		// parameters.
+		// A cache that admits: no fresh read of the Job or its class (the
+		// parameters are always read fresh).
 		fresh := &countingReader{Reader: s.c}
 		cached := &kexec.Executor{Management: fresh, Cached: s.c, Workload: s.c, Actor: "kexec-test", Proof: s.exec.Proof}
 		f.suite = &suite{w: s.w, c: s.c, exec: cached, h: cached.Handlers()}
@@ -515,8 +515,8 @@ func TestExecutor(t *testing.T) {
 		if o := f.obs(execution.OpEnsure, j, f.ensurePayload(j)); !o.Created {
 			t.Fatalf("Ensure admitted on the cache: %+v", o)
 		}
-		if n := fresh.n.Load(); n != 0 {
-			t.Fatalf("%d fresh reads after the cache admitted", n)
+		if n := fresh.n.Load(); n != 1 {
+			t.Fatalf("%d fresh reads after the cache admitted, want 1 (the parameters)", n)
 		}
 		// A cache that has not seen the Job (or would refuse it): the
 		// admission is decided again on fresh reads.
@@ -529,6 +529,20 @@ func TestExecutor(t *testing.T) {
 		}
 		if n := fresh.n.Load(); n != 3 {
 			t.Fatalf("%d fresh reads after the cache refused, want 3 (Job, class, parameters)", n)
+		}
+		// Parameters edited in place (same UID) while the cache lags: the
+		// pod gets the fresh ones.
+		if err := f.c.Create(f.ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "looser"}}); err != nil {
+			t.Fatal(err)
+		}
+		stale := f.params.DeepCopy()
+		stale.Spec.ServiceAccountName = "looser"
+		lagging := &kexec.Executor{Management: s.c, Cached: staleParams{Reader: s.c, params: stale}, Workload: s.c, Actor: "kexec-test", Proof: s.exec.Proof}
+		f.suite = &suite{w: s.w, c: s.c, exec: lagging, h: lagging.Handlers()}
+		j = f.job("fresh-params", integration.ImageSucceed, nil)
+		f.obs(execution.OpEnsure, j, f.ensurePayload(j))
+		if n := f.natives(j); len(n) != 1 || n[0].Spec.Template.Spec.ServiceAccountName != f.params.Spec.ServiceAccountName {
+			t.Fatalf("native Jobs %d, built from stale parameters", len(n))
 		}
 		// A refusal stands only on fresh reads: a cancelled Job is refused
 		// whatever the cache says.
@@ -720,4 +734,18 @@ type notFoundReader struct{ client.Reader }
 
 func (notFoundReader) Get(_ context.Context, key client.ObjectKey, obj client.Object, _ ...client.GetOption) error {
 	return apierrors.NewNotFound(schema.GroupResource{Resource: "objects"}, key.Name)
+}
+
+// staleParams is a cache whose KubernetesExecutionParameters lag behind.
+type staleParams struct {
+	client.Reader
+	params *executionv1alpha1.KubernetesExecutionParameters
+}
+
+func (r staleParams) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	if p, ok := obj.(*executionv1alpha1.KubernetesExecutionParameters); ok {
+		r.params.DeepCopyInto(p)
+		return nil
+	}
+	return r.Reader.Get(ctx, key, obj, opts...)
 }

@@ -136,14 +136,14 @@ type Executor struct {
 	// API). Uncached.
 	Management client.Reader
 	// Cached, when set, is the manager's informer cache of the management
-	// cluster: Ensure's admission reads the Ayatori Job, its JobClass and
-	// its parameters there first, and reads them again through Management
-	// only when that admission refuses or a read fails. The Job's task is
-	// immutable and its class and parameters are matched by UID, so a
-	// cache a moment behind admits only what a fresh read a moment
-	// earlier would have; a Job deleted or cancelled meanwhile gets an
-	// execution that its Cancel and Delete then remove, as when the
-	// deletion comes right after the Ensure. Nil: every read is fresh.
+	// cluster: Ensure's admission reads the Ayatori Job and its JobClass
+	// there first, and reads them again through Management only when
+	// that admission refuses or a read fails. The Job's task is immutable
+	// and its class is matched by UID; the parameters, whose spec goes
+	// into the pod (ServiceAccount, runtime class, security context), are
+	// always read fresh. A Job deleted or cancelled while the cache lags
+	// gets an execution that its Cancel and Delete then remove, as when
+	// the deletion comes right after the Ensure. Nil: every read is fresh.
 	Cached client.Reader
 	// Workload is the cluster the native Jobs run in (usually the same
 	// cluster): batch/v1 Jobs, pods, ServiceAccounts. Uncached reads.
@@ -573,7 +573,7 @@ func (e *Executor) admitOn(ctx context.Context, mgmt client.Reader, rec journal.
 			Message: fmt.Sprintf("the Kubernetes adapter reads %s parameters, not %q", ParametersKind, in.ParametersKind)}
 	}
 	params := &executionv1alpha1.KubernetesExecutionParameters{}
-	err = mgmt.Get(ctx, types.NamespacedName{Name: in.ParametersName}, params)
+	err = e.Management.Get(ctx, types.NamespacedName{Name: in.ParametersName}, params)
 	switch {
 	case isNotFound(err):
 		return nil, nil, &execution.Failure{Reason: executionv1alpha1.ReasonParametersChanged, State: execution.StateNotFound,

@@ -500,8 +500,10 @@ func (d *decider) decideAcceptance() {
 	c := *r.Class
 	d.st.ResolvedJobClass = &c
 	d.st.EffectiveResources = *r.Resources.DeepCopy()
-	if !d.f.ClassChecked {
-		// The Ensure is decided from the pinned status, in the next pass.
+	if !d.f.ClassChecked || len(d.l.ensures) > 0 {
+		// The Ensure is decided from the pinned status, in the next pass
+		// (always when the journal has Ensures already: a status that
+		// was lost is pinned again first, then the execution observed).
 		d.requeueAfter(0)
 		return
 	}

@@ -1101,6 +1101,21 @@ func TestAcceptanceDecidesFirstEnsure(t *testing.T) {
 			t.Fatal("not accepted")
 		}
 	})
+	t.Run("status lost after an Ensure", func(t *testing.T) {
+		s := newSim(t)
+		s.accept()
+		s.ok(execution.OpEnsure, execution.Observation{State: execution.StatePending, Created: true})
+		s.job.Status = executionv1alpha1.JobStatus{}
+		s.facts.ClassChecked = true
+		d := s.pass()
+		if d.Intent != nil || d.StatusFirst || d.Status.ResolvedJobClass == nil {
+			t.Fatalf("re-pinning pass after a lost status: intent %+v, statusFirst %v, pinned %v; want the class pinned again and no Ensure", d.Intent, d.StatusFirst, d.Status.ResolvedJobClass)
+		}
+		s.until(execution.OpObserve)
+		if s.count(execution.OpEnsure) != 1 {
+			t.Fatalf("%d Ensures", s.count(execution.OpEnsure))
+		}
+	})
 	t.Run("readiness not read", func(t *testing.T) {
 		s := newSim(t)
 		d := s.pass()

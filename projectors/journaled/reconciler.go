@@ -169,8 +169,13 @@ func Reconcile[O client.Object, D any](ctx context.Context, req reconcile.Reques
 		}
 	}
 	atRest := p.Record == nil && len(h.State.Pending()) == 0
+	// A note alone, nothing pending, no pass right after it: the object
+	// is at rest after the note, and its checkpoint is written with the
+	// note, after the append (not before it, without the note).
+	loneNote := p.Record != nil && p.Record.Type == journal.TypeNote && len(p.Chain) == 0 && len(h.State.Pending()) == 0 &&
+		!p.Requeue && (p.RequeueAfter == 0 || p.RequeueAfter >= time.Second)
 	checkpointed := false
-	if (atRest && view.Tail > 0) || view.Tail >= CheckpointEvery {
+	if !loneNote && ((atRest && view.Tail > 0) || view.Tail >= CheckpointEvery) {
 		// Fold what was read into the checkpoint: when the object comes to
 		// rest (nothing to append, nothing pending), or when the tail grew
 		// long. A failed write only costs a longer read next time.
@@ -211,24 +216,30 @@ func Reconcile[O client.Object, D any](ctx context.Context, req reconcile.Reques
 				return reconcile.Result{}, fmt.Errorf("append %s %s: %w", rec.Operation, rec.Type, err)
 			}
 			last = res.Sequence
-			if i == 0 && len(p.Chain) == 0 && rec.Type == journal.TypeNote && !res.Duplicate && len(h.State.Pending()) == 0 && !checkpointed &&
-				!p.Requeue && (p.RequeueAfter == 0 || p.RequeueAfter >= time.Second) {
-				// A note alone, nothing pending, no pass right after it:
-				// the object is at rest after the note, and the journal
-				// of its UID is exactly what was read and the note (the
-				// append expected the last sequence read). The checkpoint
-				// takes both, so no pass is needed after the note just
-				// to write it.
+			if i == 0 && loneNote {
+				// The journal of the UID is exactly what was read and
+				// the note (the append expected the last sequence read):
+				// the checkpoint takes both, so no pass is needed after
+				// the note just to write it. When it cannot be written
+				// (the note was there already, or the write failed), a
+				// pass right after does it.
 				noted := *rec
 				noted.Sequence = res.Sequence
 				at := view
 				at.Records = append(append(make([]journal.Record, 0, len(view.Records)+1), view.Records...), noted)
 				at.Tail++
-				if err := deps.Journal.WriteCheckpoint(ctx, at); err != nil {
-					ctrl.LoggerFrom(ctx).Error(err, "journal checkpoint not written")
+				switch {
+				case res.Duplicate:
+					p.Requeue = true
+				default:
+					if err := deps.Journal.WriteCheckpoint(ctx, at); err != nil {
+						ctrl.LoggerFrom(ctx).Error(err, "journal checkpoint not written")
+						p.Requeue = true
+					} else {
+						checkpointed = true
+					}
+					timer.done("checkpoint")
 				}
-				checkpointed = true
-				timer.done("checkpoint")
 			}
 			if rec.Type == journal.TypeIntent {
 				if !res.Duplicate {
@@ -262,7 +273,7 @@ func Reconcile[O client.Object, D any](ctx context.Context, req reconcile.Reques
 		// Only a checkpoint this pass read or wrote can exist: passes of
 		// one object never run at once (one worker per key, projectors
 		// on the leader only).
-		if view.Through != 0 || checkpointed {
+		if view.HasCheckpoint() || checkpointed {
 			if err := deps.Journal.DropCheckpoint(ctx, uid); err != nil {
 				ctrl.LoggerFrom(ctx).Error(err, "journal checkpoint not dropped")
 			}

@@ -322,3 +322,50 @@ func TestNextAttempt(t *testing.T) {
 		t.Errorf("IntentsOf not in stream order: %+v", in)
 	}
 }
+
+// A lone note at rest is checkpointed with the note even when the tail
+// is long (no checkpoint without it first), and a note that was there
+// already asks for a pass right after, which checkpoints it.
+func TestNoteCheckpointLongTailAndDuplicate(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts an embedded JetStream")
+	}
+	defer func(n int) { journaled.CheckpointEvery = n }(journaled.CheckpointEvery)
+	journaled.CheckpointEvery = 2
+	ctx := context.Background()
+	store, pod, _, k, deps, req := skeletonFixture(t, "7d1e2f3a-4b5c-4d6e-8f70-1a2b3c4d5e6f")
+	uid := string(pod.UID)
+	in, err := journal.NewIntent(ref(pod), "Ensure", "", 1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.Append(ctx, &in); err != nil {
+		t.Fatal(err)
+	}
+	out, err := journal.NewOutcome(in, journal.Result{Class: journal.Succeeded}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.Append(ctx, &out); err != nil {
+		t.Fatal(err)
+	}
+	note := func() *journal.Record {
+		return &journal.Record{ID: uid + "/note/Done", Type: journal.TypeNote, Operation: "Done", Object: ref(pod), Attempt: 1}
+	}
+	k.plan = func(journaled.History) (journaled.Plan[corev1.PodPhase], error) {
+		return journaled.Plan[corev1.PodPhase]{Status: corev1.PodSucceeded, Record: note()}, nil
+	}
+	res, err := journaled.Reconcile(ctx, req, deps, k)
+	if err != nil || res.RequeueAfter != 0 {
+		t.Fatalf("note pass: %v %+v", err, res)
+	}
+	v, err := store.ReadView(ctx, uid)
+	if err != nil || v.Tail != 0 || v.Through != v.Last {
+		t.Fatalf("long tail: through %d last %d tail %d (%v), want a checkpoint through the note", v.Through, v.Last, v.Tail, err)
+	}
+	// The same note again (found in the journal, not appended): a pass
+	// follows at once.
+	if res, err := journaled.Reconcile(ctx, req, deps, k); err != nil || res.RequeueAfter != journaled.RequeueSoon {
+		t.Fatalf("duplicate note pass: %v %+v, want a pass right after", err, res)
+	}
+}
