@@ -185,15 +185,21 @@ func Reconcile[O client.Object, D any](ctx context.Context, req reconcile.Reques
 		checkpointed = true
 		timer.done("checkpoint")
 	}
-	if p.StatusFirst && p.Record != nil && !p.RemoveFinalizer {
+	project := func() error {
 		rv := obj.GetResourceVersion()
 		if err := k.Project(ctx, obj, p.Status); err != nil {
-			return reconcile.Result{}, err
+			return err
 		}
 		if obj.GetResourceVersion() != rv {
-			deps.OwnWrites.Record(obj)
+			deps.OwnWrites.Record(obj) // Project wrote the status
 		}
 		timer.done("status")
+		return nil
+	}
+	if p.StatusFirst && p.Record != nil && !p.RemoveFinalizer {
+		if err := project(); err != nil {
+			return reconcile.Result{}, err
+		}
 	}
 	if p.Record != nil {
 		last := view.Last
@@ -281,14 +287,9 @@ func Reconcile[O client.Object, D any](ctx context.Context, req reconcile.Reques
 		return reconcile.Result{}, nil
 	}
 	if !p.StatusFirst || p.Record == nil {
-		rv := obj.GetResourceVersion()
-		if err := k.Project(ctx, obj, p.Status); err != nil {
+		if err := project(); err != nil {
 			return reconcile.Result{}, err
 		}
-		if obj.GetResourceVersion() != rv {
-			deps.OwnWrites.Record(obj) // Project wrote the status
-		}
-		timer.done("status")
 	}
 	after := p.RequeueAfter
 	if p.Requeue && (after == 0 || after > RequeueSoon) {
