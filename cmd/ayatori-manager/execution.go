@@ -13,9 +13,13 @@ import (
 
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	executionv1alpha1 "git.ddupan.top/panxiao81/ayatori/api/execution/v1alpha1"
 	"git.ddupan.top/panxiao81/ayatori/contracts/execution"
@@ -168,14 +172,16 @@ func (o *executionOptions) adapters(mgr manager.Manager, store *journal.Store, s
 // kubernetesAdapter runs native batch/v1 Jobs in the management cluster
 // or the one --execution-kubeconfig names.
 func (o *executionOptions) kubernetesAdapter(mgr manager.Manager, store *journal.Store, sh shared) (execution.Adapter, error) {
-	return kexec.Adapter(func() (*kexec.Executor, error) {
+	a := kexec.Adapter(func() (*kexec.Executor, error) {
 		workload, err := o.workloadClient(mgr)
 		if err != nil {
 			return nil, err
 		}
 		return &kexec.Executor{Management: mgr.GetAPIReader(), Cached: mgr.GetCache(), Workload: workload, Timeout: sh.reconcileTimeout,
 			Log: executorLog(execution.AdapterKubernetes), Proof: journal.ObjectProof{Signer: store.Config().Signer, Trust: store.Config().Trust}}, nil
-	}), nil
+	})
+	a.Changes = o.kubernetesChanges(mgr)
+	return a, nil
 }
 
 // opensandboxAdapter runs Jobs as commands in OpenSandbox sandboxes; the
@@ -267,17 +273,47 @@ func (o *executionOptions) osHTTPClient() (*http.Client, error) {
 // manager's own (uncached: the executor reads what it acts on) or one
 // built from --execution-kubeconfig.
 func (o *executionOptions) workloadClient(mgr manager.Manager) (client.Client, error) {
+	cfg, scheme, err := o.workloadConfig(mgr)
+	if err != nil {
+		return nil, err
+	}
+	return client.New(cfg, client.Options{Scheme: scheme})
+}
+
+// workloadConfig is the workload cluster's REST config (the management
+// cluster's, or --execution-kubeconfig's) and the scheme of its kinds.
+func (o *executionOptions) workloadConfig(mgr manager.Manager) (*rest.Config, *runtime.Scheme, error) {
 	cfg := mgr.GetConfig()
 	if o.workloadKubeconfig != "" {
 		c, err := clientcmd.BuildConfigFromFlags("", o.workloadKubeconfig)
 		if err != nil {
-			return nil, fmt.Errorf("--execution-kubeconfig: %w", err)
+			return nil, nil, fmt.Errorf("--execution-kubeconfig: %w", err)
 		}
 		cfg = c
 	}
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return client.New(cfg, client.Options{Scheme: scheme})
+	return cfg, scheme, nil
+}
+
+// kubernetesChanges is the Kubernetes adapter's change feed: a cache of
+// the workload cluster's native Jobs, started with the Job projector (only
+// on the leader), and the source over it.
+func (o *executionOptions) kubernetesChanges(mgr manager.Manager) func(func(execution.Reference, string) []reconcile.Request) (source.Source, error) {
+	return func(changed func(execution.Reference, string) []reconcile.Request) (source.Source, error) {
+		cfg, scheme, err := o.workloadConfig(mgr)
+		if err != nil {
+			return nil, err
+		}
+		c, err := cache.New(cfg, kexec.ChangeCacheOptions(scheme))
+		if err != nil {
+			return nil, fmt.Errorf("native Job change feed: %w", err)
+		}
+		if err := mgr.Add(c); err != nil {
+			return nil, err
+		}
+		return kexec.ChangeSource(c, changed), nil
+	}
 }

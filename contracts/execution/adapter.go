@@ -6,6 +6,8 @@ import (
 	"fmt"
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	executionv1alpha1 "git.ddupan.top/panxiao81/ayatori/api/execution/v1alpha1"
 	"git.ddupan.top/panxiao81/ayatori/journal"
@@ -70,6 +72,20 @@ type Adapter struct {
 	// replica that runs only projectors never builds it); an error stops
 	// the process's start-up. Required.
 	NewHandlers func() (map[string]journal.Handler, error)
+	// Changes watches the backend for changes of executions, so that the
+	// Job projector observes an execution soon after it changes instead of
+	// on its back-off alone. It is called once, only in a process that runs
+	// the Job projector, and returns a source for that projector's
+	// controller: for every change of an execution it sees, the source
+	// calls changed with the execution's reference (an ID the backend
+	// assigned, as in Observation.References) and its new revision
+	// (Observation.Revision; "" when the execution is gone), and enqueues
+	// the requests changed returns. A change is a hint, never a verdict:
+	// the projector answers it with an Observe, and the Observation
+	// decides. changed ignores references no outcome reported, so an
+	// object someone else created in the backend wakes nothing. nil: the
+	// projector observes on its back-off alone.
+	Changes func(changed func(ref Reference, revision string) []reconcile.Request) (source.Source, error)
 }
 
 // ParametersGroupName is ParametersGroup or its default, the execution

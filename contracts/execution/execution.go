@@ -176,6 +176,12 @@ type Observation struct {
 	Adapter string `json:"adapter,omitempty"`
 	// References identify the execution (stable for one Job UID).
 	References []Reference `json:"references,omitempty"`
+	// Revision is the backend's revision of the execution's object as this
+	// observation read it (opaque, compared only for equality; the
+	// Kubernetes adapter reports the native Job's resourceVersion). With
+	// the adapter's Changes it tells a later change from the state already
+	// observed. "" when unknown.
+	Revision string `json:"revision,omitempty"`
 	// Created: this outcome's Ensure created the execution (at most one per
 	// Job UID).
 	Created bool `json:"created,omitempty"`

@@ -466,7 +466,7 @@ func (e *Executor) delete(ctx context.Context, rec journal.Record) (execution.Ob
 			return observe(nil, nil), err
 		}
 	}
-	return execution.Observation{State: execution.StateStopping, References: references(job), Message: "deletion in progress"}, nil
+	return execution.Observation{State: execution.StateStopping, References: references(job), Revision: job.ResourceVersion, Message: "deletion in progress"}, nil
 }
 
 // ensure executes Ensure (see the package doc).

@@ -63,7 +63,7 @@ func observe(job *batchv1.Job, pods []corev1.Pod) execution.Observation {
 		return execution.Observation{State: execution.StateNotFound, Adapter: execution.AdapterKubernetes,
 			Message: "no native Job exists for this Job"}
 	}
-	o := execution.Observation{Adapter: execution.AdapterKubernetes, References: references(job)}
+	o := execution.Observation{Adapter: execution.AdapterKubernetes, References: references(job), Revision: job.ResourceVersion}
 	pod := mainPod(pods)
 	var ctr *corev1.ContainerStatus
 	if pod != nil {

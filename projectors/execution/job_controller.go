@@ -71,6 +71,9 @@ type JobReconciler struct {
 	NoIntentEvents bool
 
 	observed *journaled.Observations
+	// changes follows the executions passes wait on, for the adapters'
+	// change feeds (nil: none set up).
+	changes *executionChanges
 }
 
 // SetupWithManager registers the projector and its watches: Jobs, the
@@ -106,6 +109,17 @@ func (r *JobReconciler) SetupWithManager(mgr ctrl.Manager, outcomes <-chan recon
 	}
 	if outcomes != nil {
 		b = b.WatchesRawSource(journaled.Source(outcomes))
+	}
+	r.changes = newExecutionChanges()
+	for _, a := range r.Adapters {
+		if a.Changes == nil {
+			continue
+		}
+		src, err := a.Changes(r.changes.changed)
+		if err != nil {
+			return fmt.Errorf("job projector: change feed of adapter %s: %w", a.Name, err)
+		}
+		b = b.WatchesRawSource(src)
 	}
 	return b.Complete(r)
 }
@@ -188,7 +202,14 @@ func (k jobKind) Plan(ctx context.Context, j *executionv1alpha1.Job, h journaled
 			f.Adapter = a.Name
 		}
 	}
+	if r.changes != nil {
+		key, uid := client.ObjectKeyFromObject(j), j.UID
+		f.ExecutionChanged = func(ref execution.Reference, revision string) bool { return r.changes.Changed(key, uid, ref, revision) }
+	}
 	d := DecideJob(j, h.Records, f, r.Policy)
+	if r.changes != nil && (d.RemoveFinalizer || IsTerminal(&d.Status)) {
+		r.changes.Forget(j.UID)
+	}
 	p := journaled.Plan[JobDecision]{Status: d, Requeue: d.Requeue, RequeueAfter: d.RequeueAfter, RemoveFinalizer: d.RemoveFinalizer, StatusFirst: d.StatusFirst}
 	ref := objectRef(j)
 	switch {

@@ -36,6 +36,13 @@ type JobFacts struct {
 	// class's controller ("" when none, or no class is pinned yet): the
 	// adapter an Ensure names.
 	Adapter string
+	// ExecutionChanged reports whether the adapter's change feed saw the
+	// execution named by ref at a revision other than the one the latest
+	// outcome reported (execution.Adapter.Changes), and registers ref at
+	// that revision; each change is reported once. A Job waiting to
+	// observe its execution then observes it at once instead of after the
+	// back-off. nil: no feed.
+	ExecutionChanged func(ref execution.Reference, revision string) bool
 }
 
 // Resolution is the outcome of resolving a Job's class, namespace policy,
@@ -677,6 +684,10 @@ func (d *decider) confirmLost() bool {
 func (d *decider) observeLater() {
 	l := d.l
 	if last := l.last(); last != nil {
+		if !last.ambiguous && d.executionChanged(last) {
+			d.intent(execution.OpObserve, "", d.executionIntent(""))
+			return
+		}
 		base, limit := d.p.ObserveBase, d.p.ObserveMax
 		if last.ambiguous {
 			base, limit = d.p.RetryBase, d.p.RetryMax
@@ -687,6 +698,16 @@ func (d *decider) observeLater() {
 		}
 	}
 	d.intent(execution.OpObserve, "", d.executionIntent(""))
+}
+
+// executionChanged: the change feed saw the execution outcome o observed
+// change since (JobFacts.ExecutionChanged); false without a feed, a
+// reference or a revision.
+func (d *decider) executionChanged(o *observed) bool {
+	if d.f.ExecutionChanged == nil || len(o.obs.References) == 0 || o.obs.Revision == "" {
+		return false
+	}
+	return d.f.ExecutionChanged(o.obs.References[0], o.obs.Revision)
 }
 
 // decideDeletion: stop the execution, delete its backend resources, then

@@ -1,0 +1,87 @@
+package kubernetes
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	batchv1 "k8s.io/api/batch/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/util/workqueue"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	"git.ddupan.top/panxiao81/ayatori/contracts/execution"
+)
+
+// RBAC of the change feed (read only; the Job projector's process).
+// +kubebuilder:rbac:groups=batch,resources=jobs,verbs=list;watch
+
+// ChangeCacheOptions are the options of the change feed's cache: batch/v1
+// Jobs carrying LabelManagedBy=ayatori only, without their managed fields.
+// The label only narrows the watch: anyone may copy it, and the feed's
+// consumer matches a change by the native Job's UID, which the API server
+// assigns, never by a label or a name.
+func ChangeCacheOptions(scheme *runtime.Scheme) cache.Options {
+	return cache.Options{
+		Scheme:           scheme,
+		DefaultTransform: cache.TransformStripManagedFields(),
+		ByObject: map[client.Object]cache.ByObject{
+			&batchv1.Job{}: {Label: labels.SelectorFromSet(labels.Set{LabelManagedBy: "ayatori"})},
+		},
+	}
+}
+
+// ChangeSource is the Kubernetes adapter's change feed
+// (execution.Adapter.Changes) over c, a cache built with
+// ChangeCacheOptions: it calls changed, and enqueues what changed returns,
+// when a native Job's state as the Job controller reports it changes
+// (stateKey: its conditions, counts of pods, suspension or deletion), with
+// the native Job's reference and resourceVersion, and when a native Job is
+// deleted (revision ""). Creations, resyncs and updates that leave stateKey
+// as it was (labels, annotations, finalizers) call nothing: they change no
+// Observation. A change only the pods show (an image that can not be
+// pulled) is found by the projector's next Observe on its back-off.
+func ChangeSource(c cache.Cache, changed func(ref execution.Reference, revision string) []reconcile.Request) source.Source {
+	add := func(q workqueue.TypedRateLimitingInterface[reconcile.Request], job *batchv1.Job, revision string) {
+		for _, r := range changed(references(job)[0], revision) {
+			q.Add(r)
+		}
+	}
+	return source.Kind(c, &batchv1.Job{}, handler.TypedFuncs[*batchv1.Job, reconcile.Request]{
+		UpdateFunc: func(_ context.Context, e event.TypedUpdateEvent[*batchv1.Job], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			if stateKey(e.ObjectOld) != stateKey(e.ObjectNew) {
+				add(q, e.ObjectNew, e.ObjectNew.ResourceVersion)
+			}
+		},
+		DeleteFunc: func(_ context.Context, e event.TypedDeleteEvent[*batchv1.Job], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			add(q, e.Object, "")
+		},
+	})
+}
+
+// stateKey sums up what of native Job job an Observation depends on and the
+// Job controller reports: its conditions (type and status), its pod counts
+// (active, ready, succeeded, failed, terminating), spec.suspend and whether
+// its deletion started.
+func stateKey(job *batchv1.Job) string {
+	var b strings.Builder
+	for _, c := range job.Status.Conditions {
+		fmt.Fprintf(&b, "%s=%s,", c.Type, c.Status)
+	}
+	fmt.Fprintf(&b, "a%d r%d s%d f%d t%d suspend=%t deleting=%t", job.Status.Active, deref32(job.Status.Ready), job.Status.Succeeded,
+		job.Status.Failed, deref32(job.Status.Terminating), job.Spec.Suspend != nil && *job.Spec.Suspend, job.DeletionTimestamp != nil)
+	return b.String()
+}
+
+func deref32(p *int32) int32 {
+	if p == nil {
+		return 0
+	}
+	return *p
+}
