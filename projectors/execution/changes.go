@@ -10,19 +10,21 @@ import (
 )
 
 // executionChanges connects the adapters' change feeds
-// (execution.Adapter.Changes) to the Job projector. A pass that waits to
-// observe an execution registers the execution's reference with the
-// revision its latest outcome reported (Changed); a change the feed then
-// reports for that reference, at another revision, enqueues the Job, and
-// the Job's next pass observes at once instead of after its back-off.
+// (execution.Adapter.Changes) to the Job projector. The feed reports every
+// change of an execution it sees (reference and revision); a pass that
+// waits to observe an execution asks, with the reference and the revision
+// its latest outcome reported, whether a change at another revision came
+// since (Changed), and then observes at once instead of after its
+// back-off. A change reported while a pass waits on its execution also
+// enqueues the Job.
 //
-// Only references registered from the Job's own journal (IDs the backend
-// assigned, reported by the executor) are followed: a change of any other
-// object, whatever its name or labels, wakes nothing. A change is a hint:
-// it costs at most one Observe, whose Observation decides. Registrations
-// end when the Job's pass finds it finished or releases it (Forget), when
-// the execution is registered anew, or when the feed reports it gone and a
-// pass took that change. Safe for concurrent use.
+// The Job of a change is only ever the one whose journal reported the
+// reference (an ID the backend assigned, as the executor observed it): a
+// change of any other object, whatever its name or labels, enqueues
+// nothing and answers no pass. Each reported change answers at most one
+// Changed (then it is consumed), so a feed lagging behind the executor's
+// reads costs at most one Observe per change, never a loop. A change is a
+// hint: the Observe's Observation decides. Safe for concurrent use.
 type executionChanges struct {
 	mu    sync.Mutex
 	byRef map[execution.Reference]*followed
@@ -30,27 +32,28 @@ type executionChanges struct {
 	byJob map[types.UID]execution.Reference
 }
 
-// followed is one registered execution.
+// followed is what is known of one execution.
 type followed struct {
+	// job and uid are the Job that registered the reference (zero: none
+	// yet, only the feed reported it).
 	job types.NamespacedName
 	uid types.UID
 	// revision is the one the Job's latest outcome reported.
 	revision string
-	// seen is the revision of the latest change reported since (""
-	// none); gone: the feed reported the execution gone.
-	seen string
-	gone bool
+	// seen is the revision of the feed's latest change, gone that the
+	// feed reported the execution gone; pending: that change has not
+	// answered a Changed yet.
+	seen          string
+	gone, pending bool
 }
 
 func newExecutionChanges() *executionChanges {
 	return &executionChanges{byRef: map[execution.Reference]*followed{}, byJob: map[types.UID]execution.Reference{}}
 }
 
-// Changed registers ref, at the revision the latest outcome of Job
-// (key, uid) reported, and reports whether the feed saw the execution at
-// another revision, or gone, since the previous registration of the same
-// reference for this Job. The answer is consumed: the next call reports
-// only changes seen after this one.
+// Changed registers ref for Job (key, uid), at the revision its latest
+// outcome reported, and reports whether the feed reported a change of the
+// execution, at another revision or gone, that no Changed answered yet.
 func (c *executionChanges) Changed(key types.NamespacedName, uid types.UID, ref execution.Reference, revision string) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -59,12 +62,13 @@ func (c *executionChanges) Changed(key types.NamespacedName, uid types.UID, ref 
 	}
 	c.byJob[uid] = ref
 	f := c.byRef[ref]
-	if f == nil || f.uid != uid {
-		c.byRef[ref] = &followed{job: key, uid: uid, revision: revision}
-		return false
+	if f == nil {
+		f = &followed{}
+		c.byRef[ref] = f
 	}
-	changed := f.gone || (f.seen != "" && f.seen != revision)
-	f.revision, f.seen, f.gone = revision, "", false
+	f.job, f.uid = key, uid
+	changed := f.pending && (f.gone || f.seen != revision)
+	f.revision, f.pending = revision, false
 	return changed
 }
 
@@ -78,28 +82,42 @@ func (c *executionChanges) Forget(uid types.UID) {
 	}
 }
 
-// changed is the feeds' callback (execution.Adapter.Changes): the Job to
-// enqueue when ref is registered and revision is not the one its latest
-// outcome reported ("" = gone), else nothing.
+// changed is the feeds' callback (execution.Adapter.Changes): it records
+// the change of ref at revision ("": gone) and returns the Job to enqueue
+// when one registered ref and revision is not the one its latest outcome
+// reported.
 func (c *executionChanges) changed(ref execution.Reference, revision string) []reconcile.Request {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	f := c.byRef[ref]
-	if f == nil {
-		return nil
-	}
 	switch {
+	case f == nil && revision == "":
+		return nil
+	case f == nil:
+		f = &followed{}
+		c.byRef[ref] = f
+	}
+	registered := f.uid != ""
+	switch {
+	case revision == "" && !registered:
+		delete(c.byRef, ref)
+		return nil
 	case revision == "":
-		f.gone = true
-	case revision == f.revision:
+		f.gone, f.pending = true, true
+	case registered && revision == f.revision:
+		// The change the latest outcome already observed.
+		f.seen, f.pending = revision, false
 		return nil
 	default:
-		f.seen = revision
+		f.seen, f.pending = revision, true
+	}
+	if !registered {
+		return nil
 	}
 	return []reconcile.Request{{NamespacedName: f.job}}
 }
 
-// len is the number of followed executions (tests).
+// len is the number of executions known (tests).
 func (c *executionChanges) len() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
