@@ -694,6 +694,13 @@ func (e *jobEnv) exists(t *testing.T, j *executionv1alpha1.Job) bool {
 // countNotes counts the journal notes op of the Job's UID.
 func (e *jobEnv) countNotes(t *testing.T, j *executionv1alpha1.Job, op string) int {
 	t.Helper()
+	return e.countRecords(t, j, journal.TypeNote, op)
+}
+
+// countRecords counts the journal records of type typ and operation op of
+// the Job's UID.
+func (e *jobEnv) countRecords(t *testing.T, j *executionv1alpha1.Job, typ journal.RecordType, op string) int {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	nc, err := e.s.NATS.Connect(journal.IdentityReader)
@@ -711,7 +718,7 @@ func (e *jobEnv) countNotes(t *testing.T, j *executionv1alpha1.Job, op string) i
 	}
 	n := 0
 	for _, r := range recs {
-		if r.Type == journal.TypeNote && r.Operation == op {
+		if r.Type == typ && r.Operation == op {
 			n++
 		}
 	}
