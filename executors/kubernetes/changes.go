@@ -40,13 +40,14 @@ func ChangeCacheOptions(scheme *runtime.Scheme) cache.Options {
 // ChangeSource is the Kubernetes adapter's change feed
 // (execution.Adapter.Changes) over c, a cache built with
 // ChangeCacheOptions: it calls changed, and enqueues what changed returns,
-// when a native Job's state as the Job controller reports it changes
-// (stateKey: its conditions, counts of pods, suspension or deletion), with
-// the native Job's reference and resourceVersion, and when a native Job is
-// deleted (revision ""). Creations, resyncs and updates that leave stateKey
-// as it was (labels, annotations, finalizers) call nothing: they change no
-// Observation. A change only the pods show (an image that can not be
-// pulled) is found by the projector's next Observe on its back-off.
+// when a native Job's result or stop changes as the Job controller reports
+// it (stateKey: its conditions, spec.suspend, the start of its deletion),
+// with the native Job's reference and resourceVersion, and when a native
+// Job is removed (revision ""). Other updates (pod counts, labels,
+// annotations, finalizers) and resyncs call nothing: the start of the pod
+// (Running) and what only the pods show (an image that can not be pulled)
+// are found by the projector's next Observe on its back-off. Waking on
+// them cost one Observe more per Job on a saturated stack (issue 28).
 func ChangeSource(c cache.Cache, changed func(ref execution.Reference, revision string) []reconcile.Request) source.Source {
 	add := func(q workqueue.TypedRateLimitingInterface[reconcile.Request], job *batchv1.Job, revision string) {
 		for _, r := range changed(references(job)[0], revision) {
@@ -65,23 +66,15 @@ func ChangeSource(c cache.Cache, changed func(ref execution.Reference, revision 
 	})
 }
 
-// stateKey sums up what of native Job job an Observation depends on and the
-// Job controller reports: its conditions (type and status), its pod counts
-// (active, ready, succeeded, failed, terminating), spec.suspend and whether
+// stateKey sums up what of native Job job decides an Observation's result
+// or stop: its conditions (type and status: Complete, Failed,
+// SuccessCriteriaMet, FailureTarget, Suspended), spec.suspend and whether
 // its deletion started.
 func stateKey(job *batchv1.Job) string {
 	var b strings.Builder
 	for _, c := range job.Status.Conditions {
 		fmt.Fprintf(&b, "%s=%s,", c.Type, c.Status)
 	}
-	fmt.Fprintf(&b, "a%d r%d s%d f%d t%d suspend=%t deleting=%t", job.Status.Active, deref32(job.Status.Ready), job.Status.Succeeded,
-		job.Status.Failed, deref32(job.Status.Terminating), job.Spec.Suspend != nil && *job.Spec.Suspend, job.DeletionTimestamp != nil)
+	fmt.Fprintf(&b, "suspend=%t deleting=%t", job.Spec.Suspend != nil && *job.Spec.Suspend, job.DeletionTimestamp != nil)
 	return b.String()
-}
-
-func deref32(p *int32) int32 {
-	if p == nil {
-		return 0
-	}
-	return *p
 }

@@ -8,7 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// stateKey changes with what an Observation reads from the native Job, and
+// stateKey changes with what decides an Observation's result or stop, and
 // only with that.
 func TestStateKey(t *testing.T) {
 	base := func() *batchv1.Job {
@@ -27,11 +27,12 @@ func TestStateKey(t *testing.T) {
 			j.Finalizers = []string{"f"}
 		}, false},
 		{"resourceVersion alone", func(j *batchv1.Job) { j.ResourceVersion = "2" }, false},
-		{"a pod ready", func(j *batchv1.Job) { j.Status.Ready = &one }, true},
-		{"no pod active", func(j *batchv1.Job) { j.Status.Active = 0 }, true},
-		{"succeeded", func(j *batchv1.Job) { j.Status.Succeeded = 1 }, true},
-		{"failed", func(j *batchv1.Job) { j.Status.Failed = 1 }, true},
-		{"terminating", func(j *batchv1.Job) { j.Status.Terminating = &one }, true},
+		{"pod counts", func(j *batchv1.Job) {
+			j.Status.Ready, j.Status.Active, j.Status.Succeeded, j.Status.Terminating = &one, 0, 1, &one
+		}, false},
+		{"failure target", func(j *batchv1.Job) {
+			j.Status.Conditions = []batchv1.JobCondition{{Type: batchv1.JobFailureTarget, Status: corev1.ConditionTrue}}
+		}, true},
 		{"complete", func(j *batchv1.Job) {
 			j.Status.Conditions = []batchv1.JobCondition{{Type: batchv1.JobComplete, Status: corev1.ConditionTrue}}
 		}, true},

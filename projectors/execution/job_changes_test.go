@@ -16,10 +16,11 @@ import (
 )
 
 // TestJobChangeFeed: with Observes 90 s apart, a Job still reaches its
-// result within seconds of its pod's, because the native Job's change
-// wakes the projector (execution.Adapter.Changes); and a batch/v1 Job
-// someone else created with a running Job's labels and annotations wakes
-// no Observe of it while its own state changes.
+// result, and a cancelled Job its stop, within seconds of the Job
+// controller's report, because the native Job's change wakes the projector
+// (execution.Adapter.Changes); and a batch/v1 Job someone else created with
+// a Job's labels and annotations wakes no Observe of it while its own
+// state changes.
 func TestJobChangeFeed(t *testing.T) {
 	e := startJobEnv(t, integration.ExecutionStackOptions{ManagerArgs: []string{"--job-observe-interval=90s", "--job-observe-max-interval=90s"}})
 	ns := e.namespace(t, true)
@@ -33,8 +34,8 @@ func TestJobChangeFeed(t *testing.T) {
 
 	t.Run("ForgedNativeJobWakesNothing", func(t *testing.T) {
 		victim := e.create(t, newJob(ns, "victim", integration.ImageHang))
-		running := e.wait(t, victim, "running", 45*time.Second, func(j *executionv1alpha1.Job) bool {
-			return j.Status.Execution != nil && j.Status.StartTime != nil
+		running := e.wait(t, victim, "an execution", 45*time.Second, func(j *executionv1alpha1.Job) bool {
+			return j.Status.Execution != nil && len(j.Status.Execution.References) > 0
 		})
 		native := e.wantOneNative(t, running)
 		time.Sleep(2 * time.Second) // let the running Job's own changes settle
@@ -70,5 +71,11 @@ func TestJobChangeFeed(t *testing.T) {
 		if after := e.countRecords(t, running, journal.TypeIntent, execution.OpObserve); after != before {
 			t.Fatalf("the forged Job's changes woke %d Observes of the victim", after-before)
 		}
+
+		// The victim's own stop is confirmed as soon as the Job
+		// controller reports it (Suspended=True), not after the back-off.
+		e.update(t, running, func(j *executionv1alpha1.Job) { j.Spec.DesiredState = executionv1alpha1.JobDesiredStateCancelled })
+		e.wait(t, running, "Succeeded=False/Cancelled well before the first Observe the back-off allows (90 s)", 45*time.Second,
+			func(j *executionv1alpha1.Job) bool { return succeeded(j) == "False/Cancelled" })
 	})
 }
