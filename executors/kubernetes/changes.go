@@ -8,11 +8,10 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/event"
-	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
@@ -49,20 +48,37 @@ func ChangeCacheOptions(scheme *runtime.Scheme) cache.Options {
 // are found by the projector's next Observe on its back-off. Waking on
 // them cost one Observe more per Job on a saturated stack (issue 28).
 func ChangeSource(c cache.Cache, changed func(ref execution.Reference, revision string) []reconcile.Request) source.Source {
-	add := func(q workqueue.TypedRateLimitingInterface[reconcile.Request], job *batchv1.Job, revision string) {
-		for _, r := range changed(references(job)[0], revision) {
-			q.Add(r)
+	// Not source.Kind: that one fails the controller's start when the
+	// cache does not sync in time, and a workload cluster that is down
+	// must not stop the projector (the back-off still observes).
+	return source.Func(func(ctx context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
+		inf, err := c.GetInformer(ctx, &batchv1.Job{}, cache.BlockUntilSynced(false))
+		if err != nil {
+			return fmt.Errorf("native Job change feed: %w", err)
 		}
-	}
-	return source.Kind(c, &batchv1.Job{}, handler.TypedFuncs[*batchv1.Job, reconcile.Request]{
-		UpdateFunc: func(_ context.Context, e event.TypedUpdateEvent[*batchv1.Job], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			if stateKey(e.ObjectOld) != stateKey(e.ObjectNew) {
-				add(q, e.ObjectNew, e.ObjectNew.ResourceVersion)
+		add := func(job *batchv1.Job, revision string) {
+			for _, r := range changed(references(job)[0], revision) {
+				q.Add(r)
 			}
-		},
-		DeleteFunc: func(_ context.Context, e event.TypedDeleteEvent[*batchv1.Job], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			add(q, e.Object, "")
-		},
+		}
+		_, err = inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+			UpdateFunc: func(oldObj, newObj any) {
+				o, ok1 := oldObj.(*batchv1.Job)
+				n, ok2 := newObj.(*batchv1.Job)
+				if ok1 && ok2 && stateKey(o) != stateKey(n) {
+					add(n, n.ResourceVersion)
+				}
+			},
+			DeleteFunc: func(obj any) {
+				if t, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
+					obj = t.Obj
+				}
+				if j, ok := obj.(*batchv1.Job); ok {
+					add(j, "")
+				}
+			},
+		})
+		return err
 	})
 }
 

@@ -99,7 +99,10 @@ func (r *JobReconciler) SetupWithManager(mgr ctrl.Manager, outcomes <-chan recon
 	b := ctrl.NewControllerManagedBy(mgr).
 		Named("job").
 		WithOptions(controller.Options{MaxConcurrentReconciles: r.Workers}).
-		For(&executionv1alpha1.Job{}, builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
+		// Not For: a Job whose deletion started goes first
+		// (journaled.PriorityReleasing), as do the outcomes of its steps.
+		Watches(&executionv1alpha1.Job{}, journaled.EnqueueReleasingFirst(),
+			builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
 		Watches(&executionv1alpha1.JobClass{}, waiting).
 		Watches(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
 			return r.waitingJobs(ctx, o.GetName())
@@ -108,7 +111,7 @@ func (r *JobReconciler) SetupWithManager(mgr ctrl.Manager, outcomes <-chan recon
 		b = b.Watches(a.NewParameters(), waiting)
 	}
 	if outcomes != nil {
-		b = b.WatchesRawSource(journaled.Source(outcomes))
+		b = b.WatchesRawSource(journaled.ReleasingFirst(outcomes, r.releasing))
 	}
 	r.changes = newExecutionChanges()
 	for _, a := range r.Adapters {
@@ -122,6 +125,13 @@ func (r *JobReconciler) SetupWithManager(mgr ctrl.Manager, outcomes <-chan recon
 		b = b.WatchesRawSource(src)
 	}
 	return b.Complete(r)
+}
+
+// releasing: the cached Job of req is being deleted (the order of the
+// projector's work, journaled.PriorityReleasing).
+func (r *JobReconciler) releasing(ctx context.Context, req reconcile.Request) bool {
+	var j executionv1alpha1.Job
+	return r.Client.Get(ctx, req.NamespacedName, &j) == nil && !j.DeletionTimestamp.IsZero()
 }
 
 // waitingJobs are the Jobs (of namespace ns, "" = all) that wait for a
