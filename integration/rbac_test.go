@@ -50,7 +50,8 @@ func TestManagerKubeconfigIsTheShippedServiceAccount(t *testing.T) {
 		{"app", "", "secrets", "", "list", false},
 		{integration.ControllerNamespace, "", "secrets", "", "list", true},
 		{"app", "batch", "jobs", "", "create", true},
-		{"app", "batch", "jobs", "", "watch", false},
+		{"app", "batch", "jobs", "", "watch", true}, // the Kubernetes adapter's change feed
+		{"app", "batch", "jobs", "", "update", false},
 		{"app", "", "pods", "", "create", false},
 		{"app", "execution.ayatori.ddupan.top", "jobs", "status", "patch", true},
 		{"app", "execution.ayatori.ddupan.top", "jobs", "", "confirm-backend-lost", false},
