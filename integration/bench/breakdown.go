@@ -53,7 +53,9 @@ type tenantTrace struct {
 }
 
 // procCPU is the CPU time (user+system) of every process below this one,
-// by command name.
+// by command name, each with the CPU of its children that ended and were
+// waited for (cutime, cstime: a PostgreSQL server's ended backends count
+// as "postgres").
 const machinePrefix = "machine: "
 
 // machineCPU reads the machine's CPU time from the first line of
@@ -102,13 +104,20 @@ func procCPU() map[string]time.Duration {
 			continue
 		}
 		f := strings.Fields(s[j+2:])
-		if len(f) < 13 {
+		if len(f) < 15 {
 			continue
 		}
 		pp, _ := strconv.Atoi(f[1])
-		u, _ := strconv.ParseInt(f[11], 10, 64)
-		st, _ := strconv.ParseInt(f[12], 10, 64)
-		parent[pid], comm[pid], ticks[pid] = pp, s[i+1:j], u+st
+		// utime, stime, and cutime, cstime: the CPU of its children
+		// that ended and were waited for (PostgreSQL's backends, one
+		// per connection, end while the run goes on; without these
+		// their CPU showed as "outside the stack").
+		var t int64
+		for _, k := range []int{11, 12, 13, 14} {
+			v, _ := strconv.ParseInt(f[k], 10, 64)
+			t += v
+		}
+		parent[pid], comm[pid], ticks[pid] = pp, s[i+1:j], t
 	}
 	out := machineCPU()
 	for pid := range comm {
