@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
@@ -91,17 +90,5 @@ func (o *OutcomeRouter) NeedLeaderElection() bool { return true }
 // Source adapts a request channel to a controller-runtime source
 // (Builder.WatchesRawSource).
 func Source(ch <-chan reconcile.Request) source.Source {
-	return source.Func(func(ctx context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
-		go func() {
-			for {
-				select {
-				case <-ctx.Done():
-					return
-				case req := <-ch:
-					q.Add(req)
-				}
-			}
-		}()
-		return nil
-	})
+	return ReleasingFirst(ch, func(context.Context, reconcile.Request) bool { return false })
 }
