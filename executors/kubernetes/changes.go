@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -52,16 +53,12 @@ func ChangeSource(c cache.Cache, changed func(ref execution.Reference, revision 
 	// cache does not sync in time, and a workload cluster that is down
 	// must not stop the projector (the back-off still observes).
 	return source.Func(func(ctx context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
-		inf, err := c.GetInformer(ctx, &batchv1.Job{}, cache.BlockUntilSynced(false))
-		if err != nil {
-			return fmt.Errorf("native Job change feed: %w", err)
-		}
 		add := func(job *batchv1.Job, revision string) {
 			for _, r := range changed(references(job)[0], revision) {
 				q.Add(r)
 			}
 		}
-		_, err = inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		handlers := toolscache.ResourceEventHandlerFuncs{
 			UpdateFunc: func(oldObj, newObj any) {
 				o, ok1 := oldObj.(*batchv1.Job)
 				n, ok2 := newObj.(*batchv1.Job)
@@ -77,10 +74,30 @@ func ChangeSource(c cache.Cache, changed func(ref execution.Reference, revision 
 					add(j, "")
 				}
 			},
-		})
-		return err
+		}
+		// The informer needs the workload cluster's discovery: while that
+		// cluster is down, try again every changeRetry, in the background.
+		go func() {
+			for {
+				inf, err := c.GetInformer(ctx, &batchv1.Job{}, cache.BlockUntilSynced(false))
+				if err == nil {
+					if _, err = inf.AddEventHandler(handlers); err == nil {
+						return
+					}
+				}
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(changeRetry):
+				}
+			}
+		}()
+		return nil
 	})
 }
+
+// changeRetry is the pause before the feed asks for its informer again.
+const changeRetry = 2 * time.Second
 
 // stateKey sums up what of native Job job decides an Observation's result
 // or stop: its conditions (type and status: Complete, Failed,

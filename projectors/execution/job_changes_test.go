@@ -6,7 +6,6 @@ import (
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -23,7 +22,7 @@ import (
 // a Job's labels and annotations wakes no Observe of it while its own
 // state changes.
 func TestJobChangeFeed(t *testing.T) {
-	e := startJobEnv(t, integration.ExecutionStackOptions{WorkloadProxy: true,
+	e := startJobEnv(t, integration.ExecutionStackOptions{
 		ManagerArgs: []string{"--job-observe-interval=90s", "--job-observe-max-interval=90s"}})
 	ns := e.namespace(t, true)
 	ctx := context.Background()
@@ -79,20 +78,5 @@ func TestJobChangeFeed(t *testing.T) {
 		e.update(t, running, func(j *executionv1alpha1.Job) { j.Spec.DesiredState = executionv1alpha1.JobDesiredStateCancelled })
 		e.wait(t, running, "Succeeded=False/Cancelled well before the first Observe the back-off allows (90 s)", 45*time.Second,
 			func(j *executionv1alpha1.Job) bool { return succeeded(j) == "False/Cancelled" })
-	})
-	// The feed watches the workload cluster; a manager that starts while
-	// that cluster is down still runs the Job projector (the feed is a
-	// hint, not a dependency).
-	t.Run("ProjectorStartsWhileTheWorkloadClusterIsDown", func(t *testing.T) {
-		e.s.CutWorkload()
-		defer e.s.RestoreWorkload()
-		e.s.StopManager()
-		if err := e.s.StartManager(nil); err != nil {
-			t.Fatal(err)
-		}
-		j := e.create(t, newJob(ns, "during-cut", integration.ImageSucceed))
-		e.wait(t, j, "Accepted=True while the workload cluster is down", 60*time.Second, func(j *executionv1alpha1.Job) bool {
-			return meta.IsStatusConditionTrue(j.Status.Conditions, executionv1alpha1.JobConditionAccepted)
-		})
 	})
 }
