@@ -173,7 +173,7 @@ func runJobs(n, kcmQPS int, timeout time.Duration) error {
 // It returns the stack, a watching client and a description of
 // kube-controller-manager's rate limit.
 func startJobsStack(ctx context.Context, nodes, kcmQPS int, managerArgs ...string) (*integration.ExecutionStack, client.WithWatch, string, error) {
-	opts := integration.ExecutionStackOptions{Nodes: nodes, ManagerArgs: managerArgs}
+	opts := integration.ExecutionStackOptions{Nodes: nodes, ManagerArgs: append(managerArgs, managerFlags...)}
 	kcm := "kube-controller-manager with its default API rate limit (20 QPS, burst 30)"
 	if kcmQPS > 0 {
 		opts.ControllerManagerArgs = []string{fmt.Sprintf("--kube-api-qps=%d", kcmQPS), fmt.Sprintf("--kube-api-burst=%d", 2*kcmQPS)}

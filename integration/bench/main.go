@@ -65,6 +65,18 @@ import (
 	"git.ddupan.top/panxiao81/ayatori/journal"
 )
 
+// managerFlags are the -manager-flag values: extra flags given to the
+// Ayatori manager in every mode, after the bench's own.
+var managerFlags stringList
+
+// stringList is a repeatable string flag.
+type stringList []string
+
+func (l *stringList) String() string { return strings.Join(*l, " ") }
+
+// Set appends one value.
+func (l *stringList) Set(v string) error { *l = append(*l, v); return nil }
+
 func main() {
 	// Runs for minutes on controller-runtime clients: no missing-logger
 	// stack trace in the figures' output.
@@ -88,6 +100,7 @@ func main() {
 	plainOp := flag.String("plain-operator", "", "with -n: the side by side with the plain operator at this path (a manager binary built from movetokube/postgres-operator; see plainop.go)")
 	plainCRDs := flag.String("plain-operator-crds", "", "with -plain-operator: the directory of its CRD manifests")
 	rounds := flag.Int("rounds", 5, "with -plain-operator: interleaved rounds of both sides")
+	flag.Var(&managerFlags, "manager-flag", "an extra flag for the Ayatori manager, as --name=value (repeatable; e.g. -manager-flag=--job-workers=16 to compare a setting)")
 	flag.Parse()
 	if *plainOp != "" {
 		if *plainCRDs == "" || *n < 1 || *rounds < 1 || *osJobs != 0 || *jobs != 0 || *handover != "" || *cluster || *repeat != 0 || *idle != 0 || *profile != 0 {
@@ -160,6 +173,7 @@ func run(n int, timeout time.Duration, handover syscall.Signal, cluster bool, re
 	if handover != 0 {
 		args = append(args, "--leader-elect")
 	}
+	args = append(args, managerFlags...)
 	s, err := integration.StartStack(ctx, integration.StackOptions{ManagerArgs: args, NATSCluster: cluster, NoWorkload: true})
 	if err != nil {
 		return err

@@ -64,7 +64,7 @@ func runOpenSandbox(n int, timeout time.Duration) error {
 		return err
 	}
 	defer srv.Close()
-	s, wc, err := startClassStack(ctx, integration.ExecutionStackOptions{ManagerArgs: []string{"--opensandbox-marker-dir=" + srv.FilesRoot()}}, osClass,
+	s, wc, err := startClassStack(ctx, integration.ExecutionStackOptions{ManagerArgs: append([]string{"--opensandbox-marker-dir=" + srv.FilesRoot()}, managerFlags...)}, osClass,
 		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: integration.ControllerNamespace}},
 		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: integration.ControllerNamespace, Name: "opensandbox-api"}, Data: map[string][]byte{"api-key": []byte(osKey)}},
 		&executionv1alpha1.OpenSandboxExecutionParameters{ObjectMeta: metav1.ObjectMeta{Name: osClass},

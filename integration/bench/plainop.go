@@ -97,6 +97,7 @@ func runPlainOperator(o plainOptions) error {
 	// The manager's flags as run gives them (the executors at their
 	// default per-backend bounds).
 	args := []string{"--tenant-resync-interval=" + o.resync.String(), fmt.Sprintf("--intent-events=%t", o.intentEvents)}
+	args = append(args, managerFlags...)
 	s, err := integration.StartStack(ctx, integration.StackOptions{ManagerArgs: args, NoWorkload: true})
 	if err != nil {
 		return err
