@@ -100,13 +100,18 @@ func ChangeSource(c cache.Cache, changed func(ref execution.Reference, revision 
 const changeRetry = 2 * time.Second
 
 // stateKey sums up what of native Job job decides an Observation's result
-// or stop: its conditions (type and status: Complete, Failed,
-// SuccessCriteriaMet, FailureTarget, Suspended), spec.suspend and whether
-// its deletion started.
+// or stop (observe): the conditions Complete, Failed and Suspended (type
+// and status), spec.suspend and whether its deletion started. The interim
+// conditions SuccessCriteriaMet and FailureTarget are left out: the Job
+// controller writes them one status update before Complete or Failed, and
+// an Observation between the two still sees the Job running.
 func stateKey(job *batchv1.Job) string {
 	var b strings.Builder
 	for _, c := range job.Status.Conditions {
-		fmt.Fprintf(&b, "%s=%s,", c.Type, c.Status)
+		switch c.Type {
+		case batchv1.JobComplete, batchv1.JobFailed, batchv1.JobSuspended:
+			fmt.Fprintf(&b, "%s=%s,", c.Type, c.Status)
+		}
 	}
 	fmt.Fprintf(&b, "suspend=%t deleting=%t", job.Spec.Suspend != nil && *job.Spec.Suspend, job.DeletionTimestamp != nil)
 	return b.String()

@@ -30,11 +30,23 @@ func TestStateKey(t *testing.T) {
 		{"pod counts", func(j *batchv1.Job) {
 			j.Status.Ready, j.Status.Active, j.Status.Succeeded, j.Status.Terminating = &one, 0, 1, &one
 		}, false},
+		// The interim conditions come one status write before Complete
+		// or Failed; an Observation reads only the final ones, so waking
+		// on them cost an Observe that still saw the Job running.
 		{"failure target", func(j *batchv1.Job) {
 			j.Status.Conditions = []batchv1.JobCondition{{Type: batchv1.JobFailureTarget, Status: corev1.ConditionTrue}}
-		}, true},
+		}, false},
+		{"success criteria met", func(j *batchv1.Job) {
+			j.Status.Conditions = []batchv1.JobCondition{{Type: batchv1.JobSuccessCriteriaMet, Status: corev1.ConditionTrue}}
+		}, false},
 		{"complete", func(j *batchv1.Job) {
 			j.Status.Conditions = []batchv1.JobCondition{{Type: batchv1.JobComplete, Status: corev1.ConditionTrue}}
+		}, true},
+		{"failed", func(j *batchv1.Job) {
+			j.Status.Conditions = []batchv1.JobCondition{{Type: batchv1.JobFailed, Status: corev1.ConditionTrue}}
+		}, true},
+		{"suspended condition", func(j *batchv1.Job) {
+			j.Status.Conditions = []batchv1.JobCondition{{Type: batchv1.JobSuspended, Status: corev1.ConditionTrue}}
 		}, true},
 		{"suspended", func(j *batchv1.Job) { j.Spec.Suspend = &yes }, true},
 		{"deletion started", func(j *batchv1.Job) { j.DeletionTimestamp = &now }, true},
@@ -44,5 +56,12 @@ func TestStateKey(t *testing.T) {
 		if got := stateKey(base()) != stateKey(j); got != c.change {
 			t.Errorf("%s: state changed %t, want %t", c.name, got, c.change)
 		}
+	}
+	// Complete after SuccessCriteriaMet is the change that matters.
+	interim, done := base(), base()
+	interim.Status.Conditions = []batchv1.JobCondition{{Type: batchv1.JobSuccessCriteriaMet, Status: corev1.ConditionTrue}}
+	done.Status.Conditions = append(append([]batchv1.JobCondition(nil), interim.Status.Conditions...), batchv1.JobCondition{Type: batchv1.JobComplete, Status: corev1.ConditionTrue})
+	if stateKey(interim) == stateKey(done) {
+		t.Error("Complete after SuccessCriteriaMet: no state change")
 	}
 }
