@@ -149,3 +149,55 @@ func TestObserveAtOnceOnExecutionChange(t *testing.T) {
 		t.Fatalf("decided %s", d.Intent.Operation)
 	}
 }
+
+// With a change feed following the execution (the latest outcome carries
+// a revision), the timed Observe waits FollowedObserveBase: the feed wakes
+// the Job on its result. Without a feed, or without a revision, the pause
+// starts at ObserveBase as before.
+func TestFollowedObserveWaitsLonger(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		feed     bool
+		revision string
+		want     time.Duration
+	}{
+		{"feed and revision", true, "1", 4 * time.Second},
+		{"no feed", false, "1", time.Second},
+		{"no revision", true, "", time.Second},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s := newSim(t)
+			s.policy.FollowedObserveBase = 4 * time.Second
+			if c.feed {
+				s.facts.ExecutionChanged = func(execution.Reference, string) bool { return false }
+			}
+			s.accept()
+			o := obs(execution.StatePending)
+			o.Revision = c.revision
+			s.ok(execution.OpEnsure, o)
+			if d := s.pass(); d.Intent != nil || d.RequeueAfter != c.want {
+				t.Fatalf("decided %v, requeue after %s; want no intent, %s", d.Intent, d.RequeueAfter, c.want)
+			}
+			s.advance(c.want)
+			if d := s.pass(); d.Intent == nil || d.Intent.Operation != execution.OpObserve {
+				t.Fatalf("decided %+v after %s, want an Observe", d, c.want)
+			}
+			// A new state: the same first pause; the same state again: it
+			// doubles, within ObserveMax.
+			o2 := obs(execution.StateRunning)
+			o2.Revision = c.revision
+			s.ok(execution.OpObserve, o2)
+			if d := s.pass(); d.Intent != nil || d.RequeueAfter != c.want {
+				t.Fatalf("decided %v, requeue after %s; want no intent, %s", d.Intent, d.RequeueAfter, c.want)
+			}
+			s.advance(c.want)
+			if d := s.pass(); d.Intent == nil || d.Intent.Operation != execution.OpObserve {
+				t.Fatalf("decided %+v, want an Observe", d)
+			}
+			s.ok(execution.OpObserve, o2)
+			if d := s.pass(); d.RequeueAfter != min(2*c.want, s.policy.ObserveMax) {
+				t.Fatalf("requeue after %s, want %s", d.RequeueAfter, min(2*c.want, s.policy.ObserveMax))
+			}
+		})
+	}
+}

@@ -62,6 +62,13 @@ type JobPolicy struct {
 	// ObserveBase and ObserveMax bound the back-off between Observes of an
 	// execution whose state did not change (it resets on a change).
 	ObserveBase, ObserveMax time.Duration
+	// FollowedObserveBase replaces ObserveBase when it is longer and the
+	// adapter's change feed follows the execution (JobFacts.ExecutionChanged
+	// is set and the latest outcome reported a revision): the feed wakes
+	// the Job when the result comes, so the timed Observe is only the
+	// safety net for a feed that missed it, and the start of the task
+	// (Running) shows after this pause. 0: ObserveBase.
+	FollowedObserveBase time.Duration
 	// RetryBase and RetryMax bound the back-off of a failed Ensure or
 	// Delete and of an unreachable backend.
 	RetryBase, RetryMax time.Duration
@@ -75,7 +82,7 @@ type JobPolicy struct {
 
 // DefaultJobPolicy are the manager's defaults.
 var DefaultJobPolicy = JobPolicy{
-	ObserveBase: time.Second, ObserveMax: 15 * time.Second,
+	ObserveBase: time.Second, ObserveMax: 15 * time.Second, FollowedObserveBase: 5 * time.Second,
 	RetryBase: 2 * time.Second, RetryMax: 2 * time.Minute,
 	ResolveRecheck: 30 * time.Second, PendingRecheck: 30 * time.Second,
 }
@@ -689,6 +696,10 @@ func (d *decider) observeLater() {
 			return
 		}
 		base, limit := d.p.ObserveBase, d.p.ObserveMax
+		if d.followed(last) {
+			base = max(base, d.p.FollowedObserveBase)
+			limit = max(limit, base)
+		}
 		if last.ambiguous {
 			base, limit = d.p.RetryBase, d.p.RetryMax
 		}
@@ -700,11 +711,17 @@ func (d *decider) observeLater() {
 	d.intent(execution.OpObserve, "", d.executionIntent(""))
 }
 
+// followed: a change feed follows the execution outcome o observed (the
+// adapter has one and o carries a reference and a revision).
+func (d *decider) followed(o *observed) bool {
+	return d.f.ExecutionChanged != nil && len(o.obs.References) > 0 && o.obs.Revision != ""
+}
+
 // executionChanged: the change feed saw the execution outcome o observed
 // change since (JobFacts.ExecutionChanged); false without a feed, a
 // reference or a revision.
 func (d *decider) executionChanged(o *observed) bool {
-	if d.f.ExecutionChanged == nil || len(o.obs.References) == 0 || o.obs.Revision == "" {
+	if !d.followed(o) {
 		return false
 	}
 	return d.f.ExecutionChanged(o.obs.References[0], o.obs.Revision)

@@ -27,6 +27,8 @@ type sim struct {
 	now   time.Time
 	facts JobFacts
 	last  JobDecision
+	// policy is testPolicy unless a test sets another.
+	policy JobPolicy
 }
 
 var testPolicy = JobPolicy{ObserveBase: time.Second, ObserveMax: 8 * time.Second, RetryBase: 2 * time.Second, RetryMax: 30 * time.Second,
@@ -36,7 +38,7 @@ func newSim(t *testing.T) *sim {
 	t.Helper()
 	job := &executionv1alpha1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: "ci", Name: "build", UID: types.UID("3f1e6c1a-0000-4000-8000-000000000001"), Generation: 1},
 		Spec: executionv1alpha1.JobSpec{Task: executionv1alpha1.TaskSpec{Image: "ayatori.test/succeed"}, DesiredState: executionv1alpha1.JobDesiredStateRunning}}
-	s := &sim{t: t, job: job, now: time.Date(2026, 12, 1, 8, 0, 0, 0, time.UTC)}
+	s := &sim{t: t, job: job, now: time.Date(2026, 12, 1, 8, 0, 0, 0, time.UTC), policy: testPolicy}
 	s.facts.Adapter = execution.AdapterKubernetes
 	s.facts.Resolution = &Resolution{Class: &executionv1alpha1.ResolvedJobClassReference{Name: "default", UID: "class-uid",
 		ControllerName: executionv1alpha1.ControllerKubernetes, ParametersRef: executionv1alpha1.ParametersReference{Group: executionv1alpha1.GroupVersion.Group,
@@ -52,7 +54,7 @@ func (s *sim) pass() JobDecision {
 	if s.job.Status.ResolvedJobClass != nil {
 		f.Resolution = nil
 	}
-	d := DecideJob(s.job, s.recs, f, testPolicy)
+	d := DecideJob(s.job, s.recs, f, s.policy)
 	s.job.Status = d.Status
 	if err := ValidateStatus(&s.job.Status); err != nil {
 		s.t.Fatalf("invariant broken: %v (status %+v)", err, s.job.Status)
