@@ -174,26 +174,26 @@ func TestFollowedObserveWaitsLonger(t *testing.T) {
 			s.accept()
 			o := obs(execution.StatePending)
 			o.Revision = c.revision
+			// pauseThenObserve: no intent until c.want has passed, then
+			// an Observe.
+			pauseThenObserve := func() {
+				t.Helper()
+				if d := s.pass(); d.Intent != nil || d.RequeueAfter != c.want {
+					t.Fatalf("decided %v, requeue after %s; want no intent, %s", d.Intent, d.RequeueAfter, c.want)
+				}
+				s.advance(c.want)
+				if d := s.pass(); d.Intent == nil || d.Intent.Operation != execution.OpObserve {
+					t.Fatalf("decided %+v after %s, want an Observe", d, c.want)
+				}
+			}
 			s.ok(execution.OpEnsure, o)
-			if d := s.pass(); d.Intent != nil || d.RequeueAfter != c.want {
-				t.Fatalf("decided %v, requeue after %s; want no intent, %s", d.Intent, d.RequeueAfter, c.want)
-			}
-			s.advance(c.want)
-			if d := s.pass(); d.Intent == nil || d.Intent.Operation != execution.OpObserve {
-				t.Fatalf("decided %+v after %s, want an Observe", d, c.want)
-			}
+			pauseThenObserve()
 			// A new state: the same first pause; the same state again: it
 			// doubles, within ObserveMax.
 			o2 := obs(execution.StateRunning)
 			o2.Revision = c.revision
 			s.ok(execution.OpObserve, o2)
-			if d := s.pass(); d.Intent != nil || d.RequeueAfter != c.want {
-				t.Fatalf("decided %v, requeue after %s; want no intent, %s", d.Intent, d.RequeueAfter, c.want)
-			}
-			s.advance(c.want)
-			if d := s.pass(); d.Intent == nil || d.Intent.Operation != execution.OpObserve {
-				t.Fatalf("decided %+v, want an Observe", d)
-			}
+			pauseThenObserve()
 			s.ok(execution.OpObserve, o2)
 			if d := s.pass(); d.RequeueAfter != min(2*c.want, s.policy.ObserveMax) {
 				t.Fatalf("requeue after %s, want %s", d.RequeueAfter, min(2*c.want, s.policy.ObserveMax))
