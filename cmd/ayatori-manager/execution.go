@@ -100,7 +100,7 @@ func (o *executionOptions) bind(fs *flag.FlagSet) {
 	fs.StringVar(&o.workloadKubeconfig, "execution-kubeconfig", "", "kubeconfig of the cluster the kubernetes executor runs native batch/v1 Jobs in (default: the management cluster)")
 	fs.IntVar(&o.jobWorkers, "job-workers", 8, "how many Jobs the job projector reconciles at once (> 0)")
 	fs.DurationVar(&o.observeBase, "job-observe-interval", exprojector.DefaultJobPolicy.ObserveBase, "first pause between Observes of a Job, after its Ensure and after every state change (> 0, at most --job-observe-max-interval); it doubles while the state stays the same")
-	fs.DurationVar(&o.observeFollowed, "job-observe-followed-interval", exprojector.DefaultJobPolicy.FollowedObserveBase, "first pause between Observes of a Job whose execution a change feed follows (the kubernetes executor's watch of its native Jobs wakes the Job when the result comes; this timed Observe is the safety net and shows Running); used when longer than --job-observe-interval (> 0, at most --job-observe-max-interval)")
+	fs.DurationVar(&o.observeFollowed, "job-observe-followed-interval", exprojector.DefaultJobPolicy.FollowedObserveBase, "first pause between Observes of a Job whose execution a change feed follows (the kubernetes executor's watch of its native Jobs wakes the Job when the result comes; this timed Observe is the safety net and shows Running); used when longer than --job-observe-interval, capped at --job-observe-max-interval (> 0)")
 	fs.DurationVar(&o.observeMax, "job-observe-max-interval", exprojector.DefaultJobPolicy.ObserveMax, "longest pause between two Observes of a running Job whose state does not change (> 0; the pause starts at --job-observe-interval and doubles)")
 	fs.StringVar(&o.osCAFile, "opensandbox-ca-file", "", "PEM file of extra CAs the opensandbox executor (and the JobClass probe) trust for https endpoints, besides the system roots")
 	fs.DurationVar(&o.osProvision, "opensandbox-provision-timeout", osexec.DefaultProvisionTimeout, "how long one Ensure waits for a new sandbox to run before its delivery is retried (> 0)")
@@ -117,8 +117,8 @@ func (o *executionOptions) validate(on selection) []error {
 	if o.observeBase <= 0 || o.observeBase > o.observeMax {
 		errs = append(errs, fmt.Errorf("--job-observe-interval must be a positive duration not above --job-observe-max-interval, got %s", o.observeBase))
 	}
-	if o.observeFollowed <= 0 || o.observeFollowed > o.observeMax {
-		errs = append(errs, fmt.Errorf("--job-observe-followed-interval must be a positive duration not above --job-observe-max-interval, got %s", o.observeFollowed))
+	if o.observeFollowed <= 0 {
+		errs = append(errs, fmt.Errorf("--job-observe-followed-interval must be a positive duration, got %s", o.observeFollowed))
 	}
 	if o.jobWorkers <= 0 {
 		errs = append(errs, fmt.Errorf("--job-workers must be positive, got %d", o.jobWorkers))

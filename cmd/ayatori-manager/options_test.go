@@ -46,9 +46,11 @@ func TestFlagValidation(t *testing.T) {
 		{"dot segment", []string{"--openbao-tenant-base-path=a/../b"}, "'..'"},
 		{"data layer in base path", []string{"--openbao-tenant-base-path=tenants/data"}, "KV v2 API segment"},
 		{"zero timeout", []string{"--reconcile-timeout=0s"}, "--reconcile-timeout must be a positive duration"},
-		{"followed Observe pause above the longest", []string{"--job-observe-followed-interval=20s"}, "--job-observe-followed-interval must be a positive duration not above --job-observe-max-interval"},
-		{"followed Observe pause zero", []string{"--job-observe-followed-interval=0s"}, "--job-observe-followed-interval must be"},
-		{"followed Observe pause within a raised longest", []string{"--job-observe-followed-interval=20s", "--job-observe-max-interval=30s"}, ""},
+		// A default must stay valid whatever the other flags say: the
+		// followed pause is capped at the longest, never refused for it.
+		{"longest Observe pause below the followed default", []string{"--job-observe-max-interval=2s"}, ""},
+		{"followed Observe pause above the longest", []string{"--job-observe-followed-interval=20s"}, ""},
+		{"followed Observe pause zero", []string{"--job-observe-followed-interval=0s"}, "--job-observe-followed-interval must be a positive duration"},
 		{"negative resync", []string{"--instance-resync-interval=-1s"}, "--instance-resync-interval"},
 		{"retry max below base", []string{"--retry-base=10s", "--retry-max=1s"}, "--retry-max"},
 		{"bad nats url", []string{"--nats-url=http://x"}, "--nats-url"},

@@ -162,12 +162,16 @@ func TestFollowedObserveWaitsLonger(t *testing.T) {
 		want     time.Duration
 	}{
 		{"feed and revision", true, "1", 4 * time.Second},
+		{"feed, revision, capped at ObserveMax", true, "1", 8 * time.Second},
 		{"no feed", false, "1", time.Second},
 		{"no revision", true, "", time.Second},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			s := newSim(t)
 			s.policy.FollowedObserveBase = 4 * time.Second
+			if c.want == s.policy.ObserveMax {
+				s.policy.FollowedObserveBase = 20 * time.Second
+			}
 			if c.feed {
 				s.facts.ExecutionChanged = func(execution.Reference, string) bool { return false }
 			}

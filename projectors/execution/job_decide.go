@@ -67,7 +67,7 @@ type JobPolicy struct {
 	// is set and the latest outcome reported a revision): the feed wakes
 	// the Job when the result comes, so the timed Observe is only the
 	// safety net for a feed that missed it, and the start of the task
-	// (Running) shows after this pause. 0: ObserveBase.
+	// (Running) shows after this pause. Capped at ObserveMax; 0: ObserveBase.
 	FollowedObserveBase time.Duration
 	// RetryBase and RetryMax bound the back-off of a failed Ensure or
 	// Delete and of an unreachable backend.
@@ -697,8 +697,7 @@ func (d *decider) observeLater() {
 		}
 		base, limit := d.p.ObserveBase, d.p.ObserveMax
 		if d.followed(last) {
-			base = max(base, d.p.FollowedObserveBase)
-			limit = max(limit, base)
+			base = min(max(base, d.p.FollowedObserveBase), limit)
 		}
 		if last.ambiguous {
 			base, limit = d.p.RetryBase, d.p.RetryMax
