@@ -3,6 +3,7 @@ package journal_test
 import (
 	"context"
 	"errors"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -158,7 +159,11 @@ func TestHandBackOnLastDeliveryKeepsIntent(t *testing.T) {
 		<-ctx.Done()
 		return journal.Outcome{}, ctx.Err()
 	}})
-	go func() { done <- s.Consume(actx, cc, dA) }()
+	ccA := cc
+	// The hand-back reaches the server before the pull request is
+	// withdrawn (the order a loaded machine can produce).
+	ccA.BeforeWithdraw = func() { time.Sleep(300 * time.Millisecond) }
+	go func() { done <- s.Consume(actx, ccA, dA) }()
 	select {
 	case <-started:
 	case <-time.After(20 * time.Second):
@@ -177,6 +182,75 @@ func TestHandBackOnLastDeliveryKeepsIntent(t *testing.T) {
 	settled(t, s, cc.Durable)
 	if callsB.Load() != 1 {
 		t.Fatalf("replica B ran the intent %d times", callsB.Load())
+	}
+	nothingPending(t, s)
+}
+
+// (b'') A replica that shuts down hands back what it holds, and the
+// hand-back goes to another replica, never back to the stopping one: a
+// nak that reaches the server before the stopping replica's pull request
+// is withdrawn is redelivered to that pull request at once, naked again,
+// and each round spends a delivery of the intent's DeliveryLimit. Every
+// intent is delivered at most once to the stopping replica and once more
+// to the next.
+func TestHandBackNeverReturnsToTheStoppingReplica(t *testing.T) {
+	n := integration.StartNATS(t)
+	ctx := context.Background()
+	s := open(t, n, journal.Config{})
+	const intents = 12
+	var ids []string
+	var uids []string
+	for range intents {
+		o := obj()
+		in := intent(t, o, "CreateDatabase", 1)
+		if _, err := s.Append(ctx, in); err != nil {
+			t.Fatal(err)
+		}
+		ids, uids = append(ids, in.ID), append(uids, o.UID)
+	}
+	cc := journal.ConsumerConfig{Durable: "exec-handback-once", AckWait: 5 * time.Minute, MaxDeliver: 5,
+		BackOff: []time.Duration{50 * time.Millisecond}, Concurrency: 4}
+	var running atomic.Int32
+	actx, stopA := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	dA := dispatcher(t, map[string]journal.Handler{"CreateDatabase": func(ctx context.Context, r journal.Record) (journal.Outcome, error) {
+		running.Add(1)
+		<-ctx.Done()
+		return journal.Outcome{}, ctx.Err()
+	}})
+	ccA := cc
+	// The hand-backs reach the server before the pull request is
+	// withdrawn (what a loaded machine does at random).
+	ccA.BeforeWithdraw = func() { time.Sleep(300 * time.Millisecond) }
+	go func() { done <- s.Consume(actx, ccA, dA) }()
+	for deadline := time.Now().Add(20 * time.Second); running.Load() < int32(cc.Concurrency); {
+		if time.Now().After(deadline) {
+			t.Fatalf("replica A runs %d intents, want %d", running.Load(), cc.Concurrency)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	stopA()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	deliveries := map[string]int{}
+	runConsumer(t, s, cc, map[string]journal.Handler{"CreateDatabase": func(ctx context.Context, r journal.Record) (journal.Outcome, error) {
+		mu.Lock()
+		deliveries[r.ID] = journal.DeliveryOf(ctx)
+		mu.Unlock()
+		return journal.Outcome{Result: journal.Result{Class: journal.Succeeded}}, nil
+	}})
+	for i := range ids {
+		waitOutcome(t, s, uids[i], ids[i], journal.Succeeded)
+	}
+	settled(t, s, cc.Durable)
+	mu.Lock()
+	defer mu.Unlock()
+	for _, id := range ids {
+		if deliveries[id] > 2 {
+			t.Errorf("intent %s reached replica B on delivery %d, want at most 2 (one to A, one to B)", id, deliveries[id])
+		}
 	}
 	nothingPending(t, s)
 }

@@ -80,6 +80,10 @@ type ConsumerConfig struct {
 	// AfterOutcome, when set, runs after the outcome is appended and before
 	// the intent is acked (crash-test failpoint; nil in production).
 	AfterOutcome func(intent Record)
+	// BeforeWithdraw, when set, runs on shutdown before Consume withdraws
+	// its pull request from the server (race failpoint; nil in
+	// production).
+	BeforeWithdraw func()
 	// OnUntrusted, when set, is told every intent Consume refused for
 	// want of a valid proof of origin (for logs and Events; the record is
 	// someone else's: its fields are data, never trusted).
@@ -187,9 +191,13 @@ func (s *Store) Consume(ctx context.Context, cfg ConsumerConfig, d *Dispatcher) 
 	sem := make(chan struct{}, cfg.Concurrency)
 	var wg sync.WaitGroup
 	defer wg.Wait()
+	// Closed once ctx ended and no pull request of this Consume is left on
+	// the server: the hand-backs wait for it (see handBack).
+	withdrawn := make(chan struct{})
+	defer close(withdrawn) // before wg.Wait: handlers may wait for it
 	failures := 0
 	for {
-		took, err := s.pull(ctx, cfg, d, sem, &wg)
+		took, err := s.pull(ctx, cfg, d, sem, &wg, withdrawn)
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -222,7 +230,7 @@ var pullRestartBackOff = []time.Duration{500 * time.Millisecond, time.Second, 2 
 // back what it buffered). took reports whether it received any intent.
 // Handlers it starts run under wg, at most cap(sem) at once, and may
 // outlive it.
-func (s *Store) pull(ctx context.Context, cfg ConsumerConfig, d *Dispatcher, sem chan struct{}, wg *sync.WaitGroup) (took bool, err error) {
+func (s *Store) pull(ctx context.Context, cfg ConsumerConfig, d *Dispatcher, sem chan struct{}, wg *sync.WaitGroup, withdrawn <-chan struct{}) (took bool, err error) {
 	cons, err := s.DurableConsumer(ctx, d.Domain(), cfg)
 	if err != nil {
 		return false, err
@@ -236,16 +244,28 @@ func (s *Store) pull(ctx context.Context, cfg ConsumerConfig, d *Dispatcher, sem
 	go func() {
 		select {
 		case <-ctx.Done():
+			if cfg.BeforeWithdraw != nil {
+				cfg.BeforeWithdraw()
+			}
 			// Drain: stop pulling, but let Next return what is buffered
 			// so it can be handed back below.
 			iter.Drain()
 		case <-done:
 		}
 	}()
+	// held are the intents received after ctx ended, never started.
+	var held []jetstream.Msg
 	for {
 		m, err := iter.Next()
 		if err != nil {
 			if ctx.Err() != nil {
+				// The iterator is drained: the server has processed the
+				// withdrawal of the pull request (the client flushes
+				// before it closes the iterator), so a nak can no longer
+				// come back to this replica.
+				for _, m := range held {
+					_ = m.Nak()
+				}
 				return took, nil
 			}
 			iter.Stop()
@@ -253,16 +273,23 @@ func (s *Store) pull(ctx context.Context, cfg ConsumerConfig, d *Dispatcher, sem
 		}
 		took = true
 		if ctx.Err() != nil {
-			_ = m.Nak()
+			held = append(held, m)
 			continue
 		}
-		sem <- struct{}{}
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			// The running handlers hand back only once the pull
+			// request is withdrawn, which waits for this loop.
+			held = append(held, m)
+			continue
+		}
 		wg.Add(1)
 		var once sync.Once
 		free := func() { once.Do(func() { <-sem }) }
 		go func() {
 			defer func() { free(); wg.Done() }()
-			s.handle(context.WithValue(ctx, consumerSlotKey{}, free), cfg, m, d)
+			s.handle(context.WithValue(ctx, consumerSlotKey{}, free), cfg, m, d, withdrawn)
 		}()
 	}
 }
@@ -316,13 +343,14 @@ const (
 	// retry: the handler failed transiently and the budget is not spent:
 	// nak with back-off.
 	retry
-	// handBack: shutting down; nak at once so another replica takes it.
+	// handBack: shutting down; nak as soon as this replica's pull
+	// request is withdrawn, so another replica takes it at once.
 	handBack
 	// term: a message that can not be attributed to any object.
 	term
 )
 
-func (s *Store) handle(ctx context.Context, cfg ConsumerConfig, m jetstream.Msg, d *Dispatcher) {
+func (s *Store) handle(ctx context.Context, cfg ConsumerConfig, m jetstream.Msg, d *Dispatcher, withdrawn <-chan struct{}) {
 	md, err := m.Metadata()
 	if err != nil {
 		_ = m.Term()
@@ -357,6 +385,13 @@ func (s *Store) handle(ctx context.Context, cfg ConsumerConfig, m jetstream.Msg,
 	case retry:
 		_ = m.NakWithDelay(cfg.backoff(md.NumDelivered))
 	case handBack:
+		if ctx.Err() != nil {
+			// A nak that reaches the server while this replica's pull
+			// request is still there is redelivered to it at once, naked
+			// again, and so on: each round spends a delivery of
+			// DeliveryLimit. Wait until the pull request is withdrawn.
+			<-withdrawn
+		}
 		_ = m.Nak()
 	case term:
 		_ = m.Term()

@@ -594,7 +594,7 @@ func waitOutcomeWithin(t *testing.T, s *journal.Store, uid, intentID string, cla
 		}
 		if o, ok := journal.Fold(recs).OutcomeOf(intentID); ok {
 			if o.Result.Class != class {
-				t.Fatalf("outcome of %s is %s/%s, want %s", intentID, o.Result.Class, o.Result.Reason, class)
+				t.Fatalf("outcome of %s is %s/%s (%q), want %s", intentID, o.Result.Class, o.Result.Reason, o.Result.Message, class)
 			}
 			return o
 		}
