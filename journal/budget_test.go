@@ -186,7 +186,7 @@ func TestHandBackOnLastDeliveryKeepsIntent(t *testing.T) {
 	nothingPending(t, s)
 }
 
-// (b”) A replica that shuts down hands back what it holds, and the
+// (b3) A replica that shuts down hands back what it holds, and the
 // hand-back goes to another replica, never back to the stopping one: a
 // nak that reaches the server before the stopping replica's pull request
 // is withdrawn is redelivered to that pull request at once, naked again,
