@@ -177,7 +177,9 @@ func (s *Store) DurableConsumer(ctx context.Context, domain string, cfg Consumer
 // When ctx ends it stops pulling and hands back (naks) every intent it
 // holds but has not finished, the buffered ones and those whose handler
 // was interrupted, so another replica's consumer gets them at once instead
-// of after AckWait. In-flight handlers see ctx cancelled; Consume returns
+// of after AckWait. Those naks wait until its pull request is withdrawn
+// from the server; one sent before would come back to this draining
+// consumer and spend the intent's DeliveryLimit. In-flight handlers see ctx cancelled; Consume returns
 // nil after they have.
 func (s *Store) Consume(ctx context.Context, cfg ConsumerConfig, d *Dispatcher) error {
 	s.cfg.Metrics.initOperations(d.Operations())
