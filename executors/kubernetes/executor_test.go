@@ -555,6 +555,52 @@ func TestExecutor(t *testing.T) {
 		}
 	})
 
+	t.Run("EnsureCreatesFirst", func(t *testing.T) {
+		f := s.fixture(t, "create-first", "runner", true)
+		// A new execution: the create comes first, with no read of the
+		// native Job before it (issue 28: one GET per Job fewer).
+		workload := &countingClient{Client: s.c}
+		ex := &kexec.Executor{Management: s.c, Workload: workload, Actor: "kexec-test", Proof: s.exec.Proof}
+		f.suite = &suite{w: s.w, c: s.c, exec: ex, h: ex.Handlers()}
+		j := f.job("first", integration.ImageSucceed, nil)
+		if o := f.obs(execution.OpEnsure, j, f.ensurePayload(j)); !o.Created {
+			t.Fatalf("Ensure of a new Job: %+v", o)
+		}
+		if n := workload.jobReads.Load(); n != 0 {
+			t.Fatalf("%d reads of the native Job before creating it, want 0", n)
+		}
+		// A redelivery finds it through the create's AlreadyExists.
+		o := f.obs(execution.OpEnsure, j, f.ensurePayload(j))
+		if o.Created || o.State == execution.StateNotFound {
+			t.Fatalf("Ensure redelivered: %+v", o)
+		}
+		// An execution that exists is reported even when the admission
+		// would now refuse to create one (a cancelled Job): the Ensure
+		// created it, and "nothing was created" would be false.
+		if err := f.c.Get(f.ctx, client.ObjectKeyFromObject(j), j); err != nil {
+			t.Fatal(err)
+		}
+		j.Spec.DesiredState = executionv1alpha1.JobDesiredStateCancelled
+		if err := f.c.Update(f.ctx, j); err != nil {
+			t.Fatal(err)
+		}
+		if o := f.obs(execution.OpEnsure, j, f.ensurePayload(j)); o.Created || o.State == execution.StateNotFound {
+			t.Fatalf("Ensure of a cancelled Job whose execution exists: %+v", o)
+		}
+		if n := f.natives(j); len(n) != 1 {
+			t.Fatalf("%d native Jobs, want 1", len(n))
+		}
+		// A refused admission with the execution missing still creates
+		// nothing.
+		cx := f.job("refused", integration.ImageSucceed, nil, func(j *executionv1alpha1.Job) {
+			j.Spec.DesiredState = executionv1alpha1.JobDesiredStateCancelled
+		})
+		f.failed(execution.OpEnsure, cx, f.ensurePayload(cx), executionv1alpha1.ReasonCancelled)
+		if n := f.natives(cx); len(n) != 0 {
+			t.Fatalf("%d native Jobs of a refused Ensure", len(n))
+		}
+	})
+
 	t.Run("DesiredStateCancelled", func(t *testing.T) {
 		f := s.fixture(t, "cancelled", "runner", true)
 		j := f.job("cxl", integration.ImageSucceed, nil, func(j *executionv1alpha1.Job) {
@@ -727,6 +773,19 @@ type countingReader struct {
 func (r *countingReader) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
 	r.n.Add(1)
 	return r.Reader.Get(ctx, key, obj, opts...)
+}
+
+// countingClient counts the reads of batch/v1 Jobs it passes on.
+type countingClient struct {
+	client.Client
+	jobReads atomic.Int64
+}
+
+func (c *countingClient) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	if _, ok := obj.(*batchv1.Job); ok {
+		c.jobReads.Add(1)
+	}
+	return c.Client.Get(ctx, key, obj, opts...)
 }
 
 // notFoundReader is a cache that has seen nothing.

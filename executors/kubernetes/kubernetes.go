@@ -37,15 +37,17 @@
 //
 // Operations:
 //
-//	Ensure   finds the native Job by name first and reports it (Created
-//	         false). Otherwise re-reads the Ayatori Job, its parameters and
-//	         the ServiceAccount and refuses, creating nothing, when the Job
+//	Ensure   re-reads the Ayatori Job, its parameters and the
+//	         ServiceAccount and refuses, creating nothing, when the Job
 //	         is gone, recreated, being deleted or cancelled (Cancelled), its
 //	         task no longer matches the intent's digest (TaskChanged), the
 //	         parameters are gone or recreated (ParametersChanged), the
 //	         ServiceAccount is missing (ServiceAccountNotFound) or the
 //	         resources do not parse (InvalidResources); then creates it
-//	         (Created true only when this create succeeded).
+//	         (Created true only when this create succeeded). Whenever the
+//	         create does not succeed, it reads the native Job by name and
+//	         reports one created before (Created false) instead of the
+//	         refusal or the error.
 //	Observe  reads the native Job and its pods (see observe).
 //	Cancel   sets spec.suspend (merge patch with an optimistic lock): the
 //	         Job controller deletes the active pods. Repeatable.
@@ -469,26 +471,44 @@ func (e *Executor) delete(ctx context.Context, rec journal.Record) (execution.Ob
 	return execution.Observation{State: execution.StateStopping, References: references(job), Revision: job.ResourceVersion, Message: "deletion in progress"}, nil
 }
 
-// ensure executes Ensure (see the package doc).
+// ensure executes Ensure (see the package doc). The create comes first:
+// a new execution costs no read of the native Job before it (issue 28).
+// Whenever the create does not succeed (the name is taken, the admission
+// refuses, the API refuses or does not answer), the native Job is read by
+// name, and one created before (a crash after the create, a redelivery, a
+// Job cancelled since) is reported instead: a refusal says "no execution
+// was created" only when none exists.
 func (e *Executor) ensure(ctx context.Context, rec journal.Record, in execution.EnsureIntent) (execution.Observation, error) {
 	n, err := nativeOf(rec)
 	if err != nil {
 		return execution.Observation{}, err
 	}
-	// 1. An execution created before (a crash after the create, a
-	// redelivery): report it.
-	if job, err := e.get(ctx, n); err != nil || job != nil {
-		if err != nil {
-			return execution.Observation{}, err
-		}
-		return e.observeJob(ctx, job)
+	o, err := e.create(ctx, rec, in, n)
+	if err == nil {
+		return o, nil
 	}
-	// 2-4. Nothing exists: check that the execution may still be created.
+	job, gerr := e.get(ctx, n)
+	switch {
+	case gerr != nil:
+		return execution.Observation{}, gerr
+	case job != nil:
+		return e.observeJob(ctx, job)
+	case isAlreadyExists(err):
+		return execution.Observation{}, errors.New("the native Job existed at create and is gone now")
+	}
+	return execution.Observation{}, err
+}
+
+// create admits the execution (the Ayatori Job, its class, parameters and
+// ServiceAccount) and creates the native Job n: Created true when this
+// create succeeded. Errors: the admission's refusal, the create's
+// AlreadyExists or transient error as is, any other API refusal as
+// execution.NothingCreated.
+func (e *Executor) create(ctx context.Context, rec journal.Record, in execution.EnsureIntent, n native) (execution.Observation, error) {
 	aj, params, err := e.admit(ctx, rec, in)
 	if err != nil {
 		return execution.Observation{}, err
 	}
-	// 5. Create.
 	job, err := buildJob(n, rec.Object.Name, aj, params, in.Resources)
 	if err != nil {
 		return execution.Observation{}, err
@@ -500,18 +520,9 @@ func (e *Executor) ensure(ctx context.Context, rec journal.Record, in execution.
 		o := observe(job, nil)
 		o.Created = true
 		return o, nil
-	case isAlreadyExists(err):
-		// Created by a concurrent delivery of this intent (or taken).
-		found, err := e.get(ctx, n)
-		if err != nil {
-			return execution.Observation{}, err
-		}
-		if found == nil {
-			return execution.Observation{}, errors.New("the native Job existed at create and is gone now")
-		}
-		return e.observeJob(ctx, found)
-	case classify(err).Transient:
-		// Ambiguous: the redelivery finds it by name if it was created.
+	case isAlreadyExists(err) || classify(err).Transient:
+		// Taken (by a concurrent delivery of this intent, or by someone
+		// else), or ambiguous: ensure reads the name.
 		return execution.Observation{}, err
 	default:
 		return execution.Observation{}, execution.NothingCreated(err)
