@@ -283,7 +283,9 @@ func (o *executionOptions) workloadClient(mgr manager.Manager) (client.Client, e
 	if err != nil {
 		return nil, err
 	}
-	return client.New(cfg, client.Options{Scheme: scheme})
+	// With watch: Delete waits for a finished native Job's removal on a
+	// watch instead of reading it again (executors/kubernetes).
+	return client.NewWithWatch(cfg, client.Options{Scheme: scheme})
 }
 
 // workloadConfig is the workload cluster's REST config (the management

@@ -15,6 +15,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
@@ -41,10 +42,11 @@ func TestMain(m *testing.M) {
 }
 
 type suite struct {
-	w    *integration.Workload
-	c    client.Client
-	exec *kexec.Executor
-	h    map[string]journal.Handler
+	w        *integration.Workload
+	c        client.Client
+	watching client.WithWatch
+	exec     *kexec.Executor
+	h        map[string]journal.Handler
 }
 
 // fixture is one subtest's namespace, ServiceAccount and parameters.
@@ -242,7 +244,12 @@ func TestExecutor(t *testing.T) {
 	start := time.Now()
 	w := integration.StartWorkload(t, integration.WorkloadOptions{})
 	t.Logf("workload up in %s", time.Since(start).Round(100*time.Millisecond))
-	e := &kexec.Executor{Management: w.CP.Client, Workload: w.CP.Client, Actor: "kexec-test",
+	// The manager's workload client can watch (Delete waits on a watch).
+	watching, err := client.NewWithWatch(w.CP.Config, client.Options{Scheme: w.CP.Scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &kexec.Executor{Management: w.CP.Client, Workload: watching, Actor: "kexec-test",
 		Proof: journal.ObjectProof{Signer: integration.JournalSigner(t), Trust: integration.JournalTrust(t)}}
 	d, err := journal.NewDispatcher(execution.Domain)
 	if err != nil {
@@ -254,7 +261,7 @@ func TestExecutor(t *testing.T) {
 	if got := strings.Join(d.Operations(), ","); got != "Cancel,Delete,Ensure,Observe" {
 		t.Fatalf("registered operations %s", got)
 	}
-	s := &suite{w: w, c: w.CP.Client, exec: e, h: e.Handlers()}
+	s := &suite{w: w, c: w.CP.Client, watching: watching, exec: e, h: e.Handlers()}
 
 	t.Run("Succeeds", func(t *testing.T) {
 		f := s.fixture(t, "succeeds", "runner", true)
@@ -693,6 +700,42 @@ func TestExecutor(t *testing.T) {
 		}
 	})
 
+	// The wait for the garbage collector is one watch of the native Job's
+	// name, not reads every 100 ms, doubling (issue 28); a client that
+	// can not watch still reads.
+	t.Run("DeleteFinishedOnOneWatch", func(t *testing.T) {
+		f := s.fixture(t, "delete-watch", "runner", true)
+		done := func(name string) *executionv1alpha1.Job {
+			j := f.job(name, integration.ImageSucceed, nil)
+			f.obs(execution.OpEnsure, j, f.ensurePayload(j))
+			f.until(j, "Succeeded", func(o execution.Observation) bool { return o.Terminal })
+			return j
+		}
+		j := done("watched")
+		watching := &countingWatchClient{WithWatch: s.watching}
+		ex := &kexec.Executor{Management: s.c, Workload: watching, Actor: "kexec-test", Proof: s.exec.Proof}
+		f.suite = &suite{w: s.w, c: s.c, watching: s.watching, exec: ex, h: ex.Handlers()}
+		if o := f.obs(execution.OpDelete, j, exe); o.State != execution.StateNotFound {
+			t.Fatalf("Delete of a finished Job on a watch: %+v, want NotFound", o)
+		}
+		if r, w := watching.jobReads.Load(), watching.watches.Load(); r != 1 || w != 1 {
+			t.Fatalf("Delete read the native Job %d times and watched it %d times, want 1 and 1", r, w)
+		}
+		if n := f.natives(j); len(n) != 0 {
+			t.Fatalf("%d native Jobs left", len(n))
+		}
+		j = done("polled")
+		polling := &countingClient{Client: s.c}
+		ex = &kexec.Executor{Management: s.c, Workload: polling, Actor: "kexec-test", Proof: s.exec.Proof}
+		f.suite = &suite{w: s.w, c: s.c, watching: s.watching, exec: ex, h: ex.Handlers()}
+		if o := f.obs(execution.OpDelete, j, exe); o.State != execution.StateNotFound {
+			t.Fatalf("Delete of a finished Job without a watch: %+v, want NotFound", o)
+		}
+		if r := polling.jobReads.Load(); r < 2 {
+			t.Fatalf("Delete without a watch read the native Job %d times, want the read before and at least one after", r)
+		}
+	})
+
 	t.Run("DeletedOutOfBand", func(t *testing.T) {
 		f := s.fixture(t, "oob", "runner", true)
 		j := f.job("oob", integration.ImageHang, nil)
@@ -786,6 +829,27 @@ func (c *countingClient) Get(ctx context.Context, key client.ObjectKey, obj clie
 		c.jobReads.Add(1)
 	}
 	return c.Client.Get(ctx, key, obj, opts...)
+}
+
+// countingWatchClient counts the reads and watches of batch/v1 Jobs it
+// passes on.
+type countingWatchClient struct {
+	client.WithWatch
+	jobReads, watches atomic.Int64
+}
+
+func (c *countingWatchClient) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	if _, ok := obj.(*batchv1.Job); ok {
+		c.jobReads.Add(1)
+	}
+	return c.WithWatch.Get(ctx, key, obj, opts...)
+}
+
+func (c *countingWatchClient) Watch(ctx context.Context, list client.ObjectList, opts ...client.ListOption) (watch.Interface, error) {
+	if _, ok := list.(*batchv1.JobList); ok {
+		c.watches.Add(1)
+	}
+	return c.WithWatch.Watch(ctx, list, opts...)
 }
 
 // notFoundReader is a cache that has seen nothing.

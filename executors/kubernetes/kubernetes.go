@@ -52,9 +52,11 @@
 //	Cancel   sets spec.suspend (merge patch with an optimistic lock): the
 //	         Job controller deletes the active pods. Repeatable.
 //	Delete   deletes the native Job (UID precondition, foreground), waits
-//	         up to DeleteWait for a finished one to be gone (reads at 100
-//	         ms, doubling) and reports NotFound once it is, else Succeeded with State
-//	         Stopping ("deletion in progress"): the projector asks again.
+//	         up to DeleteWait for a finished one to be gone (on one watch of
+//	         its name when Workload can watch, else reads at 100 ms,
+//	         doubling) and reports NotFound once it is, else Succeeded with
+//	         State Stopping ("deletion in progress"): the projector asks
+//	         again.
 //
 // Outcomes: a Succeeded outcome carries the Observation (Result.Message is
 // "<State>: <Observation.Message>"; Result.Reason stays empty, so an observed
@@ -83,6 +85,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	executionv1alpha1 "git.ddupan.top/panxiao81/ayatori/api/execution/v1alpha1"
@@ -90,7 +93,7 @@ import (
 	"git.ddupan.top/panxiao81/ayatori/journal"
 )
 
-// +kubebuilder:rbac:groups=batch,resources=jobs,verbs=get;create;patch;delete
+// +kubebuilder:rbac:groups=batch,resources=jobs,verbs=get;create;patch;delete;watch
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list
 // +kubebuilder:rbac:groups="",resources=serviceaccounts,verbs=get
 // +kubebuilder:rbac:groups=execution.ayatori.ddupan.top,resources=jobclasses,verbs=get;list;watch
@@ -149,6 +152,11 @@ type Executor struct {
 	Cached client.Reader
 	// Workload is the cluster the native Jobs run in (usually the same
 	// cluster): batch/v1 Jobs, pods, ServiceAccounts. Uncached reads.
+	// When it also implements client.WithWatch (client.NewWithWatch),
+	// Delete waits for a finished native Job's removal on one watch of
+	// its name instead of reading it again every 100 ms, doubling (it
+	// falls back to those reads when the watch can not follow, e.g.
+	// without the watch right on batch/v1 Jobs).
 	Workload client.Client
 	// Actor names this executor instance; it is the field manager of the
 	// native Jobs' writes (default "ayatori-executor-kubernetes").
@@ -450,9 +458,21 @@ func (e *Executor) delete(ctx context.Context, rec journal.Record) (execution.Ob
 			return execution.Observation{}, err
 		}
 	}
+	deadline := time.Now().Add(wait)
+	if w, ok := e.Workload.(client.WithWatch); ok && wait > 0 {
+		gone, last, err := waitGone(ctx, w, job, deadline)
+		switch {
+		case err != nil:
+			return execution.Observation{}, err
+		case gone:
+			return observe(nil, nil), nil
+		case last != nil:
+			return execution.Observation{State: execution.StateStopping, References: references(last), Revision: last.ResourceVersion, Message: "deletion in progress"}, nil
+		}
+		// The watch could not follow the Job: poll for the time left.
+	}
 	// The read above (or the delete's answer) is this instant: the first
 	// fresh read comes after the first pause, not right away.
-	deadline := time.Now().Add(wait)
 	for pause := 100 * time.Millisecond; ; pause *= 2 {
 		left := time.Until(deadline)
 		if left <= 0 {
@@ -469,6 +489,51 @@ func (e *Executor) delete(ctx context.Context, rec journal.Record) (execution.Ob
 		}
 	}
 	return execution.Observation{State: execution.StateStopping, References: references(job), Revision: job.ResourceVersion, Message: "deletion in progress"}, nil
+}
+
+// waitGone follows native Job job, which Delete just deleted, on one watch
+// of its name (from the resourceVersion job was read at) until the API
+// server reports its removal (gone) or deadline passes (last: the latest
+// state seen). The watch is the API server's own stream of that name, not
+// a cache selected by labels, and the removal counts only for job's UID.
+// last is nil, with no error, when the watch could not follow the Job (it
+// could not start, for example without the watch right, or it ended before
+// the deadline, or the resourceVersion had expired): the caller reads again
+// instead. err is the context's error when ctx ends.
+func waitGone(ctx context.Context, w client.WithWatch, job *batchv1.Job, deadline time.Time) (gone bool, last *batchv1.Job, err error) {
+	wctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	wi, err := w.Watch(wctx, &batchv1.JobList{}, client.InNamespace(job.Namespace),
+		client.MatchingFields{"metadata.name": job.Name}, &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: job.ResourceVersion}})
+	if err != nil {
+		return false, nil, ctx.Err()
+	}
+	defer wi.Stop()
+	last = job
+	for {
+		select {
+		case <-wctx.Done():
+			if ctx.Err() != nil {
+				return false, nil, ctx.Err()
+			}
+			return false, last, nil
+		case ev, open := <-wi.ResultChan():
+			if !open {
+				return false, nil, nil
+			}
+			j, ok := ev.Object.(*batchv1.Job)
+			switch {
+			case ev.Type == watch.Error || !ok:
+				return false, nil, nil
+			case j.UID != job.UID:
+				// Another object that took the name: not this one.
+			case ev.Type == watch.Deleted:
+				return true, nil, nil
+			default:
+				last = j
+			}
+		}
+	}
 }
 
 // ensure executes Ensure (see the package doc). The create comes first:
