@@ -3,6 +3,7 @@ package kubernetes
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 
 	batchv1 "k8s.io/api/batch/v1"
@@ -12,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/watch"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
@@ -271,5 +273,42 @@ func TestCompletionNeedsAyatorisPod(t *testing.T) {
 	o, _ := out.Payload.(execution.Observation)
 	if err != nil || o.State != execution.StateFailed || o.Reason != executionv1alpha1.ReasonBackendFailed {
 		t.Fatalf("observation %+v, %v", o, err)
+	}
+}
+
+// TestDeleteWithoutWatchRight: a workload client whose watch is refused
+// (no watch right on batch/v1 Jobs, as with an --execution-kubeconfig
+// that lacks it) still waits for a finished native Job's removal, by
+// reading it again.
+func TestDeleteWithoutWatchRight(t *testing.T) {
+	aj, p, sa := fixtures()
+	var watches atomic.Int64
+	e, c := fakeExecutor(t, nil, aj, p, sa)
+	ctx := context.Background()
+	out, err := e.Handlers()[execution.OpEnsure](ctx, ensureRecord(t, aj))
+	if err != nil || out.Result.Class != journal.Succeeded {
+		t.Fatalf("Ensure: %+v %v", out, err)
+	}
+	name, _ := execution.NativeJobName(testUID)
+	nj := &batchv1.Job{}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: "ns", Name: name}, nj); err != nil {
+		t.Fatal(err)
+	}
+	nj.Status.Conditions = []batchv1.JobCondition{{Type: batchv1.JobComplete, Status: corev1.ConditionTrue}}
+	if err := c.Status().Update(ctx, nj); err != nil {
+		t.Fatal(err)
+	}
+	e.Workload = interceptor.NewClient(c.(client.WithWatch), interceptor.Funcs{
+		Watch: func(ctx context.Context, c client.WithWatch, list client.ObjectList, opts ...client.ListOption) (watch.Interface, error) {
+			watches.Add(1)
+			return nil, apierrors.NewForbidden(schema.GroupResource{Group: "batch", Resource: "jobs"}, "", errors.New("no watch right"))
+		},
+	})
+	rec, _ := journal.NewIntent(ensureRecord(t, aj).Object, execution.OpDelete, "", 1, execution.ExecutionIntent{Adapter: execution.AdapterKubernetes,
+		References: []execution.Reference{{Type: ReferenceTypeJob, ID: string(nj.UID)}}})
+	out, err = e.Handlers()[execution.OpDelete](ctx, rec)
+	o, _ := out.Payload.(execution.Observation)
+	if err != nil || out.Result.Class != journal.Succeeded || o.State != execution.StateNotFound || watches.Load() != 1 {
+		t.Fatalf("Delete with the watch refused: %+v, %v (%d watches)", out, err, watches.Load())
 	}
 }
