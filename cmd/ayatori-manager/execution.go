@@ -73,6 +73,7 @@ var executionBackends = []executionBackend{
 type executionOptions struct {
 	workloadKubeconfig string
 	jobWorkers         int
+	ttlWorkers         int
 	observeBase        time.Duration
 	observeFollowed    time.Duration
 	observeMax         time.Duration
@@ -99,6 +100,7 @@ func newExecutionDomain() *domain {
 func (o *executionOptions) bind(fs *flag.FlagSet) {
 	fs.StringVar(&o.workloadKubeconfig, "execution-kubeconfig", "", "kubeconfig of the cluster the kubernetes executor runs native batch/v1 Jobs in (default: the management cluster)")
 	fs.IntVar(&o.jobWorkers, "job-workers", 8, "how many Jobs the job projector reconciles at once (> 0)")
+	fs.IntVar(&o.ttlWorkers, "job-ttl-workers", exprojector.DefaultTTLWorkers, "how many Jobs the TTL controller reconciles at once (> 0; an expired Job costs it a fresh read, a journal append, an Event and a delete)")
 	fs.DurationVar(&o.observeBase, "job-observe-interval", exprojector.DefaultJobPolicy.ObserveBase, "first pause between Observes of a Job, after its Ensure and after every state change (> 0, at most --job-observe-max-interval); it doubles while the state stays the same")
 	fs.DurationVar(&o.observeFollowed, "job-observe-followed-interval", exprojector.DefaultJobPolicy.FollowedObserveBase, "first pause between Observes of a Job whose execution a change feed follows (the kubernetes executor's watch of its native Jobs wakes the Job when the result comes; this timed Observe is the safety net and shows Running); used when longer than --job-observe-interval, capped at --job-observe-max-interval (> 0)")
 	fs.DurationVar(&o.observeMax, "job-observe-max-interval", exprojector.DefaultJobPolicy.ObserveMax, "longest pause between two Observes of a running Job whose state does not change (> 0; the pause starts at --job-observe-interval and doubles)")
@@ -122,6 +124,9 @@ func (o *executionOptions) validate(on selection) []error {
 	}
 	if o.jobWorkers <= 0 {
 		errs = append(errs, fmt.Errorf("--job-workers must be positive, got %d", o.jobWorkers))
+	}
+	if o.ttlWorkers <= 0 {
+		errs = append(errs, fmt.Errorf("--job-ttl-workers must be positive, got %d", o.ttlWorkers))
 	}
 	if o.resolveRecheck <= 0 {
 		errs = append(errs, fmt.Errorf("--job-resolve-interval must be a positive duration, got %s", o.resolveRecheck))
@@ -221,7 +226,7 @@ func (o *executionOptions) setup(_ context.Context, mgr manager.Manager, store *
 		}
 	}
 	if on.projector(jobTTLProjector) {
-		r := &exprojector.TTLReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Journal: store, Recorder: rec}
+		r := &exprojector.TTLReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Journal: store, Recorder: rec, Workers: o.ttlWorkers}
 		if err := r.SetupWithManager(mgr); err != nil {
 			return nil, fmt.Errorf("set up the Job TTL controller: %w", err)
 		}

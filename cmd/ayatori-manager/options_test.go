@@ -50,6 +50,7 @@ func TestFlagValidation(t *testing.T) {
 		// followed pause is capped at the longest, never refused for it.
 		{"longest Observe pause below the followed default", []string{"--job-observe-max-interval=2s"}, ""},
 		{"followed Observe pause above the longest", []string{"--job-observe-followed-interval=20s"}, ""},
+		{"TTL workers zero", []string{"--job-ttl-workers=0"}, "--job-ttl-workers must be positive"},
 		{"followed Observe pause zero", []string{"--job-observe-followed-interval=0s"}, "--job-observe-followed-interval must be a positive duration"},
 		{"negative resync", []string{"--instance-resync-interval=-1s"}, "--instance-resync-interval"},
 		{"retry max below base", []string{"--retry-base=10s", "--retry-max=1s"}, "--retry-max"},

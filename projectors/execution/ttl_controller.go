@@ -63,20 +63,30 @@ type TTLReconciler struct {
 	Recorder  events.EventRecorder
 	// Clock is "now" (tests inject a fake one).
 	Clock clock.PassiveClock
+	// Workers is how many Jobs are reconciled at once (default
+	// DefaultTTLWorkers). An expired Job costs a fresh read, a journal
+	// append, an Event and a delete.
+	Workers int
 
 	mu   sync.Mutex
 	seen map[types.UID]time.Time
 }
+
+// DefaultTTLWorkers is TTLReconciler.Workers' default.
+const DefaultTTLWorkers = 2
 
 // SetupWithManager registers the controller.
 func (r *TTLReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.Clock == nil {
 		r.Clock = clock.RealClock{}
 	}
+	if r.Workers <= 0 {
+		r.Workers = DefaultTTLWorkers
+	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("jobttl").
 		For(&executionv1alpha1.Job{}, builder.WithPredicates(TTLRelevant())).
-		WithOptions(controller.Options{MaxConcurrentReconciles: 2}).
+		WithOptions(controller.Options{MaxConcurrentReconciles: r.Workers}).
 		Complete(r)
 }
 
