@@ -88,6 +88,22 @@ func (s *suite) fixture(t *testing.T, ns string, saName string, createSA bool) *
 	return &fixture{suite: s, t: t, ctx: ctx, ns: ns, params: p, class: class}
 }
 
+// with makes f run the operations on ex (the same suite, other clients).
+func (f *fixture) with(ex *kexec.Executor) {
+	f.suite = &suite{w: f.w, c: f.c, watching: f.watching, exec: ex, h: ex.Handlers()}
+}
+
+// created creates a Job named name that succeeds and requires its Ensure
+// to create the native Job.
+func (f *fixture) created(name string) *executionv1alpha1.Job {
+	f.t.Helper()
+	j := f.job(name, integration.ImageSucceed, nil)
+	if o := f.obs(execution.OpEnsure, j, f.ensurePayload(j)); !o.Created {
+		f.t.Fatalf("Ensure of new Job %s: %+v", name, o)
+	}
+	return j
+}
+
 // job creates an Ayatori Job running image with env.
 func (f *fixture) job(name, image string, env []executionv1alpha1.EnvVar, mutate ...func(*executionv1alpha1.Job)) *executionv1alpha1.Job {
 	f.t.Helper()
@@ -517,11 +533,8 @@ func TestExecutor(t *testing.T) {
 		// parameters are always read fresh).
 		fresh := &countingReader{Reader: s.c}
 		cached := &kexec.Executor{Management: fresh, Cached: s.c, Workload: s.c, Actor: "kexec-test", Proof: s.exec.Proof}
-		f.suite = &suite{w: s.w, c: s.c, exec: cached, h: cached.Handlers()}
-		j := f.job("admitted", integration.ImageSucceed, nil)
-		if o := f.obs(execution.OpEnsure, j, f.ensurePayload(j)); !o.Created {
-			t.Fatalf("Ensure admitted on the cache: %+v", o)
-		}
+		f.with(cached)
+		f.created("admitted")
 		if n := fresh.n.Load(); n != 1 {
 			t.Fatalf("%d fresh reads after the cache admitted, want 1 (the parameters)", n)
 		}
@@ -529,11 +542,8 @@ func TestExecutor(t *testing.T) {
 		// admission is decided again on fresh reads.
 		fresh = &countingReader{Reader: s.c}
 		behind := &kexec.Executor{Management: fresh, Cached: notFoundReader{}, Workload: s.c, Actor: "kexec-test", Proof: s.exec.Proof}
-		f.suite = &suite{w: s.w, c: s.c, exec: behind, h: behind.Handlers()}
-		j = f.job("behind", integration.ImageSucceed, nil)
-		if o := f.obs(execution.OpEnsure, j, f.ensurePayload(j)); !o.Created {
-			t.Fatalf("Ensure with a cache behind: %+v", o)
-		}
+		f.with(behind)
+		f.created("behind")
 		if n := fresh.n.Load(); n != 3 {
 			t.Fatalf("%d fresh reads after the cache refused, want 3 (Job, class, parameters)", n)
 		}
@@ -545,8 +555,8 @@ func TestExecutor(t *testing.T) {
 		stale := f.params.DeepCopy()
 		stale.Spec.ServiceAccountName = "looser"
 		lagging := &kexec.Executor{Management: s.c, Cached: staleParams{Reader: s.c, params: stale}, Workload: s.c, Actor: "kexec-test", Proof: s.exec.Proof}
-		f.suite = &suite{w: s.w, c: s.c, exec: lagging, h: lagging.Handlers()}
-		j = f.job("fresh-params", integration.ImageSucceed, nil)
+		f.with(lagging)
+		j := f.job("fresh-params", integration.ImageSucceed, nil)
 		f.obs(execution.OpEnsure, j, f.ensurePayload(j))
 		if n := f.natives(j); len(n) != 1 || n[0].Spec.Template.Spec.ServiceAccountName != f.params.Spec.ServiceAccountName {
 			t.Fatalf("native Jobs %d, built from stale parameters", len(n))
@@ -568,11 +578,8 @@ func TestExecutor(t *testing.T) {
 		// native Job before it (issue 28: one GET per Job fewer).
 		workload := &countingClient{Client: s.c}
 		ex := &kexec.Executor{Management: s.c, Workload: workload, Actor: "kexec-test", Proof: s.exec.Proof}
-		f.suite = &suite{w: s.w, c: s.c, exec: ex, h: ex.Handlers()}
-		j := f.job("first", integration.ImageSucceed, nil)
-		if o := f.obs(execution.OpEnsure, j, f.ensurePayload(j)); !o.Created {
-			t.Fatalf("Ensure of a new Job: %+v", o)
-		}
+		f.with(ex)
+		j := f.created("first")
 		if n := workload.jobReads.Load(); n != 0 {
 			t.Fatalf("%d reads of the native Job before creating it, want 0", n)
 		}
@@ -714,7 +721,7 @@ func TestExecutor(t *testing.T) {
 		j := done("watched")
 		watching := &countingWatchClient{WithWatch: s.watching}
 		ex := &kexec.Executor{Management: s.c, Workload: watching, Actor: "kexec-test", Proof: s.exec.Proof}
-		f.suite = &suite{w: s.w, c: s.c, watching: s.watching, exec: ex, h: ex.Handlers()}
+		f.with(ex)
 		if o := f.obs(execution.OpDelete, j, exe); o.State != execution.StateNotFound {
 			t.Fatalf("Delete of a finished Job on a watch: %+v, want NotFound", o)
 		}
@@ -727,7 +734,7 @@ func TestExecutor(t *testing.T) {
 		j = done("polled")
 		polling := &countingClient{Client: s.c}
 		ex = &kexec.Executor{Management: s.c, Workload: polling, Actor: "kexec-test", Proof: s.exec.Proof}
-		f.suite = &suite{w: s.w, c: s.c, watching: s.watching, exec: ex, h: ex.Handlers()}
+		f.with(ex)
 		if o := f.obs(execution.OpDelete, j, exe); o.State != execution.StateNotFound {
 			t.Fatalf("Delete of a finished Job without a watch: %+v, want NotFound", o)
 		}

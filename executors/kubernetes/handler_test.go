@@ -237,12 +237,10 @@ func TestBuildJob(t *testing.T) {
 	}
 }
 
-// TestCompletionNeedsAyatorisPod: a native Job that the Job controller
-// marked Complete because of a pod it adopted (the labels copied, another
-// image) is not a success: the task's own pod never succeeded.
-func TestCompletionNeedsAyatorisPod(t *testing.T) {
-	aj, p, sa := fixtures()
-	e, c := fakeExecutor(t, nil, aj, p, sa)
+// completedNative runs aj's Ensure on e and marks the native Job it
+// created Complete, as the Job controller would; it returns that Job.
+func completedNative(t *testing.T, e *Executor, c client.Client, aj *executionv1alpha1.Job) *batchv1.Job {
+	t.Helper()
 	ctx := context.Background()
 	out, err := e.Handlers()[execution.OpEnsure](ctx, ensureRecord(t, aj))
 	if err != nil || out.Result.Class != journal.Succeeded {
@@ -257,6 +255,17 @@ func TestCompletionNeedsAyatorisPod(t *testing.T) {
 	if err := c.Status().Update(ctx, nj); err != nil {
 		t.Fatal(err)
 	}
+	return nj
+}
+
+// TestCompletionNeedsAyatorisPod: a native Job that the Job controller
+// marked Complete because of a pod it adopted (the labels copied, another
+// image) is not a success: the task's own pod never succeeded.
+func TestCompletionNeedsAyatorisPod(t *testing.T) {
+	aj, p, sa := fixtures()
+	e, c := fakeExecutor(t, nil, aj, p, sa)
+	ctx := context.Background()
+	nj := completedNative(t, e, c, aj)
 	yes := true
 	lookalike := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "lookalike",
 		Labels:          map[string]string{labelControllerUID: string(nj.UID), execution.LabelJobUID: testUID},
@@ -269,7 +278,7 @@ func TestCompletionNeedsAyatorisPod(t *testing.T) {
 	}
 	rec, _ := journal.NewIntent(ensureRecord(t, aj).Object, execution.OpObserve, "", 1, execution.ExecutionIntent{Adapter: execution.AdapterKubernetes,
 		References: []execution.Reference{{Type: ReferenceTypeJob, ID: string(nj.UID)}}})
-	out, err = e.Handlers()[execution.OpObserve](ctx, rec)
+	out, err := e.Handlers()[execution.OpObserve](ctx, rec)
 	o, _ := out.Payload.(execution.Observation)
 	if err != nil || o.State != execution.StateFailed || o.Reason != executionv1alpha1.ReasonBackendFailed {
 		t.Fatalf("observation %+v, %v", o, err)
@@ -285,19 +294,7 @@ func TestDeleteWithoutWatchRight(t *testing.T) {
 	var watches atomic.Int64
 	e, c := fakeExecutor(t, nil, aj, p, sa)
 	ctx := context.Background()
-	out, err := e.Handlers()[execution.OpEnsure](ctx, ensureRecord(t, aj))
-	if err != nil || out.Result.Class != journal.Succeeded {
-		t.Fatalf("Ensure: %+v %v", out, err)
-	}
-	name, _ := execution.NativeJobName(testUID)
-	nj := &batchv1.Job{}
-	if err := c.Get(ctx, client.ObjectKey{Namespace: "ns", Name: name}, nj); err != nil {
-		t.Fatal(err)
-	}
-	nj.Status.Conditions = []batchv1.JobCondition{{Type: batchv1.JobComplete, Status: corev1.ConditionTrue}}
-	if err := c.Status().Update(ctx, nj); err != nil {
-		t.Fatal(err)
-	}
+	nj := completedNative(t, e, c, aj)
 	e.Workload = interceptor.NewClient(c.(client.WithWatch), interceptor.Funcs{
 		Watch: func(ctx context.Context, c client.WithWatch, list client.ObjectList, opts ...client.ListOption) (watch.Interface, error) {
 			watches.Add(1)
@@ -306,7 +303,7 @@ func TestDeleteWithoutWatchRight(t *testing.T) {
 	})
 	rec, _ := journal.NewIntent(ensureRecord(t, aj).Object, execution.OpDelete, "", 1, execution.ExecutionIntent{Adapter: execution.AdapterKubernetes,
 		References: []execution.Reference{{Type: ReferenceTypeJob, ID: string(nj.UID)}}})
-	out, err = e.Handlers()[execution.OpDelete](ctx, rec)
+	out, err := e.Handlers()[execution.OpDelete](ctx, rec)
 	o, _ := out.Payload.(execution.Observation)
 	if err != nil || out.Result.Class != journal.Succeeded || o.State != execution.StateNotFound || watches.Load() != 1 {
 		t.Fatalf("Delete with the watch refused: %+v, %v (%d watches)", out, err, watches.Load())
