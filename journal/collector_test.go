@@ -43,7 +43,17 @@ ayatori_journal_consumer_pending_messages{consumer="ayatori-executor-database-v1
 # TYPE ayatori_journal_up gauge
 ayatori_journal_up 1
 `
-	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "ayatori_journal_up", "ayatori_journal_consumer_pending_messages"); err != nil {
+	// nats-server counts a consumer's pending messages asynchronously, after
+	// the stream acknowledged the append: the gauge reaches 3 soon after,
+	// not at once (a CI run saw 2). Wait for it, bounded.
+	var err error
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		err = testutil.GatherAndCompare(reg, strings.NewReader(want), "ayatori_journal_up", "ayatori_journal_consumer_pending_messages")
+		if err == nil || time.Now().After(deadline) {
+			break
+		}
+	}
+	if err != nil {
 		t.Fatal(err)
 	}
 	if got := testutil.ToFloat64(m.LastAppend); got < float64(time.Now().Add(-time.Minute).Unix()) {
@@ -76,7 +86,7 @@ ayatori_journal_up 0
 		t.Fatal(err)
 	}
 	actx, cancel := context.WithTimeout(ctx, time.Second)
-	_, err := s.Append(actx, intent(t, obj(), "CreateRole", 1))
+	_, err = s.Append(actx, intent(t, obj(), "CreateRole", 1))
 	cancel()
 	if err == nil {
 		t.Fatal("append with NATS stopped succeeded")
