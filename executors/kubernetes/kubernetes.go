@@ -510,15 +510,22 @@ func waitGone(ctx context.Context, w client.WithWatch, job *batchv1.Job, deadlin
 	}
 	defer wi.Stop()
 	last = job
+	timedOut := func() (bool, *batchv1.Job, error) {
+		if ctx.Err() != nil {
+			return false, nil, ctx.Err()
+		}
+		return false, last, nil
+	}
 	for {
 		select {
 		case <-wctx.Done():
-			if ctx.Err() != nil {
-				return false, nil, ctx.Err()
-			}
-			return false, last, nil
+			return timedOut()
 		case ev, open := <-wi.ResultChan():
-			if !open {
+			switch {
+			case !open && wctx.Err() != nil:
+				// Closed because the deadline passed (or ctx ended).
+				return timedOut()
+			case !open:
 				return false, nil, nil
 			}
 			j, ok := ev.Object.(*batchv1.Job)
