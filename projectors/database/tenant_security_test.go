@@ -219,6 +219,21 @@ func tenantReadyMessage(tn *databasev1alpha1.PostgreSQLTenant) string {
 	return ""
 }
 
+// waitNoOtherSessions waits until PostgreSQL has no client session of a
+// role other than the superuser the tests use: the manager's (its admin
+// role, the Tenant roles it logs in as) are gone, so what it sent before it
+// stopped has ended.
+func waitNoOtherSessions(t *testing.T, s *integration.Stack) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for superQuery[int64](t, s, "postgres", "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend' AND usename <> current_user") != 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("sessions of the stopped manager still open in PostgreSQL after 30 s")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 // TestTenantForeignObjectsSurviveDelete (issue 10 §2): a role and a
 // database with a table, created by someone else at each point between the
 // registry claim and Ayatori's own CREATE, are a Conflict and never
@@ -238,8 +253,27 @@ func TestTenantForeignObjectsSurviveDelete(t *testing.T) {
 			tn := newTenant(t, s, "foreign", name, func(tn *databasev1alpha1.PostgreSQLTenant) {
 				tn.Spec.DeletionPolicy = databasev1alpha1.DeletionPolicyDelete
 			})
+			// A failed subtest must not leave the shared stack without
+			// its manager (every later test would time out).
+			t.Cleanup(func() {
+				if s.ManagerPID() == 0 {
+					_ = s.StartManager()
+				}
+			})
 			if !s.WaitManagerExit(90 * time.Second) {
 				t.Fatalf("the failpoint after %s never fired", op)
+			}
+			// A statement the manager sent before it was killed still
+			// runs to its end in PostgreSQL: the chain's next link may
+			// have started in the instant between the outcome and the
+			// kill (a CI run saw its CREATE DATABASE collide with the
+			// foreign one below). Wait for its sessions to end.
+			waitNoOtherSessions(t, s)
+			if op == dbcontract.OpCreateRole && superQuery[int64](t, s, "postgres", "SELECT count(*) FROM pg_database WHERE datname = '"+name+"'") != 0 {
+				if err := s.StartManager(); err != nil {
+					t.Fatal(err)
+				}
+				t.Skipf("the manager's CREATE DATABASE %s ran before the kill: the window between CreateRole and CreateDatabase did not open", name)
 			}
 			// Someone else takes the names while the manager is down.
 			owner := name
