@@ -207,6 +207,7 @@ func run(n int, timeout time.Duration, handover syscall.Signal, cluster bool, re
 		defer close(stopSampling)
 		return runRepeat(ctx, s, repeat, outDir)
 	}
+	sessions0 := pgSessions(ctx, s)
 	cpu0 := procCPU()
 
 	start := time.Now()
@@ -303,6 +304,9 @@ func run(n int, timeout time.Duration, handover syscall.Signal, cluster bool, re
 	fmt.Printf("  per Tenant create→Ready  p50 %s  p99 %s  max %s\n", pct(0.50), pct(0.99), lat[len(lat)-1].Round(10*time.Millisecond))
 	fmt.Printf("  manager peak RSS         %.1f MiB (largest process)\n", float64(rss)/1024)
 	fmt.Printf("  peak PostgreSQL connections of the manager(s): %d (pool max 4 per process + short-lived per-tenant logins)\n", conns)
+	if sessions := sessionsSince(ctx, s, sessions0); sessions >= 0 {
+		fmt.Printf("  PostgreSQL sessions started %d (%.2f per Tenant; each is a backend process, most with a TLS handshake)\n", sessions, float64(sessions)/float64(n))
+	}
 	fmt.Printf("  journal appends          %d, mean %.2f ms, total %.1f s\n", int(appendCount), 1000*appendSum/max(appendCount, 1), appendSum)
 	fmt.Printf("  intent delivery          %d, mean %.2f ms, total %.1f s\n", int(deliveryCount), 1000*deliverySum/max(deliveryCount, 1), deliverySum)
 	if handover == 0 {
@@ -496,6 +500,36 @@ func sample(s *integration.Stack, pids func() []int, mu *sync.Mutex, rss, conns 
 		*rss = max(*rss, r)
 		mu.Unlock()
 	}
+}
+
+// pgSessions returns how many sessions the stack's PostgreSQL has started
+// in all its databases (the sum of pg_stat_database.sessions, PostgreSQL
+// 14 and later), read over a short superuser session of its own; -1 when
+// it can not be read.
+func pgSessions(ctx context.Context, s *integration.Stack) int64 {
+	db, err := pgx.Connect(ctx, s.PG.SuperuserDSN("postgres"))
+	if err != nil {
+		return -1
+	}
+	defer db.Close(context.WithoutCancel(ctx))
+	var n int64
+	if err := db.QueryRow(ctx, "SELECT coalesce(sum(sessions), 0)::bigint FROM pg_stat_database").Scan(&n); err != nil {
+		return -1
+	}
+	return n
+}
+
+// sessionsSince returns the sessions PostgreSQL started since pgSessions
+// returned before (-1: either read failed), less the reads' own session.
+// A backend reports its session to the statistics within a second of
+// going idle or at its exit: a pooled session started in the last second
+// may be missing.
+func sessionsSince(ctx context.Context, s *integration.Stack, before int64) int64 {
+	after := pgSessions(ctx, s)
+	if before < 0 || after < 0 {
+		return -1
+	}
+	return max(after-before-1, 0)
 }
 
 // readRSS returns VmRSS of a process in KiB.

@@ -76,6 +76,9 @@ type sideRound struct {
 	// machine is what the whole machine did meanwhile (/proc/stat: busy,
 	// iowait, steal).
 	machine map[string]time.Duration
+	// sessions is how many sessions PostgreSQL started over the round
+	// (pgSessions; -1: unreadable).
+	sessions int64
 }
 
 // runPlainOperator starts one stack, registers the Instance, installs the
@@ -139,7 +142,7 @@ func runPlainOperator(o plainOptions) error {
 				res, err = plainRound(ctx, s, wc, exe, dir, r, o.n)
 				plain = append(plain, res)
 			} else {
-				res, err = ayatoriRound(ctx, wc, r, o.n)
+				res, err = ayatoriRound(ctx, s, wc, r, o.n)
 				ayatori = append(ayatori, res)
 			}
 			if err != nil {
@@ -224,6 +227,7 @@ func plainRound(ctx context.Context, s *integration.Stack, wc client.WithWatch, 
 		return sideRound{}, err
 	}
 
+	sessions0 := pgSessions(ctx, s)
 	cpu0, start := procCPU(), time.Now()
 	createdAt, err := createAll(ctx, wc, n, func(i int) []client.Object {
 		return []client.Object{plainDatabase(ns, round, i), plainUser(ns, round, i)}
@@ -249,12 +253,14 @@ func plainRound(ctx context.Context, s *integration.Stack, wc client.WithWatch, 
 			doneAt[i] = at
 		}
 	}
-	return newSideRound(start, createdAt, doneAt, cpu0, cpu1), nil
+	r := newSideRound(start, createdAt, doneAt, cpu0, cpu1)
+	r.sessions = sessionsSince(ctx, s, sessions0)
+	return r, nil
 }
 
 // ayatoriRound creates n PostgreSQLTenants (createWorkers at a time) in a
 // fresh namespace and waits until every one is Ready.
-func ayatoriRound(ctx context.Context, wc client.WithWatch, round, n int) (sideRound, error) {
+func ayatoriRound(ctx context.Context, s *integration.Stack, wc client.WithWatch, round, n int) (sideRound, error) {
 	ns := fmt.Sprintf("ayatori-r%d", round)
 	if err := wc.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
 		return sideRound{}, err
@@ -272,6 +278,7 @@ func ayatoriRound(ctx context.Context, wc client.WithWatch, round, n int) (sideR
 	}
 	// The Tenant's name is its database's and role's: unique per round.
 	name := func(i int) string { return fmt.Sprintf("r%dt%05d", round, i) }
+	sessions0 := pgSessions(ctx, s)
 	cpu0, start := procCPU(), time.Now()
 	createdAt, err := createAll(ctx, wc, n, func(i int) []client.Object {
 		return []client.Object{&databasev1alpha1.PostgreSQLTenant{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name(i)},
@@ -290,7 +297,9 @@ func ayatoriRound(ctx context.Context, wc client.WithWatch, round, n int) (sideR
 	for i := range n {
 		doneAt[i] = readyAt[name(i)]
 	}
-	return newSideRound(start, createdAt, doneAt, cpu0, cpu1), nil
+	r := newSideRound(start, createdAt, doneAt, cpu0, cpu1)
+	r.sessions = sessionsSince(ctx, s, sessions0)
+	return r, nil
 }
 
 // newSideRound is a round that started at start, its object i created at
@@ -604,4 +613,15 @@ func printSideBySide(n int, firsts []string, plain, ayatori []sideRound) {
 		return w
 	}
 	fmt.Printf("  wall time of all rounds: plain operator %.1f s, Ayatori %.1f s (2 vCPU: twice that available)\n", wall(pt).Seconds(), wall(at).Seconds())
+	sessions := func(rs []sideRound) string {
+		var sum int64
+		for _, r := range rs {
+			if r.sessions < 0 {
+				return "unknown"
+			}
+			sum += r.sessions
+		}
+		return fmt.Sprintf("%.2f", float64(sum)/float64(len(rs)*n))
+	}
+	fmt.Printf("  PostgreSQL sessions started per object (pg_stat_database.sessions): plain operator %s, Ayatori %s\n", sessions(plain), sessions(ayatori))
 }
