@@ -261,9 +261,6 @@ type Pools struct {
 	mu    sync.Mutex
 	pools map[string]*poolEntry
 	opens uint64
-	// creates holds one slot per Instance UID: CREATE DATABASE runs one
-	// at a time per Instance (CreateDatabaseSlot).
-	creates map[string]chan struct{}
 }
 
 type poolEntry struct {
@@ -282,36 +279,7 @@ func NewPools(roots *x509.CertPool, maxConns int32, connectTimeout time.Duration
 	if connectTimeout <= 0 {
 		connectTimeout = 10 * time.Second
 	}
-	return &Pools{roots: roots, maxConns: maxConns, connectTimeout: connectTimeout, pools: map[string]*poolEntry{}, creates: map[string]chan struct{}{}}
-}
-
-// CreateDatabaseSlot waits until no other CREATE DATABASE of this process
-// runs on the Instance, and returns the function that frees the slot
-// (call it once, when the statement returned). It fails only with ctx's
-// error, holding nothing.
-//
-// Why one at a time: a CREATE DATABASE copies its template through the
-// WAL (PostgreSQL 15's WAL_LOG strategy), and concurrent ones contend for
-// the same locks. On a 2-core server with the stack's settings, one cost
-// about 82 ms of server CPU run one after the other and 104-118 ms four at
-// a time (docs/journal.md, "one CREATE DATABASE at a time"). The other
-// statements keep using the whole pool: the slot is taken before the
-// statement takes its connection, so no connection waits idle for it.
-func (p *Pools) CreateDatabaseSlot(ctx context.Context, instanceUID string) (release func(), err error) {
-	p.mu.Lock()
-	slot, ok := p.creates[instanceUID]
-	if !ok {
-		slot = make(chan struct{}, 1)
-		p.creates[instanceUID] = slot
-	}
-	p.mu.Unlock()
-	select {
-	case slot <- struct{}{}:
-		var once sync.Once
-		return func() { once.Do(func() { <-slot }) }, nil
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
+	return &Pools{roots: roots, maxConns: maxConns, connectTimeout: connectTimeout, pools: map[string]*poolEntry{}}
 }
 
 // Get returns the pool for the target, replacing it when the identity changed.

@@ -445,13 +445,7 @@ func (e *Executor) createDatabase(ctx context.Context, c tenantCall) (dbcontract
 		// CREATE DATABASE cannot run in a transaction: its OID is
 		// recorded right after, and a crash in between is resolved by
 		// ourDatabase (owner = our role), never by the name.
-		release, err := e.Pools.CreateDatabaseSlot(ctx, c.in.InstanceUID)
-		if err != nil {
-			return out, err
-		}
-		_, err = c.pool.Exec(ctx, sqlCreateDatabase(c.in.Database, c.in.Role))
-		release()
-		if err != nil {
+		if _, err := c.pool.Exec(ctx, sqlCreateDatabase(c.in.Database, c.in.Role)); err != nil {
 			return out, err
 		}
 		if db, err = databaseByName(ctx, c.pool, c.in.Database); err != nil || db == nil || db.Owner != role.OID {
