@@ -15,11 +15,11 @@ var errChunkDone = errors.New("chunk done")
 
 // ScanJournal delivers every record of the stream (as journal.Store.Scan,
 // decodable or not) in chunks of at most 500 records, retrying a chunk
-// that fails with "no responders". On a JetStream cluster every fetch of
-// the ordered consumer behind Scan creates a new consumer, and a pull
-// request can reach the client's server before the new consumer's
-// interest does (docs/journal.md "R3 cluster"); the retry makes the
-// test checks deterministic until the journal retries that itself.
+// that fails with "no responders". On a JetStream cluster every Scan
+// creates a new consumer, and a pull request can reach the client's
+// server before the new consumer's interest does (docs/journal.md "R3
+// cluster"); the journal retries that five times within 300 ms, and this
+// retry makes the test checks deterministic beyond that.
 // It returns the number of records delivered.
 func ScanJournal(ctx context.Context, s *journal.Store, fn func(journal.Record, error) error) (int, error) {
 	const chunk = 500
