@@ -23,28 +23,10 @@ import (
 // "What losing a server costs").
 func TestClientLeavesASilentServer(t *testing.T) {
 	n := integration.StartNATS(t)
-	target := strings.TrimPrefix(n.URL, "nats://")
-	var fwd [2]*integration.Forwarder
-	for i := range fwd {
-		f, err := integration.NewForwarder(target)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(f.Close)
-		fwd[i] = f
-	}
-	nc, err := nats.Connect("nats://"+fwd[0].Addr+",nats://"+fwd[1].Addr,
-		n.ClientOptions(journal.IdentityManager, append(journal.ClientOptions("manager"), nats.DontRandomize())...)...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
+	fwd := forwarders(t, n, 2)
+	nc, s := storeVia(t, n, fwd, append(journal.ClientOptions("manager"), nats.DontRandomize())...)
 	if !strings.Contains(nc.ConnectedUrl(), fwd[0].Addr) {
 		t.Fatalf("connected to %s, want the first server %s", nc.ConnectedUrl(), fwd[0].Addr)
-	}
-	s, err := journal.Open(context.Background(), nc, journal.Config{Signer: testKey(t)})
-	if err != nil {
-		t.Fatal(err)
 	}
 	o := obj()
 	if _, err := s.Append(context.Background(), intent(t, o, "Step", 1)); err != nil {
@@ -71,4 +53,40 @@ func TestClientLeavesASilentServer(t *testing.T) {
 	}
 	t.Logf("left the frozen server after %s; appended through the other", left.Round(time.Millisecond))
 	fwd[0].Thaw()
+}
+
+// forwarders starts k forwarders to n: k servers of one cluster, as its
+// clients see them.
+func forwarders(t *testing.T, n *integration.NATS, k int) []*integration.Forwarder {
+	t.Helper()
+	fwd := make([]*integration.Forwarder, k)
+	for i := range fwd {
+		f, err := integration.NewForwarder(strings.TrimPrefix(n.URL, "nats://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(f.Close)
+		fwd[i] = f
+	}
+	return fwd
+}
+
+// storeVia opens a store as the manager on a connection to n through fwd
+// (in this order), with opts.
+func storeVia(t *testing.T, n *integration.NATS, fwd []*integration.Forwarder, opts ...nats.Option) (*nats.Conn, *journal.Store) {
+	t.Helper()
+	urls := make([]string, len(fwd))
+	for i, f := range fwd {
+		urls[i] = "nats://" + f.Addr
+	}
+	nc, err := nats.Connect(strings.Join(urls, ","), n.ClientOptions(journal.IdentityManager, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	s, err := journal.Open(context.Background(), nc, journal.Config{Signer: testKey(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return nc, s
 }

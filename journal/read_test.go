@@ -2,7 +2,6 @@ package journal_test
 
 import (
 	"context"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -73,21 +72,8 @@ func TestReadCreatesOneConsumer(t *testing.T) {
 // came, must return within its 1 s deadline and a second of slack.
 func TestReadEndsAtItsDeadlineWhenTheServerStopsAnswering(t *testing.T) {
 	n := integration.StartNATS(t)
-	target := strings.TrimPrefix(n.URL, "nats://")
-	fwd, err := integration.NewForwarder(target)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(fwd.Close)
-	nc, err := nats.Connect("nats://"+fwd.Addr, n.ClientOptions(journal.IdentityManager, nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	s, err := journal.Open(context.Background(), nc, journal.Config{Signer: testKey(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	fwd := forwarders(t, n, 1)
+	_, s := storeVia(t, n, fwd, nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
 	o := obj()
 	if _, err := s.Append(context.Background(), intent(t, o, "Step", 1)); err != nil {
 		t.Fatal(err)
@@ -131,9 +117,9 @@ func TestReadEndsAtItsDeadlineWhenTheServerStopsAnswering(t *testing.T) {
 	}
 	for range 3 {
 		time.Sleep(500 * time.Millisecond)
-		fwd.Cut()
+		fwd[0].Cut()
 		time.Sleep(4 * time.Second)
-		fwd.Restore()
+		fwd[0].Restore()
 	}
 	time.Sleep(time.Second)
 	close(stop)
