@@ -12,10 +12,11 @@ import (
 	"git.ddupan.top/panxiao81/ayatori/journal"
 )
 
-// apiRequests is the account's count of JetStream API requests so far,
-// once no consumer is left (a Read deletes its consumer in the
-// background). The count includes this call's own request.
-func apiRequests(t *testing.T, s *journal.Store) uint64 {
+// apiRequests waits until no consumer is left (a Read deletes its
+// consumer in the background) and returns the account's count of
+// JetStream API requests then, and how many of them this call made (one
+// per poll).
+func apiRequests(t *testing.T, s *journal.Store) (total, own uint64) {
 	t.Helper()
 	ctx := context.Background()
 	deadline := time.Now().Add(10 * time.Second)
@@ -24,8 +25,9 @@ func apiRequests(t *testing.T, s *journal.Store) uint64 {
 		if err != nil {
 			t.Fatal(err)
 		}
+		own++
 		if info.Consumers == 0 {
-			return info.API.Total
+			return info.API.Total, own
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("%d consumers still exist 10 s after the reads", info.Consumers)
@@ -49,7 +51,7 @@ func TestReadCreatesOneConsumer(t *testing.T) {
 		}
 	}
 	const reads = 10
-	before := apiRequests(t, s)
+	before, _ := apiRequests(t, s)
 	for range reads {
 		recs, err := s.Read(ctx, o.UID)
 		if err != nil {
@@ -59,8 +61,8 @@ func TestReadCreatesOneConsumer(t *testing.T) {
 			t.Fatalf("read %d records, want 3", len(recs))
 		}
 	}
-	after := apiRequests(t, s)
-	if per := float64(after-before-1) / reads; per != 2 {
+	after, polls := apiRequests(t, s)
+	if per := float64(after-before-polls) / reads; per != 2 {
 		t.Errorf("%.1f JetStream API requests per Read, want 2 (one consumer created and deleted)", per)
 	}
 }
