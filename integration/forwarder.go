@@ -3,7 +3,6 @@ package integration
 import (
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/url"
 	"sync"
@@ -12,10 +11,13 @@ import (
 )
 
 // Forwarder is an in-process TCP forwarder on 127.0.0.1 (a random free
-// port) to one target address, that a test can cut: Cut closes every open
-// connection and closes each new one as soon as it is accepted (the client
-// sees a reset or EOF, never the target), Restore forwards again. It passes
-// bytes through untouched (TLS goes end to end).
+// port) to one target address, that a test can cut or freeze: Cut closes
+// every open connection and closes each new one as soon as it is accepted
+// (the client sees a reset or EOF, never the target), Restore forwards
+// again; Freeze keeps every connection open and accepts new ones but
+// forwards nothing until Thaw (a partition, or a frozen server: the
+// client's requests go unanswered). It passes bytes through untouched
+// (TLS goes end to end).
 type Forwarder struct {
 	// Addr is the listening address, 127.0.0.1:<port>.
 	Addr   string
@@ -23,7 +25,9 @@ type Forwarder struct {
 	ln     net.Listener
 
 	mu     sync.Mutex
+	thawed *sync.Cond // signalled by Thaw, Cut and Close
 	cut    bool
+	frozen bool
 	closed bool
 	conns  map[net.Conn]struct{}
 	wg     sync.WaitGroup
@@ -36,6 +40,7 @@ func NewForwarder(target string) (*Forwarder, error) {
 		return nil, err
 	}
 	f := &Forwarder{Addr: ln.Addr().String(), target: target, ln: ln, conns: map[net.Conn]struct{}{}}
+	f.thawed = sync.NewCond(&f.mu)
 	f.wg.Add(1)
 	go f.serve()
 	return f, nil
@@ -76,8 +81,20 @@ func (f *Forwarder) forward(c net.Conn) {
 	}
 	done := make(chan struct{}, 2)
 	pipe := func(dst, src net.Conn) {
-		_, _ = io.Copy(dst, src)
-		done <- struct{}{}
+		defer func() { done <- struct{}{} }()
+		buf := make([]byte, 32<<10)
+		for {
+			n, err := src.Read(buf)
+			if n > 0 {
+				f.waitThawed()
+				if _, werr := dst.Write(buf[:n]); werr != nil {
+					return
+				}
+			}
+			if err != nil {
+				return
+			}
+		}
 	}
 	go pipe(up, c)
 	go pipe(c, up)
@@ -127,6 +144,7 @@ func (f *Forwarder) Cut() {
 	for c := range f.conns {
 		abort(c)
 	}
+	f.thawed.Broadcast()
 }
 
 // Restore forwards new connections again.
@@ -134,6 +152,32 @@ func (f *Forwarder) Restore() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.cut = false
+}
+
+// Freeze stops forwarding bytes in both directions, keeping every
+// connection open, until Thaw.
+func (f *Forwarder) Freeze() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.frozen = true
+}
+
+// Thaw forwards again what Freeze held back, and what follows.
+func (f *Forwarder) Thaw() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.frozen = false
+	f.thawed.Broadcast()
+}
+
+// waitThawed returns once the forwarder is not frozen (or is cut or
+// closed: the write that follows then fails on the closed connection).
+func (f *Forwarder) waitThawed() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for f.frozen && !f.cut && !f.closed {
+		f.thawed.Wait()
+	}
 }
 
 // Close stops listening, closes every connection and waits for the
@@ -148,6 +192,7 @@ func (f *Forwarder) Close() {
 	for c := range f.conns {
 		abort(c)
 	}
+	f.thawed.Broadcast()
 	f.mu.Unlock()
 	_ = f.ln.Close()
 	f.wg.Wait()

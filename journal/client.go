@@ -13,11 +13,14 @@ import (
 // ClientPingInterval is how often a journal client pings its server. With
 // two pings outstanding allowed, a server that stops answering without
 // closing the connection (a network partition, a frozen host) is declared
-// stale after at most three intervals, and the client reconnects to
-// another server of its URL list (docs/journal.md "R3 cluster"). The
+// stale after two to three intervals (4-6 s), and the client reconnects
+// to another server of its URL list (docs/journal.md "R3 cluster"). The
 // client library's default (2 minutes, so 4-6 minutes to notice) would
-// keep a manager stuck on a partitioned server for that long.
-const ClientPingInterval = 5 * time.Second
+// keep a manager stuck on a partitioned server for that long; 5 s (10-15 s
+// to notice) left appends stopped for 15-20 s, longer than an election. A
+// ping costs a few bytes each way; a server must fail to answer two in a
+// row (4 s) before the connection is dropped.
+const ClientPingInterval = 2 * time.Second
 
 // ClientOptions are the NATS connection options of a long-running journal
 // client (the manager): reconnect forever, one second between attempts on

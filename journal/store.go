@@ -13,6 +13,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
 	"k8s.io/utils/clock"
 )
 
@@ -759,17 +760,29 @@ func (s *Store) eachMsg(ctx context.Context, filter string, startSeq uint64, sin
 }
 
 // eachMsgOf is eachMsg on another stream of the journal (the checkpoints).
-// A store opened with Open reads through an ordered consumer (served by
-// the stream leader); one opened with OpenExisting, the read-only tools',
-// with batched direct gets, which need no consumer, so the read-only NATS
-// identity has no right to create one.
+// A store opened with Open reads through one ephemeral pull consumer; one
+// opened with OpenExisting, the read-only tools', with batched direct gets,
+// which need no consumer, so the read-only NATS identity has no right to
+// create one.
+//
+// The read ends at ctx's deadline whatever the server does: the consumer
+// is created with ctx and every fetch waits at most until the deadline. (A
+// nats.go ordered consumer is not used: its first fetch deletes the
+// consumer just created and creates another, with its own 10-second
+// timeouts retried until the server answers, so a read on a partitioned or
+// frozen server outlived its deadline until the server came back, and
+// every read cost the cluster's meta leader two consumer assignments.)
+// Deliveries are checked instead: the consumer's delivery sequence must
+// rise by one per message, or the read fails rather than skip a record.
 func (s *Store) eachMsgOf(ctx context.Context, stream jetstream.Stream, filter string, startSeq uint64, since *time.Time, fn func(storedMsg) error) error {
 	if s.readOnly {
 		return s.eachMsgDirect(ctx, stream, filter, startSeq, since, 0, fn)
 	}
-	// Ephemeral consumers are deleted when the read ends; the inactivity
-	// threshold cleans up after a crashed reader.
-	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}, DeliverPolicy: jetstream.DeliverAllPolicy, InactiveThreshold: 30 * time.Second}
+	// The consumer is deleted when the read ends; its inactivity threshold
+	// cleans up after a crashed reader. It holds no state worth
+	// replicating: one replica, in memory, no acks.
+	cfg := jetstream.ConsumerConfig{Name: "read_" + nuid.Next(), FilterSubject: filter, DeliverPolicy: jetstream.DeliverAllPolicy,
+		AckPolicy: jetstream.AckNonePolicy, InactiveThreshold: 30 * time.Second, Replicas: 1, MemoryStorage: true}
 	if since != nil {
 		cfg.DeliverPolicy = jetstream.DeliverByStartTimePolicy
 		cfg.OptStartTime = since
@@ -777,60 +790,84 @@ func (s *Store) eachMsgOf(ctx context.Context, stream jetstream.Stream, filter s
 		cfg.DeliverPolicy = jetstream.DeliverByStartSequencePolicy
 		cfg.OptStartSeq = startSeq
 	}
-	cons, err := stream.OrderedConsumer(ctx, cfg)
+	cons, err := stream.CreateConsumer(ctx, cfg)
 	if err != nil {
 		return fmt.Errorf("journal: read: %w", err)
 	}
 	defer func() {
-		if info := cons.CachedInfo(); info != nil {
-			go func() {
-				dctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				defer cancel()
-				_ = stream.DeleteConsumer(dctx, info.Name)
-			}()
-		}
+		go func() {
+			dctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = stream.DeleteConsumer(dctx, cfg.Name)
+		}()
 	}()
 	pending := cons.CachedInfo().NumPending
-	// On a cluster the pull request can reach the client's server before
-	// the new ordered consumer does ("no responders"): retried briefly.
-	noResponders := 0
-	for pending > 0 {
-		// The messages exist already, so a fetch of exactly the pending
-		// count returns as soon as they are delivered.
-		batch, err := cons.Fetch(int(min(pending, 1000)), jetstream.FetchMaxWait(5*time.Second))
-		if errors.Is(err, nats.ErrNoResponders) && noResponders < 5 {
-			noResponders++
-			time.Sleep(time.Duration(noResponders) * 20 * time.Millisecond)
-			continue
-		}
+	var delivered uint64 // the consumer's last delivery sequence
+	// fetch asks for the pending messages and delivers them to fn. The
+	// messages exist already, so a fetch of exactly the pending count
+	// returns as soon as they are delivered. FetchContext: the pull request
+	// expires before ctx does, and the client stops waiting when ctx ends.
+	fetch := func() (got int, err error) {
+		fctx, cancel := context.WithTimeout(ctx, readFetchWait)
+		defer cancel()
+		batch, err := cons.Fetch(int(min(pending, 1000)), jetstream.FetchContext(fctx))
 		if err != nil {
-			return fmt.Errorf("journal: read: %w", err)
+			return 0, err
 		}
-		got := 0
 		for m := range batch.Messages() {
 			got++
 			md, err := m.Metadata()
 			if err != nil {
-				return fmt.Errorf("journal: read: %w", err)
+				return got, err
 			}
+			if md.Sequence.Consumer != delivered+1 {
+				return got, fmt.Errorf("a delivery was lost (delivery %d after %d)", md.Sequence.Consumer, delivered)
+			}
+			delivered = md.Sequence.Consumer
 			if err := fn(storedMsg{subject: m.Subject(), data: m.Data(), hdr: m.Headers(), seq: md.Sequence.Stream}); err != nil {
-				return err
+				return got, errStop{err}
 			}
 			pending = md.NumPending
 		}
-		if err := batch.Error(); got == 0 && errors.Is(err, nats.ErrNoResponders) && noResponders < 5 {
+		if err := batch.Error(); err != nil && (got == 0 || !errors.Is(err, nats.ErrTimeout)) {
+			return got, err
+		}
+		return got, nil
+	}
+	// On a cluster the pull request can reach the client's server before
+	// the new consumer's interest does ("no responders"): retried briefly.
+	noResponders := 0
+	for pending > 0 {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("journal: read: %d records not yet delivered: %w", pending, err)
+		}
+		got, err := fetch()
+		var stop errStop
+		switch {
+		case errors.As(err, &stop):
+			return stop.err
+		case got == 0 && errors.Is(err, nats.ErrNoResponders) && noResponders < 5:
 			noResponders++
 			time.Sleep(time.Duration(noResponders) * 20 * time.Millisecond)
 			continue
-		} else if err != nil && !errors.Is(err, nats.ErrTimeout) {
-			return fmt.Errorf("journal: read: %w", err)
-		}
-		if got == 0 {
+		case got == 0 && (err == nil || errors.Is(err, nats.ErrTimeout)):
 			return fmt.Errorf("journal: read: %d records pending but none delivered", pending)
+		case err != nil:
+			return fmt.Errorf("journal: read: %w", err)
 		}
 	}
 	return nil
 }
+
+// errStop carries the error of a read's callback out of its fetch
+// unwrapped.
+type errStop struct{ err error }
+
+func (e errStop) Error() string { return e.err.Error() }
+
+// readFetchWait bounds one fetch of a read (less when the read's context
+// ends sooner).
+const readFetchWait = 5 * time.Second
 
 // directBatch is how many messages one batched direct get asks for.
 const directBatch = 500
