@@ -23,9 +23,9 @@ var errChunkDone = errors.New("chunk done")
 // It returns the number of records delivered.
 func ScanJournal(ctx context.Context, s *journal.Store, fn func(journal.Record, error) error) (int, error) {
 	const chunk = 500
-	// The stream's last sequence, from its leader: a chunk that ends before
-	// it was served by a replica still catching up (docs/journal.md, known
-	// limitation 2) and is read again.
+	// The stream's last sequence, from its leader. Scan reads up to the
+	// leader's last sequence itself (docs/journal.md, known limitation 2);
+	// a chunk that ends before it anyway is reported and read again.
 	stream, err := s.JetStream().Stream(ctx, s.Config().StreamName)
 	if err != nil {
 		return 0, err

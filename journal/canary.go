@@ -45,7 +45,7 @@ func (s *Store) ScanForSecret(ctx context.Context, needle string) ([]uint64, err
 		return hits, fmt.Errorf("journal: scan checkpoints: %w", err)
 	}
 	cpScan := scan(CheckpointHitBase)
-	return hits, s.eachMsgOf(ctx, cps, checkpointPrefix(s.cfg.SubjectPrefix)+".>", 0, nil, func(m storedMsg) error { return cpScan(m.data, m.hdr, m.seq) })
+	return hits, s.eachMsgOf(ctx, cps, checkpointPrefix(s.cfg.SubjectPrefix)+".>", 0, nil, 0, func(m storedMsg) error { return cpScan(m.data, m.hdr, m.seq) })
 }
 
 // CheckpointHitBase is added to the sequence of a ScanForSecret hit in the

@@ -230,7 +230,7 @@ func (s *Store) ReadView(ctx context.Context, uid string) (View, error) {
 	if start <= v.Last {
 		// Records after the checkpoint exist (a record appended after the
 		// last-sequence read is picked up by the next pass).
-		if tail, err = s.readFrom(ctx, uid, start, true); err != nil {
+		if tail, err = s.readFrom(ctx, uid, start, v.Last, true); err != nil {
 			return View{}, err
 		}
 	}
@@ -246,13 +246,13 @@ func (s *Store) readCheckpoint(ctx context.Context, uid string) (*Checkpoint, ui
 	if !s.checkpoints {
 		return nil, 0, nil
 	}
-	m, err := s.directLastOf(ctx, CheckpointStreamName(s.cfg.StreamName), s.checkpointSubject(uid))
+	m, err := s.lastOf(ctx, CheckpointStreamName(s.cfg.StreamName), s.checkpointSubject(uid))
 	if err != nil || m == nil {
 		return nil, 0, err
 	}
-	seq, _ := strconv.ParseUint(m.Header.Get(jetstream.SequenceHeader), 10, 64)
+	seq := m.seq
 	var cp Checkpoint
-	if err := json.Unmarshal(m.Data, &cp); err != nil {
+	if err := json.Unmarshal(m.data, &cp); err != nil {
 		return nil, 0, fmt.Errorf("%w: checkpoint of %s: %v", ErrInvalidRecord, uid, err)
 	}
 	if cp.SchemaVersion > SchemaVersion {
@@ -261,7 +261,7 @@ func (s *Store) readCheckpoint(ctx context.Context, uid string) (*Checkpoint, ui
 	if cp.UID != uid {
 		return nil, 0, fmt.Errorf("%w: checkpoint under %s names uid %q", ErrInvalidRecord, uid, cp.UID)
 	}
-	if err := s.admitCheckpoint(seq, m.Data, &cp); err != nil {
+	if err := s.admitCheckpoint(seq, m.data, &cp); err != nil {
 		// Not the manager's: read the whole journal instead (the next
 		// checkpoint written replaces it). Its sequence still guards the
 		// next write.

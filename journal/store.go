@@ -515,7 +515,7 @@ func (s *Store) refresh(ctx context.Context, uid string) (*uidState, error) {
 	if last == st.lastSeq {
 		return st, nil
 	}
-	recs, err := s.readFrom(ctx, uid, st.lastSeq+1, false)
+	recs, err := s.readFrom(ctx, uid, st.lastSeq+1, last, false)
 	if err != nil {
 		return nil, err
 	}
@@ -531,65 +531,103 @@ func (s *Store) refresh(ctx context.Context, uid string) (*uidState, error) {
 	return st, nil
 }
 
-// directGetRequest is JetStream's direct get request body.
-type directGetRequest struct {
-	LastBySubject string `json:"last_by_subj,omitempty"`
-}
-
-// lastSeq returns the sequence of the UID's last record (0: none), with one
-// direct get over the UID's subject wildcard.
+// lastSeq returns the sequence of the UID's last record (0: none), as the
+// stream leader holds it (see lastOf).
 func (s *Store) lastSeq(ctx context.Context, uid string) (uint64, error) {
-	m, err := s.directLast(ctx, uid)
+	m, err := s.last(ctx, uid)
 	if err != nil || m == nil {
 		return 0, err
 	}
-	return strconv.ParseUint(m.Header.Get(jetstream.SequenceHeader), 10, 64)
+	return m.seq, nil
 }
 
-func (s *Store) directLast(ctx context.Context, uid string) (*nats.Msg, error) {
+func (s *Store) last(ctx context.Context, uid string) (*storedMsg, error) {
 	if err := ValidateUID(uid); err != nil {
 		return nil, fmt.Errorf("journal: uid %w", err)
 	}
-	return s.directLastOf(ctx, s.cfg.StreamName, s.uidFilter(uid))
+	return s.lastOf(ctx, s.cfg.StreamName, s.uidFilter(uid))
 }
 
-// directLastOf returns the last message of stream on subject (a filter;
-// nil: none).
-func (s *Store) directLastOf(ctx context.Context, stream, subject string) (*nats.Msg, error) {
-	body, _ := json.Marshal(directGetRequest{LastBySubject: subject})
+// msgGetRequest is the body of JetStream's message get
+// ($JS.API.STREAM.MSG.GET.<stream>), which only the stream leader answers.
+type msgGetRequest struct {
+	LastBySubject string     `json:"last_by_subj,omitempty"`
+	NextBySubject string     `json:"next_by_subj,omitempty"`
+	StartTime     *time.Time `json:"start_time,omitempty"`
+}
+
+// msgGetResponse is its answer.
+type msgGetResponse struct {
+	Message *struct {
+		Subject string `json:"subject"`
+		Seq     uint64 `json:"seq"`
+		Data    []byte `json:"data"`
+	} `json:"message"`
+	Error *jetstream.APIError `json:"error"`
+}
+
+// lastOf returns the last message of stream on subject (a filter; nil:
+// none) as the stream leader holds it, which holds every acknowledged
+// record: a message get, which only the leader answers. (A direct get is
+// answered by any member of the stream's direct-get group: on a cluster a
+// replica still catching up answers without the newest records, and a
+// decision taken on that read could wait forever for an outcome it does
+// not see; docs/journal.md, known limitation 2.) Without an answer within
+// ctx's deadline (10 s when ctx has none) it is an error: a stream without
+// a leader cannot be read consistently.
+func (s *Store) lastOf(ctx context.Context, stream, subject string) (*storedMsg, error) {
+	return s.leaderGet(ctx, stream, subject, msgGetRequest{LastBySubject: subject})
+}
+
+// firstSince returns the first message of stream on subject (a filter)
+// stored at or after since, as the leader holds it (nil: none).
+func (s *Store) firstSince(ctx context.Context, stream, subject string, since time.Time) (*storedMsg, error) {
+	return s.leaderGet(ctx, stream, subject, msgGetRequest{NextBySubject: subject, StartTime: &since})
+}
+
+func (s *Store) leaderGet(ctx context.Context, stream, subject string, req msgGetRequest) (*storedMsg, error) {
+	body, _ := json.Marshal(req)
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
 	}
-	m, err := s.nc.RequestWithContext(ctx, "$JS.API.DIRECT.GET."+stream, body)
+	m, err := s.nc.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+stream, body)
 	if err != nil {
 		return nil, fmt.Errorf("journal: read last record of %s: %w", subject, err)
 	}
-	switch m.Header.Get("Status") {
-	case "":
-		return m, nil
-	case "404":
-		return nil, nil
-	default:
-		return nil, fmt.Errorf("journal: read last record of %s: status %s %s", subject, m.Header.Get("Status"), m.Header.Get("Description"))
+	var resp msgGetResponse
+	if err := json.Unmarshal(m.Data, &resp); err != nil {
+		return nil, fmt.Errorf("journal: read last record of %s: %w", subject, err)
 	}
+	switch {
+	case resp.Error != nil && resp.Error.ErrorCode == jetstream.JSErrCodeMessageNotFound:
+		return nil, nil
+	case resp.Error != nil:
+		return nil, fmt.Errorf("journal: read last record of %s: %w", subject, resp.Error)
+	case resp.Message == nil:
+		return nil, fmt.Errorf("journal: read last record of %s: an answer without a message", subject)
+	}
+	return &storedMsg{subject: resp.Message.Subject, data: resp.Message.Data, seq: resp.Message.Seq}, nil
 }
 
-// Read returns every record of one UID in stream order (per-subject lookup
-// through an ordered consumer filtered on the UID's subjects, not a stream
-// scan). Undecodable records are skipped (Scan and `ayatori-journal verify`
+// Read returns every record of one UID in stream order, up to the UID's
+// last record as the stream leader held it when the read started (a
+// per-subject lookup through a consumer filtered on the UID's subjects, not
+// a stream scan). A read served by a replica behind the leader waits for
+// it to catch up, up to ctx's deadline, and is an error rather than a
+// journal without the newest records. Undecodable records are skipped (Scan and `ayatori-journal verify`
 // report them); a record with a newer schema version is an ErrNewerSchema
 // error, never skipped. A uid that is not a UID (ValidateUID: wildcards,
 // '.', white space, empty) is an error wrapping ErrInvalidSubjectToken.
 func (s *Store) Read(ctx context.Context, uid string) ([]Record, error) {
-	return s.readFrom(ctx, uid, 1, true)
+	return s.readFrom(ctx, uid, 1, 0, true)
 }
 
 // ReadAfter returns the UID's records stored after sequence seq, in order
 // (with Config.Trust, only those with a valid proof).
 func (s *Store) ReadAfter(ctx context.Context, uid string, seq uint64) ([]Record, error) {
-	return s.readFrom(ctx, uid, seq+1, true)
+	return s.readFrom(ctx, uid, seq+1, 0, true)
 }
 
 // Latest returns the UID's last record, or nil when it has none (nor a
@@ -597,16 +635,15 @@ func (s *Store) ReadAfter(ctx context.Context, uid string, seq uint64) ([]Record
 // wrapping ErrUntrusted). A uid that is not a UID is an error wrapping
 // ErrInvalidSubjectToken.
 func (s *Store) Latest(ctx context.Context, uid string) (*Record, error) {
-	m, err := s.directLast(ctx, uid)
+	m, err := s.last(ctx, uid)
 	if err != nil || m == nil {
 		return nil, err
 	}
-	seq, _ := strconv.ParseUint(m.Header.Get(jetstream.SequenceHeader), 10, 64)
-	r, err := DecodeRecord(m.Data, seq)
+	r, err := DecodeRecord(m.data, m.seq)
 	if err != nil {
 		return nil, err
 	}
-	if err := s.admitStored(m.Header.Get(jetstream.SubjectHeader), m.Data, &r); err != nil {
+	if err := s.admitStored(m.subject, m.data, &r); err != nil {
 		return nil, err
 	}
 	return &r, nil
@@ -676,12 +713,24 @@ func (c *verifiedCache) add(seq uint64, sum [32]byte) {
 	c.seq[seq] = sum
 }
 
-func (s *Store) readFrom(ctx context.Context, uid string, startSeq uint64, strict bool) ([]Record, error) {
+// readFrom reads the UID's records from startSeq up to upTo (0: the UID's
+// last sequence at the leader, looked up first; nothing to read needs no
+// consumer).
+func (s *Store) readFrom(ctx context.Context, uid string, startSeq, upTo uint64, strict bool) ([]Record, error) {
 	if err := ValidateUID(uid); err != nil {
 		return nil, fmt.Errorf("journal: uid %w", err)
 	}
+	if upTo == 0 {
+		var err error
+		if upTo, err = s.lastSeq(ctx, uid); err != nil {
+			return nil, err
+		}
+	}
+	if upTo < max(startSeq, 1) {
+		return nil, nil
+	}
 	var out []Record
-	err := s.eachMsg(ctx, s.uidFilter(uid), startSeq, nil, func(m storedMsg) error {
+	err := s.eachMsgOf(ctx, s.stream, s.uidFilter(uid), startSeq, nil, upTo, func(m storedMsg) error {
 		r, err := DecodeRecord(m.data, m.seq)
 		if err != nil {
 			if strict && errors.Is(err, ErrNewerSchema) {
@@ -717,8 +766,9 @@ type ScanOptions struct {
 // sequence, and (with Config.Trust) a record without a valid proof is
 // passed with an error wrapping ErrUntrusted (fn decides whether to stop
 // by returning an error). It stops at the end of the stream as it was
-// when the scan started. A UID that is not a UID is an error wrapping
-// ErrInvalidSubjectToken.
+// when the scan started (its last selected record at the stream leader;
+// a replica behind it is waited for as in Read). A UID that is not a UID
+// is an error wrapping ErrInvalidSubjectToken.
 func (s *Store) Scan(ctx context.Context, opts ScanOptions, fn func(Record, error) error) error {
 	filter := opts.Filter
 	if opts.UID != "" {
@@ -730,7 +780,7 @@ func (s *Store) Scan(ctx context.Context, opts ScanOptions, fn func(Record, erro
 	if filter == "" {
 		filter = s.cfg.SubjectPrefix + ".>"
 	}
-	return s.eachMsg(ctx, filter, opts.StartSequence, opts.Since, func(m storedMsg) error {
+	return s.eachMsgOf(ctx, s.stream, filter, opts.StartSequence, opts.Since, 0, func(m storedMsg) error {
 		r, err := DecodeRecord(m.data, m.seq)
 		if err == nil {
 			err = s.admitStored(m.subject, m.data, &r)
@@ -742,7 +792,7 @@ func (s *Store) Scan(ctx context.Context, opts ScanOptions, fn func(Record, erro
 // ScanRaw delivers every stored message of the stream (data and headers),
 // decodable or not; used by the secret canary scan.
 func (s *Store) ScanRaw(ctx context.Context, fn func(data []byte, hdr nats.Header, seq uint64) error) error {
-	return s.eachMsg(ctx, s.cfg.SubjectPrefix+".>", 0, nil, func(m storedMsg) error { return fn(m.data, m.hdr, m.seq) })
+	return s.eachMsgOf(ctx, s.stream, s.cfg.SubjectPrefix+".>", 0, nil, 0, func(m storedMsg) error { return fn(m.data, m.hdr, m.seq) })
 }
 
 // storedMsg is one message read from a stream.
@@ -753,14 +803,13 @@ type storedMsg struct {
 	seq     uint64
 }
 
-// eachMsg delivers every message matching filter from startSeq (or since)
-// to fn; it stops at the end of the stream as it was when it started.
-func (s *Store) eachMsg(ctx context.Context, filter string, startSeq uint64, since *time.Time, fn func(storedMsg) error) error {
-	return s.eachMsgOf(ctx, s.stream, filter, startSeq, since, fn)
-}
-
-// eachMsgOf is eachMsg on another stream of the journal (the checkpoints).
-// A store opened with Open reads through one ephemeral pull consumer; one
+// eachMsgOf delivers every message of stream matching filter from startSeq
+// (or since) up to upTo to fn, in order; upTo 0 is the last message
+// matching filter at the stream leader when the read starts (none: nothing
+// is read). Every message up to upTo is delivered or the read fails: a
+// replica behind the leader that serves the read is waited for (up to
+// ctx's deadline and readFetchWait per fetch; a few short retries for
+// direct gets), never taken as the end. A store opened with Open reads through one ephemeral pull consumer; one
 // opened with OpenExisting, the read-only tools', with batched direct gets,
 // which need no consumer, so the read-only NATS identity has no right to
 // create one.
@@ -774,19 +823,36 @@ func (s *Store) eachMsg(ctx context.Context, filter string, startSeq uint64, sin
 // every read cost the cluster's meta leader two consumer assignments.)
 // Deliveries are checked instead: the consumer's delivery sequence must
 // rise by one per message, or the read fails rather than skip a record.
-func (s *Store) eachMsgOf(ctx context.Context, stream jetstream.Stream, filter string, startSeq uint64, since *time.Time, fn func(storedMsg) error) error {
+func (s *Store) eachMsgOf(ctx context.Context, stream jetstream.Stream, filter string, startSeq uint64, since *time.Time, upTo uint64, fn func(storedMsg) error) error {
+	name := stream.CachedInfo().Config.Name
+	if since != nil {
+		// The leader names the first message at or after since: a replica
+		// behind it that has none is not taken as the end.
+		m, err := s.firstSince(ctx, name, filter, *since)
+		if err != nil || m == nil {
+			return err
+		}
+		startSeq = m.seq
+	}
+	if upTo == 0 {
+		m, err := s.lastOf(ctx, name, filter)
+		if err != nil || m == nil {
+			return err
+		}
+		upTo = m.seq
+	}
+	if upTo < startSeq {
+		return nil
+	}
 	if s.readOnly {
-		return s.eachMsgDirect(ctx, stream, filter, startSeq, since, 0, fn)
+		return s.eachMsgDirect(ctx, stream, filter, startSeq, upTo, fn)
 	}
 	// The consumer is deleted when the read ends; its inactivity threshold
 	// cleans up after a crashed reader. It holds no state worth
 	// replicating: one replica, in memory, no acks.
 	cfg := jetstream.ConsumerConfig{Name: "read_" + nuid.Next(), FilterSubject: filter, DeliverPolicy: jetstream.DeliverAllPolicy,
 		AckPolicy: jetstream.AckNonePolicy, InactiveThreshold: 30 * time.Second, Replicas: 1, MemoryStorage: true}
-	if since != nil {
-		cfg.DeliverPolicy = jetstream.DeliverByStartTimePolicy
-		cfg.OptStartTime = since
-	} else if startSeq > 1 {
+	if startSeq > 1 {
 		cfg.DeliverPolicy = jetstream.DeliverByStartSequencePolicy
 		cfg.OptStartSeq = startSeq
 	}
@@ -803,14 +869,18 @@ func (s *Store) eachMsgOf(ctx context.Context, stream jetstream.Stream, filter s
 	}()
 	pending := cons.CachedInfo().NumPending
 	var delivered uint64 // the consumer's last delivery sequence
-	// fetch asks for the pending messages and delivers them to fn. The
-	// messages exist already, so a fetch of exactly the pending count
-	// returns as soon as they are delivered. FetchContext: the pull request
-	// expires before ctx does, and the client stops waiting when ctx ends.
+	var reached uint64   // the stream sequence of the last message delivered
+	// fetch asks for the pending messages (at least one) and delivers them
+	// to fn, up to upTo. The messages exist already on the leader, so a
+	// fetch of exactly the pending count returns as soon as they are
+	// delivered; a consumer on a replica behind the leader counts fewer
+	// and the next fetch waits for the rest. FetchContext: the pull
+	// request expires before ctx does, and the client stops waiting when
+	// ctx ends.
 	fetch := func() (got int, err error) {
 		fctx, cancel := context.WithTimeout(ctx, readFetchWait)
 		defer cancel()
-		batch, err := cons.Fetch(int(min(pending, 1000)), jetstream.FetchContext(fctx))
+		batch, err := cons.Fetch(int(min(max(pending, 1), 1000)), jetstream.FetchContext(fctx))
 		if err != nil {
 			return 0, err
 		}
@@ -824,10 +894,19 @@ func (s *Store) eachMsgOf(ctx context.Context, stream jetstream.Stream, filter s
 				return got, fmt.Errorf("a delivery was lost (delivery %d after %d)", md.Sequence.Consumer, delivered)
 			}
 			delivered = md.Sequence.Consumer
+			if md.Sequence.Stream > upTo {
+				// Stored after the read started: the next read gets it.
+				reached = upTo
+				return got, nil
+			}
+			reached = md.Sequence.Stream
 			if err := fn(storedMsg{subject: m.Subject(), data: m.Data(), hdr: m.Headers(), seq: md.Sequence.Stream}); err != nil {
 				return got, errStop{err}
 			}
 			pending = md.NumPending
+			if reached == upTo {
+				return got, nil
+			}
 		}
 		if err := batch.Error(); err != nil && (got == 0 || !errors.Is(err, nats.ErrTimeout)) {
 			return got, err
@@ -837,9 +916,9 @@ func (s *Store) eachMsgOf(ctx context.Context, stream jetstream.Stream, filter s
 	// On a cluster the pull request can reach the client's server before
 	// the new consumer's interest does ("no responders"): retried briefly.
 	noResponders := 0
-	for pending > 0 {
+	for reached < upTo {
 		if err := ctx.Err(); err != nil {
-			return fmt.Errorf("journal: read: %d records not yet delivered: %w", pending, err)
+			return fmt.Errorf("journal: read: delivered up to sequence %d of %d: %w", reached, upTo, err)
 		}
 		got, err := fetch()
 		var stop errStop
@@ -851,13 +930,19 @@ func (s *Store) eachMsgOf(ctx context.Context, stream jetstream.Stream, filter s
 			time.Sleep(time.Duration(noResponders) * 20 * time.Millisecond)
 			continue
 		case got == 0 && (err == nil || errors.Is(err, nats.ErrTimeout)):
-			return fmt.Errorf("journal: read: %d records pending but none delivered", pending)
+			return fmt.Errorf("journal: read: delivered up to sequence %d of %d, then nothing for %s: %w", reached, upTo, readFetchWait, ErrReplicaBehind)
 		case err != nil:
 			return fmt.Errorf("journal: read: %w", err)
 		}
 	}
 	return nil
 }
+
+// ErrReplicaBehind: a read was served by a replica that did not reach the
+// last record the stream leader held when the read started within the
+// read's wait (a replica catching up; retention removing the record in
+// between ends the same way). Reading again is safe.
+var ErrReplicaBehind = errors.New("journal: the replica serving the read is behind the stream leader")
 
 // errStop carries the error of a read's callback out of its fetch
 // unwrapped.
@@ -874,25 +959,19 @@ const directBatch = 500
 
 // directBatchRequest is JetStream's batched direct get request body.
 type directBatchRequest struct {
-	Seq       uint64     `json:"seq,omitempty"`
-	NextFor   string     `json:"next_by_subj"`
-	Batch     int        `json:"batch"`
-	StartTime *time.Time `json:"start_time,omitempty"`
+	Seq     uint64 `json:"seq,omitempty"`
+	NextFor string `json:"next_by_subj"`
+	Batch   int    `json:"batch"`
 }
 
 // eachMsgDirect reads the messages of stream matching filter from startSeq
-// (or since) with batched direct gets, up to upTo (0: the stream's last
-// sequence when the read starts), and delivers them to fn in order.
-func (s *Store) eachMsgDirect(ctx context.Context, stream jetstream.Stream, filter string, startSeq uint64, since *time.Time, upTo uint64, fn func(storedMsg) error) error {
-	if upTo == 0 {
-		info, err := stream.Info(ctx)
-		if err != nil {
-			return fmt.Errorf("journal: read: %w", err)
-		}
-		if upTo = info.State.LastSeq; upTo == 0 {
-			return nil
-		}
-	}
+// up to upTo with batched direct gets and delivers them to fn in
+// order. A direct get is answered by any member of the stream's direct-get
+// group: one behind the leader ends its batch before upTo, and the rest is
+// asked for again (directRetries times, 20 ms × attempt apart: another
+// member answers, or the same one has caught up) before the read fails
+// with ErrReplicaBehind.
+func (s *Store) eachMsgDirect(ctx context.Context, stream jetstream.Stream, filter string, startSeq, upTo uint64, fn func(storedMsg) error) error {
 	name := stream.CachedInfo().Config.Name
 	inbox := s.nc.NewRespInbox()
 	sub, err := s.nc.SubscribeSync(inbox)
@@ -901,29 +980,46 @@ func (s *Store) eachMsgDirect(ctx context.Context, stream jetstream.Stream, filt
 	}
 	defer func() { _ = sub.Unsubscribe() }()
 	next := max(startSeq, 1)
-	first := true
+	short := 0
 	for next <= upTo {
-		req := directBatchRequest{Seq: next, NextFor: filter, Batch: directBatch}
-		if first && since != nil {
-			req = directBatchRequest{StartTime: since, NextFor: filter, Batch: directBatch}
-		}
-		first = false
-		body, _ := json.Marshal(req)
+		body, _ := json.Marshal(directBatchRequest{Seq: next, NextFor: filter, Batch: directBatch})
 		if err := s.nc.PublishRequest("$JS.API.DIRECT.GET."+name, inbox, body); err != nil {
 			return fmt.Errorf("journal: read: %w", err)
 		}
-		last, done, err := s.directBatchReply(ctx, sub, upTo, fn)
-		if err != nil || done {
+		last, complete, more, err := s.directBatchReply(ctx, sub, upTo, fn)
+		switch {
+		case err != nil || complete || last >= upTo:
 			return err
+		case last >= next:
+			next = last + 1
+			if more {
+				continue
+			}
 		}
-		next = last + 1
+		// The member that answered had nothing more up to upTo: behind
+		// the leader.
+		if short++; short > directRetries {
+			return fmt.Errorf("journal: read: direct gets delivered up to sequence %d of %d: %w", next-1, upTo, ErrReplicaBehind)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("journal: read: delivered up to sequence %d of %d: %w", next-1, upTo, ctx.Err())
+		case <-time.After(time.Duration(short) * 20 * time.Millisecond):
+		}
 	}
 	return nil
 }
 
+// directRetries bounds the direct gets that end short of a read's last
+// sequence (about 2 s in all).
+const directRetries = 12
+
 // directBatchReply reads one batch of a direct get until its end-of-batch
-// marker. done: nothing more matches (or the batch reached upTo).
-func (s *Store) directBatchReply(ctx context.Context, sub *nats.Subscription, upTo uint64, fn func(storedMsg) error) (last uint64, done bool, err error) {
+// marker and delivers the messages up to upTo to fn. last: the last
+// sequence delivered (0: none); complete: the member that answered holds a
+// message after upTo, so it has every one up to it (a replica holds a
+// prefix of the stream); more: it has more matching messages after last.
+func (s *Store) directBatchReply(ctx context.Context, sub *nats.Subscription, upTo uint64, fn func(storedMsg) error) (last uint64, complete, more bool, err error) {
 	rctx := ctx
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
@@ -933,31 +1029,28 @@ func (s *Store) directBatchReply(ctx context.Context, sub *nats.Subscription, up
 	for {
 		m, err := sub.NextMsgWithContext(rctx)
 		if err != nil {
-			return last, false, fmt.Errorf("journal: read: %w", err)
+			return last, false, false, fmt.Errorf("journal: read: %w", err)
 		}
 		switch m.Header.Get("Status") {
 		case "":
 		case "204": // end of batch
 			pending, _ := strconv.ParseUint(m.Header.Get("Nats-Num-Pending"), 10, 64)
-			return last, done || pending == 0 || last >= upTo || last == 0, nil
+			return last, complete, pending > 0, nil
 		case "404":
-			return last, true, nil
+			return last, complete, false, nil
 		default:
-			return last, false, fmt.Errorf("journal: read: status %s %s", m.Header.Get("Status"), m.Header.Get("Description"))
+			return last, false, false, fmt.Errorf("journal: read: status %s %s", m.Header.Get("Status"), m.Header.Get("Description"))
 		}
 		seq, _ := strconv.ParseUint(m.Header.Get(jetstream.SequenceHeader), 10, 64)
-		if seq > upTo {
+		if seq > upTo || complete {
 			// Stored after the read started: the next read gets it. The
 			// rest of this batch is drained and ignored.
-			done = true
+			complete = true
 			continue
 		}
 		last = seq
-		if done {
-			continue
-		}
 		if err := fn(storedMsg{subject: m.Header.Get(jetstream.SubjectHeader), data: m.Data, hdr: m.Header, seq: seq}); err != nil {
-			return last, true, drainBatch(rctx, sub, err)
+			return last, true, false, drainBatch(rctx, sub, err)
 		}
 	}
 }

@@ -122,7 +122,7 @@ func (s *Store) followDirect(ctx context.Context, uid string, afterSeq uint64, d
 	for {
 		last, err := s.lastSeq(ctx, uid)
 		if err == nil && last >= next {
-			err = s.eachMsgDirect(ctx, s.stream, s.uidFilter(uid), next, nil, last, func(m storedMsg) error {
+			err = s.eachMsgDirect(ctx, s.stream, s.uidFilter(uid), next, last, func(m storedMsg) error {
 				next = m.seq + 1
 				return deliver(m)
 			})
