@@ -245,18 +245,54 @@ func (pg *Postgres) Start(ctx context.Context) error {
 // log of it (complete across Stop/Start), not the streamed copy at
 // LogPath: testcontainers-go cuts that stream every few seconds and resumes
 // it at "now", so lines still in flight when the stream lagged (a loaded
-// machine) are missing from the copy. Tests that count statements in the
-// log read it here.
+// machine) are missing from the copy. Docker's log is itself copied from
+// the container's output asynchronously, so for a running container
+// ReadLog first has the server log a marker (RAISE LOG, after every
+// statement that returned before the call) and reads until the marker is
+// there, up to 10 s; the marker and what follows it are cut off. Tests
+// that count statements in the log read it here.
 func (pg *Postgres) ReadLog(ctx context.Context) ([]byte, error) {
 	if pg.container == nil {
 		return os.ReadFile(pg.LogPath)
 	}
-	rc, err := pg.container.Logs(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("postgres container log: %w", err)
+	read := func() ([]byte, error) {
+		rc, err := pg.container.Logs(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("postgres container log: %w", err)
+		}
+		defer rc.Close()
+		return io.ReadAll(rc)
 	}
-	defer rc.Close()
-	return io.ReadAll(rc)
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	marker := "ayatori-log-flush-" + hex.EncodeToString(b)
+	c, err := pgx.Connect(ctx, pg.SuperuserDSN("postgres"))
+	if err != nil {
+		// Stopped: nothing is in flight.
+		return read()
+	}
+	_, err = c.Exec(ctx, "DO $$ BEGIN RAISE LOG '"+marker+"'; END $$")
+	_ = c.Close(ctx)
+	if err != nil {
+		return read()
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		log, err := read()
+		if err != nil {
+			return nil, err
+		}
+		if i := strings.Index(string(log), marker); i >= 0 {
+			if nl := strings.LastIndexByte(string(log[:i]), '\n'); nl >= 0 {
+				return log[:nl+1], nil
+			}
+			return nil, nil
+		}
+		if time.Now().After(deadline) {
+			return log, nil
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // Stop shuts the server down (fast shutdown) and keeps the data directory.
