@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -339,7 +340,22 @@ func (s *Store) WriteCheckpoint(ctx context.Context, v View) error {
 	msg := nats.NewMsg(s.checkpointSubject(v.UID))
 	msg.Data = data
 	msg.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(v.checkpointSeq, 10))
-	if _, err := s.js.PublishMsg(ctx, msg); err != nil {
+	// An unanswered publish (its leader died or handed over with it in
+	// flight) is sent again, as Append does; if the first one was stored,
+	// the expected sequence refuses the second, which is success.
+	start, budget := time.Now(), requestBudget(ctx)
+	for retries := 1; ; retries++ {
+		actx, cancel := context.WithTimeout(ctx, requestAttemptTimeout)
+		_, err = s.js.PublishMsg(actx, msg)
+		cancel()
+		if err == nil || !unanswered(ctx, err) || time.Since(start) >= budget {
+			break
+		}
+		if err = sleepCtx(ctx, retryBackoff(retries)); err != nil {
+			break
+		}
+	}
+	if err != nil {
 		var apiErr *jetstream.APIError
 		if errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence {
 			return nil

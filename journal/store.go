@@ -365,6 +365,8 @@ func (s *Store) append(ctx context.Context, rec *Record, opts ...AppendOption) (
 	defer unlock()
 
 	start := time.Now()
+	budget := requestBudget(ctx)
+	conflicts, unansweredRetries := 0, 0
 	for attempt := 0; ; attempt++ {
 		// The read-first check needs no round trip when this process's
 		// cache of the UID is current: the cache holds every ID up to its
@@ -393,8 +395,23 @@ func (s *Store) append(ctx context.Context, rec *Record, opts ...AppendOption) (
 		msg.Header.Set(jetstream.MsgIDHeader, msgID)
 		msg.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(expected, 10))
 		msg.Header.Set("Nats-Expected-Last-Subject-Sequence-Subject", s.uidFilter(rec.Object.UID))
-		ack, err := s.js.PublishMsg(ctx, msg)
+		actx, cancel := context.WithTimeout(ctx, requestAttemptTimeout)
+		ack, err := s.js.PublishMsg(actx, msg)
+		cancel()
 		if err != nil {
+			if unanswered(ctx, err) && time.Since(start) < budget {
+				// Unanswered: the stream leader died or handed over with
+				// the publish in flight, or there is no leader yet. The
+				// next attempt reads first (from the new leader), so a
+				// record that was stored is answered as Duplicate; the
+				// same Nats-Msg-Id and expected sequence keep a second
+				// copy out in any case.
+				unansweredRetries++
+				if err := sleepCtx(ctx, retryBackoff(unansweredRetries)); err != nil {
+					return AppendResult{}, fmt.Errorf("journal: append %s: %w", rec.ID, err)
+				}
+				continue
+			}
 			var apiErr *jetstream.APIError
 			if errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence {
 				s.forget(rec.Object.UID)
@@ -409,7 +426,8 @@ func (s *Store) append(ctx context.Context, rec *Record, opts ...AppendOption) (
 						return AppendResult{Sequence: seq, Duplicate: true}, nil
 					}
 				}
-				if o.expected != nil || attempt >= o.maxRetries {
+				conflicts++
+				if o.expected != nil || conflicts > o.maxRetries {
 					return AppendResult{}, fmt.Errorf("%w (expected last sequence %d)", ErrConflict, expected)
 				}
 				continue
@@ -430,6 +448,54 @@ func (s *Store) append(ctx context.Context, rec *Record, opts ...AppendOption) (
 		st.note(rec, ack.Sequence)
 		s.cfg.Metrics.observeAppend(time.Since(start))
 		return AppendResult{Sequence: ack.Sequence}, nil
+	}
+}
+
+// requestAttemptTimeout bounds one request to the stream leader (a publish,
+// a message get). A leader that died or handed over leadership with the
+// request in flight never answers it; waiting out a client timeout (5 s
+// for a publish) made every election cost at least that (docs/journal.md,
+// known limitation 3). An fsynced R3 publish on a saturated 2-core machine
+// answers well inside it; a slower one is retried, which the record ID
+// makes harmless.
+const requestAttemptTimeout = 2 * time.Second
+
+// requestBudget is how long unanswered requests are retried: until ctx's
+// deadline, or 20 s without one (an election took up to 16 s on a loaded
+// machine in TestR3ClusterFaults).
+func requestBudget(ctx context.Context) time.Duration {
+	if d, ok := ctx.Deadline(); ok {
+		return time.Until(d)
+	}
+	return 20 * time.Second
+}
+
+// unanswered reports whether err means a request got no answer in its
+// attempt (timeout, no responders, no stream response) while the caller's
+// ctx is still live.
+func unanswered(ctx context.Context, err error) bool {
+	if ctx.Err() != nil {
+		return false
+	}
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) ||
+		errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse)
+}
+
+// retryBackoff is the pause before the n-th (1-based) retry of an
+// unanswered request: 100 ms × n, at most 1 s.
+func retryBackoff(n int) time.Duration {
+	return min(time.Duration(n)*100*time.Millisecond, time.Second)
+}
+
+// sleepCtx sleeps d or until ctx ends (its error).
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }
 
@@ -576,37 +642,53 @@ type msgGetResponse struct {
 // ctx's deadline (10 s when ctx has none) it is an error: a stream without
 // a leader cannot be read consistently.
 func (s *Store) lastOf(ctx context.Context, stream, subject string) (*storedMsg, error) {
-	return s.leaderGet(ctx, stream, subject, msgGetRequest{LastBySubject: subject})
+	return s.leaderGet(ctx, stream, "last record of "+subject, msgGetRequest{LastBySubject: subject})
 }
 
 // firstSince returns the first message of stream on subject (a filter)
 // stored at or after since, as the leader holds it (nil: none).
 func (s *Store) firstSince(ctx context.Context, stream, subject string, since time.Time) (*storedMsg, error) {
-	return s.leaderGet(ctx, stream, subject, msgGetRequest{NextBySubject: subject, StartTime: &since})
+	return s.leaderGet(ctx, stream, "first record of "+subject+" since "+since.UTC().Format(time.RFC3339Nano),
+		msgGetRequest{NextBySubject: subject, StartTime: &since})
 }
 
-func (s *Store) leaderGet(ctx context.Context, stream, subject string, req msgGetRequest) (*storedMsg, error) {
+// leaderGet sends one message get to stream's leader; what names the
+// record asked for in errors ("last record of <filter>", "first record of
+// <filter> since <time>"). A "no message found" answer is (nil, nil).
+//
+// Each request waits requestAttemptTimeout; an unanswered one (the leader
+// died or handed over with it in flight, or there is no leader yet) is
+// sent again until ctx's deadline, or for requestBudget without one.
+func (s *Store) leaderGet(ctx context.Context, stream, what string, req msgGetRequest) (*storedMsg, error) {
 	body, _ := json.Marshal(req)
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, 10*time.Second)
-		defer cancel()
-	}
-	m, err := s.nc.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+stream, body)
-	if err != nil {
-		return nil, fmt.Errorf("journal: read last record of %s: %w", subject, err)
+	start, budget := time.Now(), requestBudget(ctx)
+	var m *nats.Msg
+	for retries := 1; ; retries++ {
+		actx, cancel := context.WithTimeout(ctx, requestAttemptTimeout)
+		var err error
+		m, err = s.nc.RequestWithContext(actx, "$JS.API.STREAM.MSG.GET."+stream, body)
+		cancel()
+		if err == nil {
+			break
+		}
+		if !unanswered(ctx, err) || time.Since(start) >= budget {
+			return nil, fmt.Errorf("journal: read %s: %w", what, err)
+		}
+		if err := sleepCtx(ctx, retryBackoff(retries)); err != nil {
+			return nil, fmt.Errorf("journal: read %s: %w", what, err)
+		}
 	}
 	var resp msgGetResponse
 	if err := json.Unmarshal(m.Data, &resp); err != nil {
-		return nil, fmt.Errorf("journal: read last record of %s: %w", subject, err)
+		return nil, fmt.Errorf("journal: read %s: %w", what, err)
 	}
 	switch {
 	case resp.Error != nil && resp.Error.ErrorCode == jetstream.JSErrCodeMessageNotFound:
 		return nil, nil
 	case resp.Error != nil:
-		return nil, fmt.Errorf("journal: read last record of %s: %w", subject, resp.Error)
+		return nil, fmt.Errorf("journal: read %s: %w", what, resp.Error)
 	case resp.Message == nil:
-		return nil, fmt.Errorf("journal: read last record of %s: an answer without a message", subject)
+		return nil, fmt.Errorf("journal: read %s: an answer without a message", what)
 	}
 	return &storedMsg{subject: resp.Message.Subject, data: resp.Message.Data, seq: resp.Message.Seq}, nil
 }
