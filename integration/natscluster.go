@@ -314,6 +314,42 @@ func (c *NATSCluster) ClientNode(prefix string) *NATSNode {
 	return nil
 }
 
+// MetaLeader returns the node that leads the JetStream meta group now (it
+// answers consumer and stream creates), from a running node's /jsz; an
+// error while there is none.
+func (c *NATSCluster) MetaLeader() (*NATSNode, error) {
+	cl := http.Client{Timeout: time.Second}
+	var last error = errors.New("no node running")
+	for _, n := range c.Nodes {
+		if !n.Running() {
+			continue
+		}
+		resp, err := cl.Get(n.MonitorURL + "/jsz")
+		if err != nil {
+			last = err
+			continue
+		}
+		var jsz struct {
+			Meta *struct {
+				Leader string `json:"leader"`
+			} `json:"meta_cluster"`
+		}
+		err = json.NewDecoder(resp.Body).Decode(&jsz)
+		resp.Body.Close()
+		switch {
+		case err != nil:
+			last = err
+		case jsz.Meta == nil || jsz.Meta.Leader == "":
+			last = fmt.Errorf("nats %s knows no meta leader", n.Name)
+		case c.Node(jsz.Meta.Leader) == nil:
+			last = fmt.Errorf("meta leader %q is not a node of the cluster", jsz.Meta.Leader)
+		default:
+			return c.Node(jsz.Meta.Leader), nil
+		}
+	}
+	return nil, last
+}
+
 // ConsumerLeader returns the node leading a durable consumer of the stream.
 func (c *NATSCluster) ConsumerLeader(ctx context.Context, stream, consumer string) (*NATSNode, error) {
 	nc, err := c.conn()

@@ -13,6 +13,7 @@ import (
 // flight to the stream leader when that leader stops answering (frozen,
 // then SIGKILLed) is retried with the same record ID once the remaining
 // two nodes elect a new leader, and succeeds; the record is stored once.
+// Likewise a Read in flight when the meta leader dies.
 // Before the fix the publish waited for an answer the dead leader would
 // never send, up to the caller's deadline (5 s without one), and Append
 // failed: docs/journal.md, known limitation 3.
@@ -64,10 +65,58 @@ func TestAppendInFlightOutlivesItsStreamLeader(t *testing.T) {
 	}
 	t.Logf("Append returned after %s", time.Since(start).Round(time.Millisecond))
 
-	recs, err := s.Read(actx, o.UID)
+	// A read in flight when the meta leader (which answers the read's
+	// consumer create) dies is sent again too: the old leader comes back
+	// first so the cluster keeps its quorum, then the meta leader is
+	// frozen and killed 1 s into a Read. (In the first run of this test
+	// the read after the append ended at its 54 s deadline: its consumer
+	// create had gone to a meta leader that had just died.)
+	if err := leader.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if err := leader.WaitHealthy(2 * time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.WaitStreamCurrent(ctx, journal.DefaultStreamName, 2*time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	meta, err := c.MetaLeader()
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The reader's connection stays up on another node.
+	rfirst := 0
+	for i, n := range c.Nodes {
+		if n != meta {
+			rfirst = i
+			break
+		}
+	}
+	rd, err := journal.Open(ctx, connectFirst(t, c, rfirst, "reader"), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := meta.Freeze(); err != nil {
+		t.Fatal(err)
+	}
+	rctx, rcancel := context.WithTimeout(ctx, 60*time.Second)
+	defer rcancel()
+	type readResult struct {
+		recs []journal.Record
+		err  error
+	}
+	read := make(chan readResult, 1)
+	start = time.Now()
+	go func() { recs, err := rd.Read(rctx, o.UID); read <- readResult{recs, err} }()
+	time.Sleep(time.Second)
+	meta.Kill()
+	t.Logf("meta leader %s frozen, then killed 1 s into a Read (reader on %s)", meta.Name, c.Nodes[rfirst].Name)
+	res := <-read
+	if res.err != nil {
+		t.Fatalf("Read in flight when the meta leader died: %v (after %s)", res.err, time.Since(start).Round(time.Millisecond))
+	}
+	t.Logf("Read returned after %s", time.Since(start).Round(time.Millisecond))
+	recs := res.recs
 	n := 0
 	for _, r := range recs {
 		if r.ID == rec.ID {

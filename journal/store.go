@@ -938,9 +938,26 @@ func (s *Store) eachMsgOf(ctx context.Context, stream jetstream.Stream, filter s
 		cfg.DeliverPolicy = jetstream.DeliverByStartSequencePolicy
 		cfg.OptStartSeq = startSeq
 	}
-	cons, err := stream.CreateConsumer(ctx, cfg)
-	if err != nil {
-		return fmt.Errorf("journal: read: %w", err)
+	// The create goes to the meta leader; one that dies or hands over
+	// with it in flight never answers, so it is sent again (the same name
+	// and configuration: a create that did happen is answered with the
+	// consumer) as Append's publish is.
+	var cons jetstream.Consumer
+	start, budget := time.Now(), requestBudget(ctx)
+	for retries := 1; ; retries++ {
+		actx, cancel := context.WithTimeout(ctx, requestAttemptTimeout)
+		var err error
+		cons, err = stream.CreateConsumer(actx, cfg)
+		cancel()
+		if err == nil {
+			break
+		}
+		if !unanswered(ctx, err) || time.Since(start) >= budget {
+			return fmt.Errorf("journal: read: create consumer: %w", err)
+		}
+		if err := sleepCtx(ctx, retryBackoff(retries)); err != nil {
+			return fmt.Errorf("journal: read: create consumer: %w", err)
+		}
 	}
 	defer func() {
 		go func() {
