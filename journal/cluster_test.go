@@ -314,8 +314,9 @@ func TestR3ClusterFaults(t *testing.T) {
 	// read in flight when a node dies only ends at its timeout).
 	check := func(phase string, w window) window {
 		t.Helper()
-		// An election takes 4-9 s (up to 16 s seen on a loaded machine),
-		// a publish times out after 5 s, a read after 10 s.
+		// An election takes 4-9 s (up to 16 s seen on a loaded machine);
+		// a request in flight to a dead leader is sent again after 2 s, a
+		// read's fetch waits 5 s and the test's reads end at 10 s.
 		if w.acks == 0 || w.maxGap > 30*time.Second || w.maxReadGap > 35*time.Second {
 			t.Errorf("%s: appends or reads stopped: %s", phase, w)
 		}
