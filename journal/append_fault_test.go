@@ -21,28 +21,16 @@ func TestAppendInFlightOutlivesItsStreamLeader(t *testing.T) {
 	c := integration.StartNATSCluster(t, integration.NATSClusterOptions{})
 	ctx := context.Background()
 	cfg := journal.Config{Replicas: 3, Actor: "append-fault", Signer: testKey(t)}
-	setup, err := journal.Open(ctx, connectFirst(t, c, 0, "setup"), cfg)
-	if err != nil {
+	// The first store creates the stream, so it has a leader to find.
+	if _, err := journal.Open(ctx, connectFirst(t, c, 0, "setup"), cfg); err != nil {
 		t.Fatal(err)
 	}
-	_ = setup
 	leader, err := c.WaitStreamLeader(ctx, journal.DefaultStreamName, nil, 30*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The writer's connection is on a node that does not lead the stream,
-	// so it stays up and only the publish goes unanswered.
-	first := 0
-	for i, n := range c.Nodes {
-		if n != leader {
-			first = i
-			break
-		}
-	}
-	s, err := journal.Open(ctx, connectFirst(t, c, first, "writer"), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	// The writer's connection stays up: only the publish goes unanswered.
+	s, on := openAvoiding(t, c, leader, "writer", cfg)
 	o := obj()
 	if _, err := s.Append(ctx, intent(t, o, "CreateRole", 1)); err != nil {
 		t.Fatal(err)
@@ -59,7 +47,7 @@ func TestAppendInFlightOutlivesItsStreamLeader(t *testing.T) {
 	go func() { _, err := s.Append(actx, rec); done <- err }()
 	time.Sleep(time.Second) // the publish is out, to the frozen leader
 	leader.Kill()
-	t.Logf("stream leader %s frozen, then killed 1 s into the append (writer on %s)", leader.Name, c.Nodes[first].Name)
+	t.Logf("stream leader %s frozen, then killed 1 s into the append (writer on %s)", leader.Name, on.Name)
 	if err := <-done; err != nil {
 		t.Fatalf("Append in flight when its stream leader died: %v (after %s)", err, time.Since(start).Round(time.Millisecond))
 	}
@@ -84,18 +72,7 @@ func TestAppendInFlightOutlivesItsStreamLeader(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The reader's connection stays up on another node.
-	rfirst := 0
-	for i, n := range c.Nodes {
-		if n != meta {
-			rfirst = i
-			break
-		}
-	}
-	rd, err := journal.Open(ctx, connectFirst(t, c, rfirst, "reader"), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	rd, ron := openAvoiding(t, c, meta, "reader", cfg)
 	if err := meta.Freeze(); err != nil {
 		t.Fatal(err)
 	}
@@ -110,7 +87,7 @@ func TestAppendInFlightOutlivesItsStreamLeader(t *testing.T) {
 	go func() { recs, err := rd.Read(rctx, o.UID); read <- readResult{recs, err} }()
 	time.Sleep(time.Second)
 	meta.Kill()
-	t.Logf("meta leader %s frozen, then killed 1 s into a Read (reader on %s)", meta.Name, c.Nodes[rfirst].Name)
+	t.Logf("meta leader %s frozen, then killed 1 s into a Read (reader on %s)", meta.Name, ron.Name)
 	res := <-read
 	if res.err != nil {
 		t.Fatalf("Read in flight when the meta leader died: %v (after %s)", res.err, time.Since(start).Round(time.Millisecond))

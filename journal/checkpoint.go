@@ -9,7 +9,6 @@ import (
 	"slices"
 	"strconv"
 	"sync"
-	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -343,18 +342,10 @@ func (s *Store) WriteCheckpoint(ctx context.Context, v View) error {
 	// An unanswered publish (its leader died or handed over with it in
 	// flight) is sent again, as Append does; if the first one was stored,
 	// the expected sequence refuses the second, which is success.
-	start, budget := time.Now(), requestBudget(ctx)
-	for retries := 1; ; retries++ {
-		actx, cancel := context.WithTimeout(ctx, requestAttemptTimeout)
-		_, err = s.js.PublishMsg(actx, msg)
-		cancel()
-		if err == nil || !unanswered(ctx, err) || time.Since(start) >= budget {
-			break
-		}
-		if err = sleepCtx(ctx, retryBackoff(retries)); err != nil {
-			break
-		}
-	}
+	err = untilAnswered(ctx, func(actx context.Context) error {
+		_, err := s.js.PublishMsg(actx, msg)
+		return err
+	})
 	if err != nil {
 		var apiErr *jetstream.APIError
 		if errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence {

@@ -244,6 +244,29 @@ func connectFirst(t *testing.T, c *integration.NATSCluster, first int, name stri
 	return nc
 }
 
+// openAvoiding opens a store whose connection starts on the first running
+// node that is not avoid (DontRandomize), so freezing avoid leaves the
+// connection up and only silences what avoid answers. It returns the store
+// and the node it connected to first.
+func openAvoiding(t *testing.T, c *integration.NATSCluster, avoid *integration.NATSNode, name string, cfg journal.Config) (*journal.Store, *integration.NATSNode) {
+	t.Helper()
+	first := -1
+	for i, n := range c.Nodes {
+		if n != avoid && n.Running() {
+			first = i
+			break
+		}
+	}
+	if first < 0 {
+		t.Fatalf("no running node other than %s", avoid.Name)
+	}
+	s, err := journal.Open(context.Background(), connectFirst(t, c, first, name), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, c.Nodes[first]
+}
+
 // TestR3ClusterFaults runs the journal on a three-node JetStream cluster
 // (stream replicas 3, every node sync_interval always) and appends and
 // reads continuously through (a) SIGKILL of a node that does not lead the

@@ -116,20 +116,9 @@ func TestConsumeSurvivesConsumerLeaderPartition(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The executor connects to a node that does not lead the consumer
-	// (DontRandomize: the first URL), so freezing the leader leaves its
-	// connection up and only silences the pull request.
-	first := 0
-	for i, n := range c.Nodes {
-		if n != leader {
-			first = i
-			break
-		}
-	}
-	s, err := journal.Open(ctx, connectFirst(t, c, first, "executor"), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	// The executor connects to a node that does not lead the consumer, so
+	// freezing the leader only silences the pull request.
+	s, on := openAvoiding(t, c, leader, "executor", cfg)
 	early := consumeWatched(t, s, cc, map[string]journal.Handler{"CreateRole": succeed})
 
 	o := obj()
@@ -139,7 +128,7 @@ func TestConsumeSurvivesConsumerLeaderPartition(t *testing.T) {
 	}
 	waitOutcome(t, s, o.UID, in1.ID, journal.Succeeded)
 
-	t.Logf("freezing consumer leader %s for 8s (executor on %s)", leader.Name, c.Nodes[first].Name)
+	t.Logf("freezing consumer leader %s for 8s (executor on %s)", leader.Name, on.Name)
 	if err := leader.Freeze(); err != nil {
 		t.Fatal(err)
 	}

@@ -481,6 +481,25 @@ func unanswered(ctx context.Context, err error) bool {
 		errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse)
 }
 
+// untilAnswered sends a request to a leader (req, given a context bounded
+// by requestAttemptTimeout) again while it goes unanswered, until ctx's
+// deadline or requestBudget; it returns req's last error (nil: answered).
+// Only for requests that are safe to repeat.
+func untilAnswered(ctx context.Context, req func(context.Context) error) error {
+	start, budget := time.Now(), requestBudget(ctx)
+	for retries := 1; ; retries++ {
+		actx, cancel := context.WithTimeout(ctx, requestAttemptTimeout)
+		err := req(actx)
+		cancel()
+		if err == nil || !unanswered(ctx, err) || time.Since(start) >= budget {
+			return err
+		}
+		if err := sleepCtx(ctx, retryBackoff(retries)); err != nil {
+			return err
+		}
+	}
+}
+
 // retryBackoff is the pause before the n-th (1-based) retry of an
 // unanswered request: 100 ms × n, at most 1 s.
 func retryBackoff(n int) time.Duration {
@@ -661,22 +680,12 @@ func (s *Store) firstSince(ctx context.Context, stream, subject string, since ti
 // sent again until ctx's deadline, or for requestBudget without one.
 func (s *Store) leaderGet(ctx context.Context, stream, what string, req msgGetRequest) (*storedMsg, error) {
 	body, _ := json.Marshal(req)
-	start, budget := time.Now(), requestBudget(ctx)
 	var m *nats.Msg
-	for retries := 1; ; retries++ {
-		actx, cancel := context.WithTimeout(ctx, requestAttemptTimeout)
-		var err error
+	if err := untilAnswered(ctx, func(actx context.Context) (err error) {
 		m, err = s.nc.RequestWithContext(actx, "$JS.API.STREAM.MSG.GET."+stream, body)
-		cancel()
-		if err == nil {
-			break
-		}
-		if !unanswered(ctx, err) || time.Since(start) >= budget {
-			return nil, fmt.Errorf("journal: read %s: %w", what, err)
-		}
-		if err := sleepCtx(ctx, retryBackoff(retries)); err != nil {
-			return nil, fmt.Errorf("journal: read %s: %w", what, err)
-		}
+		return err
+	}); err != nil {
+		return nil, fmt.Errorf("journal: read %s: %w", what, err)
 	}
 	var resp msgGetResponse
 	if err := json.Unmarshal(m.Data, &resp); err != nil {
@@ -943,21 +952,11 @@ func (s *Store) eachMsgOf(ctx context.Context, stream jetstream.Stream, filter s
 	// and configuration: a create that did happen is answered with the
 	// consumer) as Append's publish is.
 	var cons jetstream.Consumer
-	start, budget := time.Now(), requestBudget(ctx)
-	for retries := 1; ; retries++ {
-		actx, cancel := context.WithTimeout(ctx, requestAttemptTimeout)
-		var err error
+	if err := untilAnswered(ctx, func(actx context.Context) (err error) {
 		cons, err = stream.CreateConsumer(actx, cfg)
-		cancel()
-		if err == nil {
-			break
-		}
-		if !unanswered(ctx, err) || time.Since(start) >= budget {
-			return fmt.Errorf("journal: read: create consumer: %w", err)
-		}
-		if err := sleepCtx(ctx, retryBackoff(retries)); err != nil {
-			return fmt.Errorf("journal: read: create consumer: %w", err)
-		}
+		return err
+	}); err != nil {
+		return fmt.Errorf("journal: read: create consumer: %w", err)
 	}
 	defer func() {
 		go func() {
