@@ -471,15 +471,32 @@ func requestBudget(ctx context.Context) time.Duration {
 }
 
 // unanswered reports whether err means a request got no answer in its
-// attempt (timeout, no responders, no stream response) while the caller's
-// ctx is still live.
+// attempt (timeout, no responders, no stream response), or the answer a
+// leader election gives (JetStream system temporarily unavailable, from
+// the meta group; the expected last sequence per subject temporarily
+// unavailable, from a new stream leader), while the caller's ctx is still
+// live.
 func unanswered(ctx context.Context, err error) bool {
 	if ctx.Err() != nil {
 		return false
 	}
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) {
+		switch apiErr.ErrorCode {
+		case jsErrCodeClusterNotAvailable, jsErrCodeExpectedLastSeqPerSubjectNotReady:
+			return true
+		}
+	}
 	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) ||
 		errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse)
 }
+
+// JetStream error codes (nats-server errors.json) nats.go names no
+// constant for.
+const (
+	jsErrCodeClusterNotAvailable               jetstream.ErrorCode = 10008 // JSClusterNotAvailErr, 503
+	jsErrCodeExpectedLastSeqPerSubjectNotReady jetstream.ErrorCode = 10163 // JSStreamExpectedLastSeqPerSubjectNotReady, 503
+)
 
 // untilAnswered sends a request to a leader (req, given a context bounded
 // by requestAttemptTimeout) again while it goes unanswered, until ctx's
