@@ -88,10 +88,12 @@ func portPool() (lo, hi int, ok bool) {
 func reservePort(p int) bool {
 	portsTaken[p] = true
 	dir := filepath.Join(os.TempDir(), "ayatori-ports")
-	if err := os.MkdirAll(dir, 0o1777); err != nil {
+	if err := os.MkdirAll(dir, os.ModeSticky|0o777); err != nil {
 		return true
 	}
-	f, err := os.OpenFile(filepath.Join(dir, strconv.Itoa(p)), os.O_CREATE|os.O_RDWR, 0o666)
+	_ = os.Chmod(dir, os.ModeSticky|0o777) // past the umask: every user's test processes share it
+	// Read-only is enough for flock, and opens another user's file.
+	f, err := os.OpenFile(filepath.Join(dir, strconv.Itoa(p)), os.O_CREATE|os.O_RDONLY, 0o644)
 	if err != nil {
 		return true
 	}

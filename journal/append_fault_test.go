@@ -104,3 +104,67 @@ func TestAppendInFlightOutlivesItsStreamLeader(t *testing.T) {
 		t.Fatalf("record %s stored %d times, want once", rec.ID, n)
 	}
 }
+
+// TestAppendOutlivesASlowLeader: the stream leader stops answering for
+// 2.5 s (frozen, then thawed, too short for an election), so an Append's
+// first attempt ends at its 2 s timeout while the publish waits on the
+// leader. The retry meets the first attempt still in process there
+// (10158 duplicate message id in process, or 10164 on the UID's expected
+// sequence) or already stored (Duplicate), and Append succeeds with the
+// record stored once, every round.
+func TestAppendOutlivesASlowLeader(t *testing.T) {
+	c := integration.StartNATSCluster(t, integration.NATSClusterOptions{})
+	ctx := context.Background()
+	cfg := journal.Config{Replicas: 3, Actor: "append-slow", Signer: testKey(t)}
+	if _, err := journal.Open(ctx, connectFirst(t, c, 0, "setup"), cfg); err != nil {
+		t.Fatal(err)
+	}
+	leader, err := c.WaitStreamLeader(ctx, journal.DefaultStreamName, nil, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, _ := openAvoiding(t, c, leader, "writer", cfg)
+	o := obj()
+	for round := 1; round <= 4; round++ {
+		if _, err := s.Append(ctx, intent(t, o, "Warm", round)); err != nil {
+			t.Fatal(err)
+		}
+		if err := leader.Freeze(); err != nil {
+			t.Fatal(err)
+		}
+		rec := intent(t, o, "CreateDatabase", round)
+		actx, cancel := context.WithTimeout(ctx, 60*time.Second)
+		done := make(chan error, 1)
+		start := time.Now()
+		go func() { _, err := s.Append(actx, rec); done <- err }()
+		time.Sleep(2500 * time.Millisecond)
+		if err := leader.Thaw(); err != nil {
+			t.Fatal(err)
+		}
+		err := <-done
+		cancel()
+		if err != nil {
+			t.Fatalf("round %d: Append through a leader silent for 2.5 s: %v (after %s)", round, err, time.Since(start).Round(time.Millisecond))
+		}
+		t.Logf("round %d: Append returned after %s", round, time.Since(start).Round(time.Millisecond))
+		if leader, err = c.WaitStreamLeader(ctx, journal.DefaultStreamName, nil, 30*time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	recs, err := s.Read(ctx, o.UID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]int{}
+	for _, r := range recs {
+		seen[r.ID]++
+	}
+	for id, n := range seen {
+		if n != 1 {
+			t.Errorf("record %s stored %d times", id, n)
+		}
+	}
+	if len(seen) != 8 {
+		t.Errorf("%d records, want 8", len(seen))
+	}
+}

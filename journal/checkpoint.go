@@ -348,7 +348,11 @@ func (s *Store) WriteCheckpoint(ctx context.Context, v View) error {
 	})
 	if err != nil {
 		var apiErr *jetstream.APIError
-		if errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence {
+		// Another checkpoint was written after the one read (by another
+		// replica, or an earlier attempt of this one: 10164 while that is
+		// still being replicated): it stands; the next pass reads it.
+		if errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+			apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant) {
 			return nil
 		}
 		return fmt.Errorf("journal: write checkpoint of %s: %w", v.UID, err)

@@ -395,17 +395,19 @@ func (s *Store) append(ctx context.Context, rec *Record, opts ...AppendOption) (
 		msg.Header.Set(jetstream.MsgIDHeader, msgID)
 		msg.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(expected, 10))
 		msg.Header.Set("Nats-Expected-Last-Subject-Sequence-Subject", s.uidFilter(rec.Object.UID))
-		actx, cancel := context.WithTimeout(ctx, requestAttemptTimeout)
+		actx, cancel := context.WithTimeout(ctx, attemptTimeout(unansweredRetries+1))
 		ack, err := s.js.PublishMsg(actx, msg)
 		cancel()
 		if err != nil {
-			if unanswered(ctx, err) && time.Since(start) < budget {
+			if (unanswered(ctx, err) || inProcess(err)) && time.Since(start) < budget {
 				// Unanswered: the stream leader died or handed over with
-				// the publish in flight, or there is no leader yet. The
-				// next attempt reads first (from the new leader), so a
-				// record that was stored is answered as Duplicate; the
-				// same Nats-Msg-Id and expected sequence keep a second
-				// copy out in any case.
+				// the publish in flight, or there is no leader yet. Or
+				// an earlier attempt of this record (one that timed out
+				// on a slow leader) is still in process there. The next
+				// attempt reads first (from the leader), so a record
+				// that was stored is answered as Duplicate; the same
+				// Nats-Msg-Id and expected sequence keep a second copy
+				// out in any case.
 				unansweredRetries++
 				if err := sleepCtx(ctx, retryBackoff(unansweredRetries)); err != nil {
 					return AppendResult{}, fmt.Errorf("journal: append %s: %w", rec.ID, err)
@@ -442,7 +444,11 @@ func (s *Store) append(ctx context.Context, rec *Record, opts ...AppendOption) (
 			if err != nil {
 				return AppendResult{}, err
 			}
-			return AppendResult{Sequence: st.ids[rec.ID], Duplicate: true}, nil
+			seq, ok := st.ids[rec.ID]
+			if !ok {
+				seq = ack.Sequence // the stored copy's, as the server's dedupe holds it
+			}
+			return AppendResult{Sequence: seq, Duplicate: true}, nil
 		}
 		st.lastSeq = ack.Sequence
 		st.note(rec, ack.Sequence)
@@ -451,14 +457,20 @@ func (s *Store) append(ctx context.Context, rec *Record, opts ...AppendOption) (
 	}
 }
 
-// requestAttemptTimeout bounds one request to the stream leader (a publish,
-// a message get). A leader that died or handed over leadership with the
-// request in flight never answers it; waiting out a client timeout (5 s
-// for a publish) made every election cost at least that (docs/journal.md,
-// known limitation 3). An fsynced R3 publish on a saturated 2-core machine
-// answers well inside it; a slower one is retried, which the record ID
-// makes harmless.
+// requestAttemptTimeout bounds the first attempt of a request to a leader
+// (a publish, a message get, a consumer create). A leader that died or
+// handed over leadership with the request in flight never answers it;
+// waiting out a client timeout (5 s for a publish) made every election
+// cost at least that (docs/journal.md, known limitation 3). An fsynced R3
+// publish on a saturated 2-core machine answers well inside it.
 const requestAttemptTimeout = 2 * time.Second
+
+// attemptTimeout bounds the n-th (1-based) attempt: requestAttemptTimeout
+// doubled per attempt, at most 8 s, so a leader that is alive but slower
+// than 2 s is still waited for.
+func attemptTimeout(n int) time.Duration {
+	return min(requestAttemptTimeout<<min(n-1, 2), 8*time.Second)
+}
 
 // requestBudget is how long unanswered requests are retried: until ctx's
 // deadline, or 20 s without one (an election took up to 16 s on a loaded
@@ -491,21 +503,33 @@ func unanswered(ctx context.Context, err error) bool {
 		errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse)
 }
 
+// inProcess reports whether a publish was refused because a message with
+// its Nats-Msg-Id (10158) or one on its expected-last-sequence subject
+// (10164, replicated streams) is still being replicated: typically an
+// earlier attempt of the same record that timed out on a slow leader. It
+// is neither stored nor refused for good: read again and retry.
+func inProcess(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) &&
+		(apiErr.ErrorCode == jsErrCodeDuplicateMessageInProcess || apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
+}
+
 // JetStream error codes (nats-server errors.json) nats.go names no
 // constant for.
 const (
+	jsErrCodeDuplicateMessageInProcess         jetstream.ErrorCode = 10158 // JSStreamDuplicateMessageConflict, 409
 	jsErrCodeClusterNotAvailable               jetstream.ErrorCode = 10008 // JSClusterNotAvailErr, 503
 	jsErrCodeExpectedLastSeqPerSubjectNotReady jetstream.ErrorCode = 10163 // JSStreamExpectedLastSeqPerSubjectNotReady, 503
 )
 
 // untilAnswered sends a request to a leader (req, given a context bounded
-// by requestAttemptTimeout) again while it goes unanswered, until ctx's
+// by attemptTimeout) again while it goes unanswered, until ctx's
 // deadline or requestBudget; it returns req's last error (nil: answered).
 // Only for requests that are safe to repeat.
 func untilAnswered(ctx context.Context, req func(context.Context) error) error {
 	start, budget := time.Now(), requestBudget(ctx)
 	for retries := 1; ; retries++ {
-		actx, cancel := context.WithTimeout(ctx, requestAttemptTimeout)
+		actx, cancel := context.WithTimeout(ctx, attemptTimeout(retries))
 		err := req(actx)
 		cancel()
 		if err == nil || !unanswered(ctx, err) || time.Since(start) >= budget {
@@ -692,7 +716,7 @@ func (s *Store) firstSince(ctx context.Context, stream, subject string, since ti
 // record asked for in errors ("last record of <filter>", "first record of
 // <filter> since <time>"). A "no message found" answer is (nil, nil).
 //
-// Each request waits requestAttemptTimeout; an unanswered one (the leader
+// Each request waits attemptTimeout; an unanswered one (the leader
 // died or handed over with it in flight, or there is no leader yet) is
 // sent again until ctx's deadline, or for requestBudget without one.
 func (s *Store) leaderGet(ctx context.Context, stream, what string, req msgGetRequest) (*storedMsg, error) {
@@ -965,23 +989,32 @@ func (s *Store) eachMsgOf(ctx context.Context, stream jetstream.Stream, filter s
 		cfg.OptStartSeq = startSeq
 	}
 	// The create goes to the meta leader; one that dies or hands over
-	// with it in flight never answers, so it is sent again (the same name
-	// and configuration: a create that did happen is answered with the
-	// consumer) as Append's publish is.
+	// with it in flight never answers, so it is sent again, as Append's
+	// publish is, under a new name: the same name would be placed again
+	// on the peer the first create chose, which may be the one that died.
+	// A create that did happen unanswered leaves a consumer nobody reads,
+	// deleted below with the rest (its inactivity threshold otherwise).
 	var cons jetstream.Consumer
+	var names []string
+	defer func() {
+		go func() {
+			for _, name := range names {
+				dctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				_ = stream.DeleteConsumer(dctx, name)
+				cancel()
+			}
+		}()
+	}()
 	if err := untilAnswered(ctx, func(actx context.Context) (err error) {
+		if len(names) > 0 {
+			cfg.Name = "read_" + nuid.Next()
+		}
+		names = append(names, cfg.Name)
 		cons, err = stream.CreateConsumer(actx, cfg)
 		return err
 	}); err != nil {
 		return fmt.Errorf("journal: read: create consumer: %w", err)
 	}
-	defer func() {
-		go func() {
-			dctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			_ = stream.DeleteConsumer(dctx, cfg.Name)
-		}()
-	}()
 	pending := cons.CachedInfo().NumPending
 	var delivered uint64 // the consumer's last delivery sequence
 	var reached uint64   // the stream sequence of the last message delivered

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -40,6 +41,25 @@ func TestUnansweredCoversElections(t *testing.T) {
 	for _, err := range final {
 		if unanswered(ctx, err) {
 			t.Errorf("%v: sent again, want final", err)
+		}
+	}
+	// A publish refused while an earlier attempt of it (same Nats-Msg-Id,
+	// or on its expected-sequence subject) is still being replicated is
+	// in process, not refused for good.
+	for _, err := range []error{
+		&jetstream.APIError{Code: 409, ErrorCode: 10158, Description: "duplicate message id is in process"},
+		fmt.Errorf("publish: %w", &jetstream.APIError{Code: 400, ErrorCode: 10164, Description: "wrong last sequence"}),
+	} {
+		if !inProcess(err) {
+			t.Errorf("%v: not in process", err)
+		}
+	}
+	if inProcess(&jetstream.APIError{Code: 400, ErrorCode: jetstream.JSErrCodeStreamWrongLastSequence}) {
+		t.Error("10071 (wrong last sequence: the journal moved) taken as in process")
+	}
+	for n, want := range map[int]time.Duration{1: 2 * time.Second, 2: 4 * time.Second, 3: 8 * time.Second, 9: 8 * time.Second} {
+		if got := attemptTimeout(n); got != want {
+			t.Errorf("attemptTimeout(%d) = %s, want %s", n, got, want)
 		}
 	}
 	done, cancel := context.WithCancel(ctx)
