@@ -9,6 +9,27 @@ import (
 	"git.ddupan.top/panxiao81/ayatori/journal"
 )
 
+// writerBesideTheLeader starts a three-node cluster with the journal at
+// replicas 3 and opens a writer (actor) connected to a node that does not
+// lead the stream, so freezing the leader leaves the writer's connection
+// up and only silences what the leader answers.
+func writerBesideTheLeader(t *testing.T, actor string) (c *integration.NATSCluster, cfg journal.Config, leader *integration.NATSNode, s *journal.Store, on *integration.NATSNode) {
+	t.Helper()
+	c = integration.StartNATSCluster(t, integration.NATSClusterOptions{})
+	ctx := context.Background()
+	cfg = journal.Config{Replicas: 3, Actor: actor, Signer: testKey(t)}
+	// The first store creates the stream, so it has a leader to find.
+	if _, err := journal.Open(ctx, connectFirst(t, c, 0, "setup"), cfg); err != nil {
+		t.Fatal(err)
+	}
+	leader, err := c.WaitStreamLeader(ctx, journal.DefaultStreamName, nil, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, on = openAvoiding(t, c, leader, "writer", cfg)
+	return c, cfg, leader, s, on
+}
+
 // TestAppendInFlightOutlivesItsStreamLeader: an Append whose publish is in
 // flight to the stream leader when that leader stops answering (frozen,
 // then SIGKILLed) is retried with the same record ID once the remaining
@@ -18,19 +39,8 @@ import (
 // never send, up to the caller's deadline (5 s without one), and Append
 // failed: docs/journal.md, known limitation 3.
 func TestAppendInFlightOutlivesItsStreamLeader(t *testing.T) {
-	c := integration.StartNATSCluster(t, integration.NATSClusterOptions{})
 	ctx := context.Background()
-	cfg := journal.Config{Replicas: 3, Actor: "append-fault", Signer: testKey(t)}
-	// The first store creates the stream, so it has a leader to find.
-	if _, err := journal.Open(ctx, connectFirst(t, c, 0, "setup"), cfg); err != nil {
-		t.Fatal(err)
-	}
-	leader, err := c.WaitStreamLeader(ctx, journal.DefaultStreamName, nil, 30*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The writer's connection stays up: only the publish goes unanswered.
-	s, on := openAvoiding(t, c, leader, "writer", cfg)
+	c, cfg, leader, s, on := writerBesideTheLeader(t, "append-fault")
 	o := obj()
 	if _, err := s.Append(ctx, intent(t, o, "CreateRole", 1)); err != nil {
 		t.Fatal(err)
@@ -113,17 +123,9 @@ func TestAppendInFlightOutlivesItsStreamLeader(t *testing.T) {
 // sequence) or already stored (Duplicate), and Append succeeds with the
 // record stored once, every round.
 func TestAppendOutlivesASlowLeader(t *testing.T) {
-	c := integration.StartNATSCluster(t, integration.NATSClusterOptions{})
 	ctx := context.Background()
-	cfg := journal.Config{Replicas: 3, Actor: "append-slow", Signer: testKey(t)}
-	if _, err := journal.Open(ctx, connectFirst(t, c, 0, "setup"), cfg); err != nil {
-		t.Fatal(err)
-	}
-	leader, err := c.WaitStreamLeader(ctx, journal.DefaultStreamName, nil, 30*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, _ := openAvoiding(t, c, leader, "writer", cfg)
+	c, _, leader, s, _ := writerBesideTheLeader(t, "append-slow")
+	var err error
 	o := obj()
 	for round := 1; round <= 4; round++ {
 		if _, err := s.Append(ctx, intent(t, o, "Warm", round)); err != nil {
