@@ -316,7 +316,11 @@ type AppendResult struct {
 //   - per-UID optimistic concurrency: the publish carries the UID's last
 //     sequence (Nats-Expected-Last-Subject-Sequence over the UID's
 //     subjects); with ExpectLastSequence a moved journal yields ErrConflict,
-//     without it Append re-reads and retries a few times.
+//     without it Append re-reads and retries a few times;
+//   - a publish in flight to a leader that dies or stalls is sent again:
+//     each attempt waits 2 s, then 4 s, then 8 s, and the next one reads
+//     the UID first (a stored record answers Duplicate), until ctx's
+//     deadline or for 20 s without one (docs/journal.md, limitation 3).
 //
 // Append fills in SchemaVersion, Actor and Time when they are zero and
 // validates the record first; an invalid record returns ErrInvalidRecord
@@ -699,8 +703,8 @@ type msgGetResponse struct {
 // replica still catching up answers without the newest records, and a
 // decision taken on that read could wait forever for an outcome it does
 // not see; docs/journal.md, known limitation 2.) Without an answer within
-// ctx's deadline (10 s when ctx has none) it is an error: a stream without
-// a leader cannot be read consistently.
+// ctx's deadline (20 s of attempts when ctx has none: leaderGet) it is an
+// error: a stream without a leader cannot be read consistently.
 func (s *Store) lastOf(ctx context.Context, stream, subject string) (*storedMsg, error) {
 	return s.leaderGet(ctx, stream, "last record of "+subject, msgGetRequest{LastBySubject: subject})
 }
