@@ -2,6 +2,7 @@ package journal_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -138,7 +139,16 @@ func TestAppendOutlivesASlowLeader(t *testing.T) {
 		actx, cancel := context.WithTimeout(ctx, 60*time.Second)
 		done := make(chan error, 1)
 		start := time.Now()
-		go func() { _, err := s.Append(actx, rec); done <- err }()
+		go func() {
+			res, err := s.Append(actx, rec)
+			if err == nil && res.Duplicate {
+				// Stored by this call's own first attempt: written, not a
+				// record that existed before the call (callers skip the
+				// Event and their bookkeeping on Duplicate).
+				err = fmt.Errorf("answered Duplicate for a record this call wrote (sequence %d)", res.Sequence)
+			}
+			done <- err
+		}()
 		time.Sleep(2500 * time.Millisecond)
 		if err := leader.Thaw(); err != nil {
 			t.Fatal(err)

@@ -301,8 +301,10 @@ func ExpectLastSequence(seq uint64) AppendOption {
 type AppendResult struct {
 	// Sequence of the record in the stream (the existing one on Duplicate).
 	Sequence uint64
-	// Duplicate is true when a record with the same ID already existed and
-	// nothing was written.
+	// Duplicate is true when a record with the same ID already existed
+	// before this call and nothing was written. A record stored by this
+	// call's own earlier attempt (a publish that went unanswered, then
+	// found stored) is reported as written: Duplicate false.
 	Duplicate bool
 }
 
@@ -371,6 +373,9 @@ func (s *Store) append(ctx context.Context, rec *Record, opts ...AppendOption) (
 	start := time.Now()
 	budget := requestBudget(ctx)
 	conflicts, unansweredRetries := 0, 0
+	// sent: an attempt of this call went out and was not answered, so
+	// the record found stored from now on is most likely this call's.
+	sent := false
 	for attempt := 0; ; attempt++ {
 		// The read-first check needs no round trip when this process's
 		// cache of the UID is current: the cache holds every ID up to its
@@ -385,7 +390,7 @@ func (s *Store) append(ctx context.Context, rec *Record, opts ...AppendOption) (
 			}
 		}
 		if seq, ok := st.ids[rec.ID]; ok {
-			return AppendResult{Sequence: seq, Duplicate: true}, nil
+			return AppendResult{Sequence: seq, Duplicate: !sent}, nil
 		}
 		expected := st.lastSeq
 		if o.expected != nil {
@@ -413,6 +418,7 @@ func (s *Store) append(ctx context.Context, rec *Record, opts ...AppendOption) (
 				// Nats-Msg-Id and expected sequence keep a second copy
 				// out in any case.
 				unansweredRetries++
+				sent = true
 				if err := sleepCtx(ctx, retryBackoff(unansweredRetries)); err != nil {
 					return AppendResult{}, fmt.Errorf("journal: append %s: %w", rec.ID, err)
 				}
@@ -429,7 +435,7 @@ func (s *Store) append(ctx context.Context, rec *Record, opts ...AppendOption) (
 						return AppendResult{}, rerr
 					}
 					if seq, ok := st.ids[rec.ID]; ok {
-						return AppendResult{Sequence: seq, Duplicate: true}, nil
+						return AppendResult{Sequence: seq, Duplicate: !sent}, nil
 					}
 				}
 				conflicts++
@@ -452,7 +458,7 @@ func (s *Store) append(ctx context.Context, rec *Record, opts ...AppendOption) (
 			if !ok {
 				seq = ack.Sequence // the stored copy's, as the server's dedupe holds it
 			}
-			return AppendResult{Sequence: seq, Duplicate: true}, nil
+			return AppendResult{Sequence: seq, Duplicate: !sent}, nil
 		}
 		st.lastSeq = ack.Sequence
 		st.note(rec, ack.Sequence)
