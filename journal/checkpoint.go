@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -197,19 +198,47 @@ type View struct {
 	// checkpointSeq is the checkpoint's sequence in its own stream (0:
 	// none), for the optimistic write of the next one.
 	checkpointSeq uint64
+	// cached: v continues a View this process read before, and does not
+	// see a checkpoint another process wrote since.
+	cached bool
 }
 
-// HasCheckpoint reports whether the UID had a checkpoint message when v
-// was read, trusted or not (one that DropCheckpoint would remove).
-func (v View) HasCheckpoint() bool { return v.checkpointSeq != 0 }
+// HasCheckpoint reports whether the UID may have a checkpoint message
+// (one that DropCheckpoint would remove, trusted or not): it had one when
+// v was read, or v was continued from this process's earlier read of the
+// UID (ReadView), which does not look for a checkpoint another writer
+// stored since.
+func (v View) HasCheckpoint() bool { return v.checkpointSeq != 0 || v.cached }
 
-// ReadView reads one UID from its checkpoint: the checkpoint (one direct
-// get) and the journal records after it. Without a checkpoint (or without
-// the checkpoint stream, for read-only tools) it is Read. Errors as Read.
+// ReadView reads one UID from its checkpoint: the checkpoint (the last
+// message of its subject, from the leader) and the journal records after
+// it. Without a checkpoint (or without the checkpoint stream, for
+// read-only tools) it is Read. Errors as Read.
+//
+// A store opened with Open keeps the View it returned (at most
+// viewCacheLimit UIDs, each for at most 10 minutes or half of MaxAge) and
+// continues it on the next ReadView of the UID: the UID's last sequence
+// from the stream leader, as every read, then only the records after the
+// kept View (one message get each for the first few, a consumer for
+// more). Its records, Last and Tail are those a fresh read returns, with
+// this store's own appends and checkpoints folded in; a checkpoint
+// another process wrote since is not looked for (HasCheckpoint then says
+// the UID may have one), and this store's next WriteCheckpoint, refused
+// by the checkpoint's expected sequence, makes the next read a fresh one.
+// It is meant for the one projector deciding for the UID; a reader that
+// waits for another process's checkpoint uses a store of its own per read
+// or OpenExisting (read-only stores keep nothing).
 func (s *Store) ReadView(ctx context.Context, uid string) (View, error) {
 	if err := ValidateUID(uid); err != nil {
 		return View{}, fmt.Errorf("journal: uid %w", err)
 	}
+	if e := s.cachedView(uid); e != nil {
+		v, ok, err := s.readViewCached(ctx, e)
+		if err != nil || ok {
+			return v, err
+		}
+	}
+	filled := time.Now()
 	v := View{UID: uid}
 	cp, seq, err := s.readCheckpoint(ctx, uid)
 	if err != nil {
@@ -239,6 +268,8 @@ func (s *Store) ReadView(ctx context.Context, uid string) (View, error) {
 		v.Last = max(v.Last, r.Sequence)
 	}
 	v.Records = append(v.Records, tail...)
+	s.keepView(v, filled)
+	v.Records = slices.Clone(v.Records)
 	return v, nil
 }
 
@@ -342,22 +373,27 @@ func (s *Store) WriteCheckpoint(ctx context.Context, v View) error {
 	// An unanswered publish (its leader died or handed over with it in
 	// flight) is sent again, as Append does; if the first one was stored,
 	// the expected sequence refuses the second, which is success.
-	err = untilAnswered(ctx, func(actx context.Context) error {
-		_, err := s.js.PublishMsg(actx, msg)
+	var ack *jetstream.PubAck
+	err = untilAnswered(ctx, func(actx context.Context) (err error) {
+		ack, err = s.js.PublishMsg(actx, msg)
 		return err
 	})
-	if err != nil {
-		var apiErr *jetstream.APIError
-		// Another checkpoint was written after the one read (by another
-		// replica, or an earlier attempt of this one: 10164 while that is
-		// still being replicated): it stands; the next pass reads it.
-		if errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
-			apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant) {
-			return nil
-		}
-		return fmt.Errorf("journal: write checkpoint of %s: %w", v.UID, err)
+	if err == nil {
+		s.checkpointWritten(&cp, v.checkpointSeq, ack.Sequence)
+		return nil
 	}
-	return nil
+	// This process no longer knows which checkpoint is the UID's: its
+	// next read starts from the checkpoint again.
+	s.forgetView(v.UID)
+	var apiErr *jetstream.APIError
+	// Another checkpoint was written after the one read (by another
+	// replica, or an earlier attempt of this one: 10164 while that is
+	// still being replicated): it stands; the next pass reads it.
+	if errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant) {
+		return nil
+	}
+	return fmt.Errorf("journal: write checkpoint of %s: %w", v.UID, err)
 }
 
 // DropCheckpoint removes the UID's checkpoint (the object is gone; its
@@ -366,6 +402,7 @@ func (s *Store) DropCheckpoint(ctx context.Context, uid string) error {
 	if err := ValidateUID(uid); err != nil {
 		return fmt.Errorf("journal: uid %w", err)
 	}
+	s.forgetView(uid)
 	s.mu.Lock()
 	st := s.checkpointStream
 	s.mu.Unlock()

@@ -123,6 +123,9 @@ type Store struct {
 	// goroutine holds or waits for it (reference counted, see lockUID), so
 	// the map never needs a reset and one UID never has two locks.
 	uidLocks map[string]*uidMutex
+	// views are the Views this process read or wrote, by UID (see
+	// viewEntry), under mu; each entry is replaced, never changed.
+	views map[string]*viewEntry
 	// inflight holds the intent IDs this process's executor is processing
 	// (see takeIntent), under mu.
 	inflight map[string]chan struct{}
@@ -216,7 +219,8 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Store, error) {
 	if _, err := createOrUpdateStream(ctx, js, CheckpointStreamConfig(cfg)); err != nil {
 		return nil, fmt.Errorf("journal: create or update stream %s: %w", CheckpointStreamName(cfg.StreamName), err)
 	}
-	return &Store{cfg: cfg, nc: nc, js: js, stream: stream, checkpoints: true, uids: map[string]*uidState{}, uidLocks: map[string]*uidMutex{}}, nil
+	return &Store{cfg: cfg, nc: nc, js: js, stream: stream, checkpoints: true, uids: map[string]*uidState{}, uidLocks: map[string]*uidMutex{},
+		views: map[string]*viewEntry{}}, nil
 }
 
 // createOrUpdateStream is js.CreateOrUpdateStream (idempotent), asked again
@@ -462,6 +466,7 @@ func (s *Store) append(ctx context.Context, rec *Record, opts ...AppendOption) (
 		}
 		st.lastSeq = ack.Sequence
 		st.note(rec, ack.Sequence)
+		s.extendView(rec.Object.UID, subject, expected, data, ack.Sequence)
 		s.cfg.Metrics.observeAppend(time.Since(start))
 		return AppendResult{Sequence: ack.Sequence}, nil
 	}
@@ -687,6 +692,7 @@ func (s *Store) last(ctx context.Context, uid string) (*storedMsg, error) {
 // msgGetRequest is the body of JetStream's message get
 // ($JS.API.STREAM.MSG.GET.<stream>), which only the stream leader answers.
 type msgGetRequest struct {
+	Seq           uint64     `json:"seq,omitempty"`
 	LastBySubject string     `json:"last_by_subj,omitempty"`
 	NextBySubject string     `json:"next_by_subj,omitempty"`
 	StartTime     *time.Time `json:"start_time,omitempty"`
