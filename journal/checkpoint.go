@@ -227,16 +227,20 @@ func (v View) HasCheckpoint() bool { return v.checkpointSeq != 0 || v.cached }
 // by the checkpoint's expected sequence, makes the next read a fresh one.
 // It is meant for the one projector deciding for the UID; a reader that
 // waits for another process's checkpoint uses a store of its own per read
-// or OpenExisting (read-only stores keep nothing).
+// or OpenExisting (read-only stores keep nothing). The returned slice is
+// the caller's; the records' Result, Payload and Proof are shared with
+// the kept View and are read only.
 func (s *Store) ReadView(ctx context.Context, uid string) (View, error) {
 	if err := ValidateUID(uid); err != nil {
 		return View{}, fmt.Errorf("journal: uid %w", err)
 	}
-	if e := s.cachedView(uid); e != nil {
+	e := s.cachedView(uid)
+	if e != nil {
 		v, ok, err := s.readViewCached(ctx, e)
 		if err != nil || ok {
 			return v, err
 		}
+		e = nil // dropped
 	}
 	filled := time.Now()
 	v := View{UID: uid}
@@ -268,7 +272,7 @@ func (s *Store) ReadView(ctx context.Context, uid string) (View, error) {
 		v.Last = max(v.Last, r.Sequence)
 	}
 	v.Records = append(v.Records, tail...)
-	s.keepView(v, filled)
+	s.swapView(uid, e, &viewEntry{v: v, filled: filled})
 	v.Records = slices.Clone(v.Records)
 	return v, nil
 }
@@ -379,7 +383,7 @@ func (s *Store) WriteCheckpoint(ctx context.Context, v View) error {
 		return err
 	})
 	if err == nil {
-		s.checkpointWritten(&cp, v.checkpointSeq, ack.Sequence)
+		s.checkpointWritten(&cp, data, v.checkpointSeq, ack.Sequence)
 		return nil
 	}
 	// This process no longer knows which checkpoint is the UID's: its

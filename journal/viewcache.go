@@ -32,9 +32,14 @@ type viewEntry struct {
 var viewCacheLimit = 10_000
 
 // viewMaxAge is how long an entry is used after it was read from the
-// server, at most half the journal's MaxAge: a record retention removes
-// is then gone from the cache too, well before a fresh read could differ
-// from it by more than the records a checkpoint keeps anyway.
+// server: 10 minutes, at most half the journal's MaxAge. Retention that
+// removes the UID's newest record the entry holds is seen at once (the
+// leader's last sequence falls below the entry's). A record after the
+// checkpoint that retention removes while newer ones stay (an object
+// neither at rest nor CheckpointEvery records past its checkpoint for
+// MaxAge) stays in the entry until it expires: for at most viewMaxAge the
+// pass decides as a fresh read did just before the removal. No clock of
+// another host is compared.
 func (s *Store) viewMaxAge() time.Duration {
 	return min(10*time.Minute, s.cfg.MaxAge/2)
 }
@@ -56,23 +61,30 @@ func (s *Store) cachedView(uid string) *viewEntry {
 	return e
 }
 
-// keepView stores v as uid's entry unless the entry there already reaches
-// further (two reads of one UID racing: both are complete through their
-// own Last).
-func (s *Store) keepView(v View, filled time.Time) {
+// swapView replaces uid's entry prev (nil: none) with next (nil: none).
+// When the entry is no longer prev (another read, append or checkpoint of
+// the UID got there first), neither is kept: the entry is dropped and the
+// next read is a fresh one. So an entry only ever follows from the one
+// before it, and a race costs a read, never a View that is not complete.
+func (s *Store) swapView(uid string, prev, next *viewEntry) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.views == nil {
 		return // read-only stores keep none
 	}
-	if old := s.views[v.UID]; old != nil && old.v.Last > v.Last {
-		return
+	cur, ok := s.views[uid]
+	switch {
+	case cur != prev:
+		delete(s.views, uid)
+	case next == nil:
+		delete(s.views, uid)
+	default:
+		if !ok && len(s.views) >= viewCacheLimit {
+			s.views = map[string]*viewEntry{}
+		}
+		next.v.Records = slices.Clip(next.v.Records)
+		s.views[uid] = next
 	}
-	if _, ok := s.views[v.UID]; !ok && len(s.views) >= viewCacheLimit {
-		s.views = map[string]*viewEntry{}
-	}
-	v.Records = slices.Clip(v.Records)
-	s.views[v.UID] = &viewEntry{v: v, filled: filled}
 }
 
 // forgetView drops uid's entry (its checkpoint was dropped or replaced by
@@ -98,7 +110,7 @@ func (s *Store) extendView(uid, subject string, expected uint64, data []byte, se
 	}
 	r, err := DecodeRecord(data, seq)
 	if err != nil {
-		s.forgetView(uid)
+		s.swapView(uid, e, nil)
 		return
 	}
 	v := e.v
@@ -107,23 +119,24 @@ func (s *Store) extendView(uid, subject string, expected uint64, data []byte, se
 		v.Tail++
 	}
 	v.Last = seq
-	s.keepView(v, e.filled)
+	s.swapView(uid, e, &viewEntry{v: v, filled: e.filled})
 }
 
 // checkpointWritten makes uid's entry the View a fresh read returns after
-// this process stored cp at checkpoint-stream sequence cpSeq over the
-// View read (whose checkpoint was at readSeq): cp's records, then the
-// entry's records after cp.Through. An entry that does not continue that
-// View is dropped.
-func (s *Store) checkpointWritten(cp *Checkpoint, readSeq, cpSeq uint64) {
+// this process stored cp (data, its bytes) at checkpoint-stream sequence
+// cpSeq over the View read (whose checkpoint was at readSeq): cp's
+// records, then the entry's records after cp.Through. An entry that does
+// not continue that View, or a checkpoint a reader would not admit (a
+// store that trusts keys it does not sign with), drops the entry.
+func (s *Store) checkpointWritten(cp *Checkpoint, data []byte, readSeq, cpSeq uint64) {
 	s.mu.Lock()
 	e := s.views[cp.UID]
 	s.mu.Unlock()
 	if e == nil {
 		return
 	}
-	if e.v.checkpointSeq != readSeq || e.v.Last < cp.Through {
-		s.forgetView(cp.UID)
+	if e.v.checkpointSeq != readSeq || e.v.Last < cp.Through || s.admitCheckpoint(cpSeq, data, cp) != nil {
+		s.swapView(cp.UID, e, nil)
 		return
 	}
 	v := e.v
@@ -136,11 +149,7 @@ func (s *Store) checkpointWritten(cp *Checkpoint, readSeq, cpSeq uint64) {
 		}
 	}
 	v.Through, v.checkpointSeq = cp.Through, cpSeq
-	s.mu.Lock()
-	if s.views[cp.UID] == e {
-		s.views[cp.UID] = &viewEntry{v: v, filled: e.filled}
-	}
-	s.mu.Unlock()
+	s.swapView(cp.UID, e, &viewEntry{v: v, filled: e.filled})
 }
 
 // readViewCached is ReadView from uid's entry e: the UID's last sequence
@@ -154,21 +163,25 @@ func (s *Store) readViewCached(ctx context.Context, e *viewEntry) (v View, ok bo
 		return View{}, false, err
 	}
 	if last < e.v.Last {
-		s.forgetView(uid)
+		s.swapView(uid, e, nil)
 		return View{}, false, nil
 	}
 	v = e.v
 	v.cached = true
 	v.Records = slices.Clone(e.v.Records)
 	if last > e.v.Last {
-		tail, err := s.readAfterCached(ctx, uid, e.v.Last, last)
+		tail, complete, err := s.readAfterCached(ctx, uid, e.v.Last, last)
 		if err != nil {
 			return View{}, false, err
+		}
+		if !complete {
+			s.swapView(uid, e, nil)
+			return View{}, false, nil
 		}
 		v.Records = append(v.Records, tail...)
 		v.Tail += len(tail)
 		v.Last = last
-		s.keepView(v, e.filled)
+		s.swapView(uid, e, &viewEntry{v: v, filled: e.filled})
 		s.advanceUID(uid, e.v.Last, last, tail)
 		v.Records = slices.Clone(v.Records)
 	}
@@ -178,28 +191,30 @@ func (s *Store) readViewCached(ctx context.Context, e *viewEntry) (v View, ok bo
 // readAfterCached reads the UID's records after sequence after up to last
 // (both known at the leader): one message get per record for the first
 // tailGets, a consumer for the rest. Undecodable records are skipped and
-// records without a valid proof dropped, as readFrom does.
-func (s *Store) readAfterCached(ctx context.Context, uid string, after, last uint64) ([]Record, error) {
+// records without a valid proof dropped, as readFrom does. complete is
+// false when the leader has no record of the UID at last any more
+// (retention removed it meanwhile): the caller reads afresh.
+func (s *Store) readAfterCached(ctx context.Context, uid string, after, last uint64) (recs []Record, complete bool, err error) {
 	filter := s.uidFilter(uid)
 	var out []Record
 	for i := 0; after < last; i++ {
 		if i == tailGets {
 			rest, err := s.readFrom(ctx, uid, after+1, last, true)
-			return append(out, rest...), err
+			return append(out, rest...), err == nil, err
 		}
 		m, err := s.leaderGet(ctx, s.cfg.StreamName, "next record of "+filter+" after "+strconv.FormatUint(after, 10),
 			msgGetRequest{NextBySubject: filter, Seq: after + 1})
 		if err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		if m == nil || m.seq > last {
-			break // retention removed them meanwhile
+			return nil, false, nil
 		}
 		after = m.seq
 		r, err := DecodeRecord(m.data, m.seq)
 		if err != nil {
 			if errors.Is(err, ErrNewerSchema) {
-				return nil, err
+				return nil, false, err
 			}
 			continue
 		}
@@ -209,7 +224,7 @@ func (s *Store) readAfterCached(ctx context.Context, uid string, after, last uin
 		}
 		out = append(out, r)
 	}
-	return out, nil
+	return out, true, nil
 }
 
 // advanceUID brings the UID state Append checks against (Store.uids) from

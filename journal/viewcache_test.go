@@ -80,8 +80,8 @@ func TestReadViewOfAKnownUIDReadsOnlyWhatIsNew(t *testing.T) {
 
 // A View read from this process's cache decides what a fresh read decides:
 // after every step of a random run of appends by the reader and by an
-// executor, checkpoints, records without a valid proof and a dropped
-// checkpoint, the cached read (s) and a read by a store that never read the
+// executor, checkpoints (also while the reader's own process appends an
+// outcome), records without a valid proof and a dropped checkpoint, the cached read (s) and a read by a store that never read the
 // UID (fresh) hold the same records, last sequence and checkpoint; when
 // another writer wrote the checkpoint, the same compaction and last
 // sequence, and the reader's next checkpoint loses quietly.
@@ -91,7 +91,7 @@ func TestReadViewFromItsCacheEqualsAFreshRead(t *testing.T) {
 	x := open(t, n, journal.Config{})
 	ctx := context.Background()
 	rng := rand.New(rand.NewPCG(28, 2026))
-	for run := range 4 {
+	for run := range 8 {
 		o := obj()
 		var pending []*journal.Record
 		foreignCheckpoint := false
@@ -107,7 +107,7 @@ func TestReadViewFromItsCacheEqualsAFreshRead(t *testing.T) {
 			}
 			where := fmt.Sprintf("run %d step %d", run, step)
 			compareViews(t, where, v, fresh, foreignCheckpoint)
-			switch op := rng.IntN(8); op {
+			switch op := rng.IntN(9); op {
 			case 0, 1: // the projector decides
 				attempt++
 				in := intent(t, o, "Step", attempt)
@@ -147,6 +147,24 @@ func TestReadViewFromItsCacheEqualsAFreshRead(t *testing.T) {
 				if _, err := s.JetStream().Publish(ctx, subject, data); err != nil {
 					t.Fatalf("%s: %v", where, err)
 				}
+			case 8: // the projector checkpoints while this process's executor reports
+				if len(pending) == 0 {
+					continue
+				}
+				in := pending[0]
+				pending = pending[1:]
+				done := make(chan error, 1)
+				go func() {
+					_, err := s.Append(ctx, outcome(t, in, journal.Succeeded))
+					done <- err
+				}()
+				if err := s.WriteCheckpoint(ctx, v); err != nil {
+					t.Fatalf("%s: %v", where, err)
+				}
+				if err := <-done; err != nil {
+					t.Fatalf("%s: %v", where, err)
+				}
+				foreignCheckpoint = false
 			case 7: // the object goes, rarely
 				if rng.IntN(6) != 0 {
 					continue
@@ -191,4 +209,54 @@ func ids(rs []journal.Record) []string {
 		out[i] = fmt.Sprintf("%s@%d", r.ID, r.Sequence)
 	}
 	return out
+}
+
+// A store that trusts keys it does not sign with never admits its own
+// records or checkpoints into a cached View: the cached read holds what a
+// fresh read by a trusting reader holds.
+func TestReadViewCacheAdmitsOnlyTrustedRecords(t *testing.T) {
+	n := integration.StartNATS(t)
+	ctx := context.Background()
+	trust := journal.NewTrustedKeys(testKey(t).Public())
+	u, err := journal.Open(ctx, connect(t, n), journal.Config{Trust: trust})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := open(t, n, journal.Config{})
+	o := obj()
+	signed := intent(t, o, "Step", 1)
+	if _, err := s.Append(ctx, signed); err != nil {
+		t.Fatal(err)
+	}
+	v, err := u.ReadView(ctx, o.UID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := u.Append(ctx, intent(t, o, "Step", 2), journal.ExpectLastSequence(v.Last)); err != nil {
+		t.Fatal(err)
+	}
+	if v, err = u.ReadView(ctx, o.UID); err != nil {
+		t.Fatal(err)
+	}
+	if err := u.WriteCheckpoint(ctx, v); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		cached, err := u.ReadView(ctx, o.UID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fresh, err := journal.Open(ctx, connect(t, n), journal.Config{Trust: trust})
+		if err != nil {
+			t.Fatal(err)
+		}
+		fv, err := fresh.ReadView(ctx, o.UID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		compareViews(t, fmt.Sprintf("read %d", i), cached, fv, false)
+		if got := ids(cached.Records); len(got) != 1 {
+			t.Fatalf("read %d: the view holds %v, want the signed intent only", i, got)
+		}
+	}
 }
