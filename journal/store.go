@@ -594,17 +594,24 @@ func messageID(rec *Record) string {
 // held the old lock let a second goroutine into the same UID: a concurrent
 // write of its cached state).
 func (s *Store) lockUID(uid string) (unlock func()) {
+	unlock, _ = s.takeUID(uid, true)
+	return unlock
+}
+
+// tryLockUID is lockUID without waiting: ok false (and no unlock) when
+// another goroutine holds uid's lock.
+func (s *Store) tryLockUID(uid string) (unlock func(), ok bool) { return s.takeUID(uid, false) }
+
+func (s *Store) takeUID(uid string, wait bool) (unlock func(), ok bool) {
 	s.mu.Lock()
-	l, ok := s.uidLocks[uid]
-	if !ok {
+	l, found := s.uidLocks[uid]
+	if !found {
 		l = &uidMutex{}
 		s.uidLocks[uid] = l
 	}
 	l.refs++
 	s.mu.Unlock()
-	l.Lock()
-	return func() {
-		l.Unlock()
+	release := func() {
 		s.mu.Lock()
 		l.refs--
 		if l.refs == 0 {
@@ -612,6 +619,16 @@ func (s *Store) lockUID(uid string) (unlock func()) {
 		}
 		s.mu.Unlock()
 	}
+	if wait {
+		l.Lock()
+	} else if !l.TryLock() {
+		release()
+		return nil, false
+	}
+	return func() {
+		l.Unlock()
+		release()
+	}, true
 }
 
 // cached returns this process's state of uid without reading the server
