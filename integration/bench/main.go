@@ -208,7 +208,6 @@ func run(n int, timeout time.Duration, handover syscall.Signal, cluster bool, re
 		return runRepeat(ctx, s, repeat, outDir)
 	}
 	sessions0 := pgSessions(ctx, s)
-	jsAPI0 := jsAPIRequests(ctx, s)
 	cpu0 := procCPU()
 
 	start := time.Now()
@@ -307,9 +306,6 @@ func run(n int, timeout time.Duration, handover syscall.Signal, cluster bool, re
 	fmt.Printf("  peak PostgreSQL connections of the manager(s): %d (pool max 4 per process + short-lived per-tenant logins)\n", conns)
 	if sessions := sessionsSince(ctx, s, sessions0); sessions >= 0 {
 		fmt.Printf("  PostgreSQL sessions started %d (%.2f per Tenant; each is a backend process, most with a TLS handshake)\n", sessions, float64(sessions)/float64(n))
-	}
-	if after := jsAPIRequests(ctx, s); jsAPI0 >= 0 && after >= 0 {
-		fmt.Printf("  JetStream API requests   %d (%.1f per Tenant; stream and consumer requests and message gets, as the answering server counts them)\n", after-jsAPI0, float64(after-jsAPI0)/float64(n))
 	}
 	fmt.Printf("  journal appends          %d, mean %.2f ms, total %.1f s\n", int(appendCount), 1000*appendSum/max(appendCount, 1), appendSum)
 	fmt.Printf("  intent delivery          %d, mean %.2f ms, total %.1f s\n", int(deliveryCount), 1000*deliverySum/max(deliveryCount, 1), deliverySum)
@@ -521,28 +517,6 @@ func pgSessions(ctx context.Context, s *integration.Stack) int64 {
 		return -1
 	}
 	return n
-}
-
-// jsAPIRequests returns how many JetStream API requests the journal's
-// account has made (its account information's api.total, as the server
-// that answers counts them; publishes to the stream are not API
-// requests), read over a connection of its own; -1 when it can not be
-// read.
-func jsAPIRequests(ctx context.Context, s *integration.Stack) int64 {
-	nc, err := s.ConnectNATS(journal.IdentityManager)
-	if err != nil {
-		return -1
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return -1
-	}
-	info, err := js.AccountInfo(ctx)
-	if err != nil {
-		return -1
-	}
-	return int64(info.API.Total)
 }
 
 // sessionsSince returns the sessions PostgreSQL started since pgSessions
