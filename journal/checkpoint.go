@@ -216,7 +216,7 @@ func (v View) HasCheckpoint() bool { return v.checkpointSeq != 0 || v.cached }
 // read-only tools) it is Read. Errors as Read.
 //
 // A store opened with Open keeps the View it returned (at most
-// viewCacheLimit UIDs, each for at most 10 minutes or half of MaxAge) and
+// Config.ViewCache UIDs, each for at most 10 minutes or half of MaxAge) and
 // continues it on the next ReadView of the UID: the UID's last sequence
 // from the stream leader, as every read, then only the records after the
 // kept View (one message get each for the first few, a consumer for
@@ -238,10 +238,14 @@ func (s *Store) ReadView(ctx context.Context, uid string) (View, error) {
 	if e != nil {
 		v, ok, err := s.readViewCached(ctx, e)
 		if err != nil || ok {
+			if ok {
+				s.cfg.Metrics.countViewRead("cache")
+			}
 			return v, err
 		}
 		e = nil // dropped
 	}
+	s.cfg.Metrics.countViewRead("checkpoint")
 	filled := time.Now()
 	v := View{UID: uid}
 	cp, seq, err := s.readCheckpoint(ctx, uid)
@@ -379,6 +383,7 @@ func (s *Store) WriteCheckpoint(ctx context.Context, v View) error {
 	// the expected sequence refuses the second, which is success.
 	var ack *jetstream.PubAck
 	err = untilAnswered(ctx, func(actx context.Context) (err error) {
+		s.cfg.Metrics.countRequest("publish")
 		ack, err = s.js.PublishMsg(actx, msg)
 		return err
 	})

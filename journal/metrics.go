@@ -53,6 +53,16 @@ type Metrics struct {
 	// handed back for redelivery (docs/decisions/0007), by operation and
 	// reason: the retries that leave no record in the journal.
 	TransientFailures *prometheus.CounterVec
+	// Requests counts the JetStream requests this process's reads and
+	// writes sent, by request: message_get (a read's last sequence and
+	// the records after a kept View, from the stream leader),
+	// consumer_create, consumer_delete and fetch (a read through a
+	// consumer), publish (records and checkpoints). Each attempt counts.
+	Requests *prometheus.CounterVec
+	// ViewReads counts projector reads of an object's journal (ReadView)
+	// by where they started: "cache" (the View this process read before,
+	// continued) or "checkpoint" (the checkpoint and every record after it).
+	ViewReads *prometheus.CounterVec
 }
 
 // NewMetrics creates the metrics and registers them with reg (if not nil).
@@ -95,6 +105,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		TransientFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ayatori_journal_transient_failures_total", Help: "Executor attempts that failed transiently and were redelivered, by operation and reason.",
 		}, []string{"operation", "reason"}),
+		Requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ayatori_journal_requests_total", Help: "JetStream requests sent by this process's journal reads and writes, by request (message_get, consumer_create, consumer_delete, fetch, publish).",
+		}, []string{"request"}),
+		ViewReads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ayatori_journal_view_reads_total", Help: "Projector reads of an object's journal, by where they started (cache: the View read before, continued; checkpoint).",
+		}, []string{"from"}),
 	}
 	// Series an alert reads with increase() exist at 0 from the start: a
 	// counter's first increment would otherwise be its first sample, which
@@ -104,7 +120,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.AppendSeconds, m.DeliverySeconds, m.Outcomes, m.PullRestarts, m.QueueSeconds, m.ExecutionSeconds, m.UntrustedRecords, m.TransientFailures,
-			m.AppendErrors, m.LastAppend, m.Redeliveries, m.RetriesExhausted)
+			m.AppendErrors, m.LastAppend, m.Redeliveries, m.RetriesExhausted, m.Requests, m.ViewReads)
 	}
 	return m
 }
@@ -162,6 +178,18 @@ func (m *Metrics) countOutcome(op string, r Result) {
 func (m *Metrics) countUntrusted(reader string) {
 	if m != nil {
 		m.UntrustedRecords.WithLabelValues(reader).Inc()
+	}
+}
+
+func (m *Metrics) countRequest(request string) {
+	if m != nil {
+		m.Requests.WithLabelValues(request).Inc()
+	}
+}
+
+func (m *Metrics) countViewRead(from string) {
+	if m != nil {
+		m.ViewReads.WithLabelValues(from).Inc()
 	}
 }
 

@@ -64,6 +64,10 @@ type Config struct {
 	// ErrUntrusted. Defaults to the Signer's own public key; Consume
 	// refuses to run without it.
 	Trust *TrustedKeys
+	// ViewCache is how many objects' Views ReadView keeps to continue
+	// (0: 10,000; negative: none, every ReadView starts from the
+	// checkpoint).
+	ViewCache int
 }
 
 func (c *Config) defaults() {
@@ -409,6 +413,7 @@ func (s *Store) append(ctx context.Context, rec *Record, opts ...AppendOption) (
 		msg.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(expected, 10))
 		msg.Header.Set("Nats-Expected-Last-Subject-Sequence-Subject", s.uidFilter(rec.Object.UID))
 		actx, cancel := context.WithTimeout(ctx, attemptTimeout(unansweredRetries+1))
+		s.cfg.Metrics.countRequest("publish")
 		ack, err := s.js.PublishMsg(actx, msg)
 		cancel()
 		if err != nil {
@@ -756,6 +761,7 @@ func (s *Store) leaderGet(ctx context.Context, stream, what string, req msgGetRe
 	body, _ := json.Marshal(req)
 	var m *nats.Msg
 	if err := untilAnswered(ctx, func(actx context.Context) (err error) {
+		s.cfg.Metrics.countRequest("message_get")
 		m, err = s.nc.RequestWithContext(actx, "$JS.API.STREAM.MSG.GET."+stream, body)
 		return err
 	}); err != nil {
@@ -1033,6 +1039,7 @@ func (s *Store) eachMsgOf(ctx context.Context, stream jetstream.Stream, filter s
 		go func() {
 			for _, name := range names {
 				dctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				s.cfg.Metrics.countRequest("consumer_delete")
 				_ = stream.DeleteConsumer(dctx, name)
 				cancel()
 			}
@@ -1043,6 +1050,7 @@ func (s *Store) eachMsgOf(ctx context.Context, stream jetstream.Stream, filter s
 			cfg.Name = "read_" + nuid.Next()
 		}
 		names = append(names, cfg.Name)
+		s.cfg.Metrics.countRequest("consumer_create")
 		cons, err = stream.CreateConsumer(actx, cfg)
 		return err
 	}); err != nil {
@@ -1061,6 +1069,7 @@ func (s *Store) eachMsgOf(ctx context.Context, stream jetstream.Stream, filter s
 	fetch := func() (got int, err error) {
 		fctx, cancel := context.WithTimeout(ctx, readFetchWait)
 		defer cancel()
+		s.cfg.Metrics.countRequest("fetch")
 		batch, err := cons.Fetch(int(min(max(pending, 1), 1000)), jetstream.FetchContext(fctx))
 		if err != nil {
 			return 0, err

@@ -25,11 +25,22 @@ type viewEntry struct {
 	filled time.Time
 }
 
-// viewCacheLimit bounds the number of cached Views (Store.views); past
-// it the cache is dropped wholesale, as the UID cache is. A View holds a
-// checkpoint's records and at most about CheckpointEvery records after
-// it. A variable so tests can lower it.
-var viewCacheLimit = 10_000
+// DefaultViewCache is the number of cached Views (Store.views) when
+// Config.ViewCache is 0; past the limit the cache is dropped wholesale, as
+// the UID cache is. A View holds a checkpoint's records and at most about
+// CheckpointEvery records after it.
+const DefaultViewCache = 10_000
+
+func (s *Store) viewCacheLimit() int {
+	switch n := s.cfg.ViewCache; {
+	case n == 0:
+		return DefaultViewCache
+	case n < 0:
+		return 0
+	default:
+		return n
+	}
+}
 
 // viewMaxAge is how long an entry is used after it was read from the
 // server: 10 minutes, at most half the journal's MaxAge. Retention that
@@ -69,8 +80,8 @@ func (s *Store) cachedView(uid string) *viewEntry {
 func (s *Store) swapView(uid string, prev, next *viewEntry) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.views == nil {
-		return // read-only stores keep none
+	if s.views == nil || s.viewCacheLimit() == 0 {
+		return // read-only stores, and stores without a cache, keep none
 	}
 	cur, ok := s.views[uid]
 	switch {
@@ -79,7 +90,7 @@ func (s *Store) swapView(uid string, prev, next *viewEntry) {
 	case next == nil:
 		delete(s.views, uid)
 	default:
-		if !ok && len(s.views) >= viewCacheLimit {
+		if !ok && len(s.views) >= s.viewCacheLimit() {
 			s.views = map[string]*viewEntry{}
 		}
 		next.v.Records = slices.Clip(next.v.Records)

@@ -149,7 +149,7 @@ func run(args []string) error {
 	defer nc.Close()
 	metrics := journal.NewMetrics(crmetrics.Registry)
 	store, err := journal.Open(ctx, nc, journal.Config{StreamName: o.journalStream, SubjectPrefix: o.journalPrefix,
-		MaxAge: o.journalMaxAge, Replicas: o.journalReplicas, Actor: o.actor, Metrics: metrics, Signer: signer, Trust: trust})
+		MaxAge: o.journalMaxAge, Replicas: o.journalReplicas, ViewCache: viewCache(o.journalViews), Actor: o.actor, Metrics: metrics, Signer: signer, Trust: trust})
 	if err != nil {
 		return err
 	}
@@ -244,4 +244,13 @@ func failpoint(name string) func(journal.Record) {
 			}
 		}
 	}
+}
+
+// viewCache is journal.Config.ViewCache for --journal-view-cache n (0:
+// none).
+func viewCache(n int) int {
+	if n == 0 {
+		return -1
+	}
+	return n
 }

@@ -35,6 +35,7 @@ type options struct {
 	journalStream   string
 	journalPrefix   string
 	journalMaxAge   time.Duration
+	journalViews    int
 	journalReplicas int
 
 	projectors []string
@@ -102,6 +103,7 @@ func (o *options) bind(fs *flag.FlagSet) {
 	fs.StringVar(&o.journalPrefix, "journal-subject-prefix", journal.DefaultSubjectPrefix, "journal subject prefix")
 	fs.DurationVar(&o.journalMaxAge, "journal-max-age", journal.DefaultMaxAge, "how long journal records are kept (> 0)")
 	fs.IntVar(&o.journalReplicas, "journal-replicas", 1, "journal stream replicas (1, 3 or 5)")
+	fs.IntVar(&o.journalViews, "journal-view-cache", journal.DefaultViewCache, "objects whose journal View a projector pass continues from its last read instead of reading its checkpoint again (0: none)")
 
 	fs.Func("projectors", "comma-separated projectors to run: "+strings.Join(allProjectors, ", ")+" (default: all)", func(v string) error {
 		o.projectors = splitList(v)
@@ -237,6 +239,9 @@ func (o *options) validate() error {
 	}
 	if o.executorConns < 0 {
 		bad("--executor-concurrency must not be negative")
+	}
+	if o.journalViews < 0 {
+		bad("--journal-view-cache must not be negative")
 	}
 	for _, name := range slices.Sorted(maps.Keys(o.backendConcurrency)) {
 		if !slices.Contains(allExecutors, name) {

@@ -177,6 +177,61 @@ func metricSums(url, name, label string) map[string][2]float64 {
 	return out
 }
 
+// counterValues reads every series of counter name from url, keyed by
+// the value of label.
+func counterValues(url, name, label string) map[string]float64 {
+	out := map[string]float64{}
+	resp, err := http.Get(url)
+	if err != nil {
+		return out
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	for _, line := range strings.Split(string(b), "\n") {
+		i := strings.LastIndex(line, " ")
+		if i < 0 || strings.HasPrefix(line, "#") {
+			continue
+		}
+		metric, labels, _ := strings.Cut(line[:i], "{")
+		if metric != name {
+			continue
+		}
+		key := ""
+		if x := strings.Index(labels, label+`="`); x >= 0 {
+			key = labels[x+len(label)+2:]
+			key = key[:strings.Index(key, `"`)]
+		}
+		v, _ := strconv.ParseFloat(line[i+1:], 64)
+		out[key] += v
+	}
+	return out
+}
+
+// journalRequestsRow prints the JetStream requests the managers' journal
+// sent and where their projector reads started, per object (n objects).
+func journalRequestsRow(urls []string, n int, per string) {
+	req, views := map[string]float64{}, map[string]float64{}
+	for _, u := range urls {
+		for k, v := range counterValues(u, "ayatori_journal_requests_total", "request") {
+			req[k] += v
+		}
+		for k, v := range counterValues(u, "ayatori_journal_view_reads_total", "from") {
+			views[k] += v
+		}
+	}
+	if len(req) == 0 {
+		return // a manager without these metrics (before 2026-12-07)
+	}
+	var parts []string
+	total := 0.0
+	for _, k := range []string{"message_get", "consumer_create", "fetch", "consumer_delete", "publish"} {
+		parts = append(parts, fmt.Sprintf("%s %.1f", k, req[k]/float64(n)))
+		total += req[k]
+	}
+	fmt.Printf("  journal requests per %s %.1f: %s\n", per, total/float64(n), strings.Join(parts, ", "))
+	fmt.Printf("  journal View reads       %.0f from the cache, %.0f from the checkpoint\n", views["cache"], views["checkpoint"])
+}
+
 func meanMS(e [2]float64) string {
 	if e[0] == 0 {
 		return "-"

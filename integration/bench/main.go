@@ -285,10 +285,12 @@ func run(n int, timeout time.Duration, handover syscall.Signal, cluster bool, re
 	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
 	pct := func(q float64) time.Duration { return quantile(lat, q).Round(10 * time.Millisecond) }
 	var appendSum, appendCount, deliverySum, deliveryCount float64
+	var metricURLs []string
 	for _, m := range managers {
 		if m.PID() == 0 {
 			continue // its metrics ended with it
 		}
+		metricURLs = append(metricURLs, m.MetricsURL)
 		a, b, c, d := journalMetrics(m.MetricsURL)
 		appendSum, appendCount, deliverySum, deliveryCount = appendSum+a, appendCount+b, deliverySum+c, deliveryCount+d
 	}
@@ -309,6 +311,7 @@ func run(n int, timeout time.Duration, handover syscall.Signal, cluster bool, re
 	}
 	fmt.Printf("  journal appends          %d, mean %.2f ms, total %.1f s\n", int(appendCount), 1000*appendSum/max(appendCount, 1), appendSum)
 	fmt.Printf("  intent delivery          %d, mean %.2f ms, total %.1f s\n", int(deliveryCount), 1000*deliverySum/max(deliveryCount, 1), deliverySum)
+	journalRequestsRow(metricURLs, n, "Tenant")
 	if handover == 0 {
 		fmt.Printf("  journal share            append+delivery time / (N x mean create→Ready) = %.1f%%\n",
 			100*(appendSum+deliverySum)/(float64(n)*meanSeconds(lat)))
