@@ -3,10 +3,14 @@ package journal_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"git.ddupan.top/panxiao81/ayatori/integration"
 	"git.ddupan.top/panxiao81/ayatori/journal"
 )
 
@@ -192,5 +196,59 @@ func TestAfterMustNameSameObject(t *testing.T) {
 	o.After = journal.IntentID(a.UID, 1, "CheckExtensions", "", 1)
 	if err := o.Validate(); !errors.Is(err, journal.ErrInvalidRecord) {
 		t.Errorf("an outcome with After: %v, want ErrInvalidRecord", err)
+	}
+}
+
+// A chain of intents delivered at once waits for each link's outcome
+// without asking the stream leader again and again: while this process
+// runs the link waited for, its end wakes the wait, and an outcome this
+// process recorded is taken from its cached state. (Before, every waiting
+// link read the UID's last sequence from the leader every 20 ms, doubling
+// to 1 s, for as long as the link before it ran.)
+func TestAChainWaitsWithoutAskingTheLeader(t *testing.T) {
+	ctx := context.Background()
+	m := journal.NewMetrics(nil)
+	n := integration.StartNATS(t)
+	s := open(t, n, journal.Config{Metrics: m})
+	w := open(t, n, journal.Config{}) // the test's own reads
+	d, err := journal.NewDispatcher(testDomain)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const links, slow = 4, 3 * time.Second
+	ok := journal.Outcome{Result: journal.Result{Class: journal.Succeeded}}
+	for i := range links {
+		op := fmt.Sprintf("Link%d", i)
+		if err := d.Handle("pg", op, func(ctx context.Context, r journal.Record) (journal.Outcome, error) {
+			if r.After == "" {
+				time.Sleep(slow)
+			}
+			return ok, nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	o := obj()
+	var chain []*journal.Record
+	for i := range links {
+		r := intent(t, o, fmt.Sprintf("Link%d", i), 1)
+		if i > 0 {
+			r.After = chain[i-1].ID
+		}
+		if _, err := s.Append(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+		chain = append(chain, r)
+	}
+	gets := func() float64 { return testutil.ToFloat64(m.Requests.WithLabelValues("message_get")) }
+	before := gets()
+	consumeUntilCleanup(t, s, journal.ConsumerConfig{Durable: "exec-chain", AckWait: 30 * time.Second, MaxDeliver: 5, Concurrency: links}, d)
+	for _, r := range chain {
+		waitOutcomeWithin(t, w, o.UID, r.ID, journal.Succeeded, 20*time.Second)
+	}
+	// Each link: its outcome check and one look at its dependency, and
+	// one more when the link before it ends.
+	if n := gets() - before; n > 3*links {
+		t.Errorf("%.0f message gets to run a chain of %d links whose first took %s, want at most %d", n, links, slow, 3*links)
 	}
 }

@@ -714,6 +714,10 @@ func (s *Store) awaitDependency(ctx context.Context, rec Record) (out *Outcome, 
 	released := false
 	for {
 		signal := s.outcomeSignal(rec.Object.UID)
+		// While this process's executor runs the intent waited for, its
+		// end wakes this wait (its outcome signals, or it finishes without
+		// one): no need to ask the server in between.
+		busy := s.running(rec.After)
 		rctx, cancel := context.WithTimeout(ctx, finishTimeout)
 		dep, err := s.dependency(rctx, rec.Object.UID, rec.After, rec.Sequence)
 		cancel()
@@ -732,14 +736,34 @@ func (s *Store) awaitDependency(ctx context.Context, rec Record) (out *Outcome, 
 			releaseConsumerSlot(ctx)
 			released = true
 		}
+		poll := wait
+		if busy != nil {
+			poll = runningPoll
+		}
 		select {
 		case <-ctx.Done():
 			return nil, false
 		case <-signal:
-		case <-time.After(wait):
+		case <-busy:
+		case <-time.After(poll):
 			wait = min(2*wait, time.Second)
 		}
 	}
+}
+
+// runningPoll is how often a wait for an intent this process is running
+// asks the server anyway (the running one's end wakes it at once).
+const runningPoll = 10 * time.Second
+
+// running returns the channel closed when this process's executor stops
+// processing intent id (nil: it is not processing it).
+func (s *Store) running(id string) <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if ch, ok := s.inflight[id]; ok {
+		return ch
+	}
+	return nil
 }
 
 // dependencyState is what the journal says of the intent another one is
@@ -754,20 +778,35 @@ type dependencyState struct {
 
 // dependency reads the UID's journal for intent id and its outcome; seq is
 // the sequence of the intent waiting for it.
+//
+// An outcome this process already knows of (it recorded it, or read it)
+// is taken from the UID's cached state without asking the server: the
+// records up to the state's last sequence never change.
 func (s *Store) dependency(ctx context.Context, uid, id string, seq uint64) (dependencyState, error) {
 	unlock := s.lockUID(uid)
 	defer unlock()
+	if st := s.cached(uid); st != nil {
+		if d := st.dependency(id, seq); d.covered && d.known && d.done {
+			return d, nil
+		}
+	}
 	st, err := s.refresh(ctx, uid)
 	if err != nil {
 		return dependencyState{}, err
 	}
+	return st.dependency(id, seq), nil
+}
+
+// dependency is what st says of intent id for the intent at seq waiting
+// for it.
+func (st *uidState) dependency(id string, seq uint64) dependencyState {
 	d := dependencyState{covered: st.lastSeq >= seq}
 	d.seq, d.known = st.ids[id]
 	_, d.done = st.ids[OutcomeID(id)]
 	if r, ok := st.failed[OutcomeID(id)]; ok {
 		d.failed = &r
 	}
-	return d, nil
+	return d
 }
 
 // outcomeSignal returns the channel closed at the next outcome this
