@@ -135,22 +135,26 @@ func procCPU() map[string]time.Duration {
 	return out
 }
 
-// metricSums reads the _count and _sum of every series of a histogram
-// from url, keyed by the value of label ("" for the whole histogram).
-func metricSums(url, name, label string) map[string][2]float64 {
-	out := map[string][2]float64{}
+// promSample is one line of a Prometheus text exposition: the metric name,
+// the value of the label asked for ("" without it) and the value.
+type promSample struct {
+	metric, key string
+	value       float64
+}
+
+// scrape reads the samples at url, each keyed by the value of label
+// ("" for none); nothing when url does not answer.
+func scrape(url, label string) []promSample {
 	resp, err := http.Get(url)
 	if err != nil {
-		return out
+		return nil
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
+	var out []promSample
 	for _, line := range strings.Split(string(b), "\n") {
-		if strings.HasPrefix(line, "#") {
-			continue
-		}
 		i := strings.LastIndex(line, " ")
-		if i < 0 {
+		if i < 0 || strings.HasPrefix(line, "#") {
 			continue
 		}
 		metric, labels, _ := strings.Cut(line[:i], "{")
@@ -163,16 +167,26 @@ func metricSums(url, name, label string) map[string][2]float64 {
 			}
 		}
 		v, _ := strconv.ParseFloat(line[i+1:], 64)
-		e := out[key]
-		switch metric {
+		out = append(out, promSample{metric: metric, key: key, value: v})
+	}
+	return out
+}
+
+// metricSums reads the _count and _sum of every series of a histogram
+// from url, keyed by the value of label ("" for the whole histogram).
+func metricSums(url, name, label string) map[string][2]float64 {
+	out := map[string][2]float64{}
+	for _, sm := range scrape(url, label) {
+		e := out[sm.key]
+		switch sm.metric {
 		case name + "_count":
-			e[0] += v
+			e[0] += sm.value
 		case name + "_sum":
-			e[1] += v
+			e[1] += sm.value
 		default:
 			continue
 		}
-		out[key] = e
+		out[sm.key] = e
 	}
 	return out
 }
@@ -181,28 +195,10 @@ func metricSums(url, name, label string) map[string][2]float64 {
 // the value of label.
 func counterValues(url, name, label string) map[string]float64 {
 	out := map[string]float64{}
-	resp, err := http.Get(url)
-	if err != nil {
-		return out
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	for _, line := range strings.Split(string(b), "\n") {
-		i := strings.LastIndex(line, " ")
-		if i < 0 || strings.HasPrefix(line, "#") {
-			continue
+	for _, sm := range scrape(url, label) {
+		if sm.metric == name {
+			out[sm.key] += sm.value
 		}
-		metric, labels, _ := strings.Cut(line[:i], "{")
-		if metric != name {
-			continue
-		}
-		key := ""
-		if x := strings.Index(labels, label+`="`); x >= 0 {
-			key = labels[x+len(label)+2:]
-			key = key[:strings.Index(key, `"`)]
-		}
-		v, _ := strconv.ParseFloat(line[i+1:], 64)
-		out[key] += v
 	}
 	return out
 }
