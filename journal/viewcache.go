@@ -242,9 +242,9 @@ func (s *Store) readAfterCached(ctx context.Context, uid string, after, last uin
 // prev to last with the records read between them (every stored record of
 // the UID in (prev, last], the untrusted ones left out as refresh does),
 // when that state ends at prev: the append that follows the read then
-// needs no read of its own. It never waits: while an append of the UID
-// holds its lock, the state is left as it is (that append, or the next,
-// reads first if it has to).
+// needs no read of its own. It never waits: while anyone holds the UID's
+// lock (an append, an executor's outcome or dependency check), the state
+// is left as it is (the next append reads first if it has to).
 func (s *Store) advanceUID(uid string, prev, last uint64, recs []Record) {
 	unlock, ok := s.tryLockUID(uid)
 	if !ok {
