@@ -154,8 +154,10 @@ func (s *Store) DurableConsumer(ctx context.Context, domain string, cfg Consumer
 // the intents of d's domain from the durable consumer and, for each one,
 //  1. acks it without re-executing when its outcome already exists
 //     (a redelivery after a crash, or a late ack);
-//  2. records a Failed outcome (UndecodableIntent / UnknownOperation) for a
-//     poison intent instead of letting it vanish, and a
+//  2. records a Failed outcome (UndecodableIntent, keyed by the stream
+//     sequence, see poison; UnknownOperation) for a poison intent instead
+//     of letting it vanish (one of a newer schema version is first handed
+//     back with back-off, for a newer executor, until DeliveryLimit), and a
 //     Failed/RetriesExhausted one for an intent delivered more than
 //     DeliveryLimit times;
 //  3. runs the handler d routes it to;
@@ -404,11 +406,21 @@ func (s *Store) handle(ctx context.Context, cfg ConsumerConfig, m jetstream.Msg,
 func (s *Store) process(ctx context.Context, cfg ConsumerConfig, m jetstream.Msg, md *jetstream.MsgMetadata, d *Dispatcher) settlement {
 	delivered := int(md.NumDelivered)
 	rec, derr := DecodeRecord(m.Data(), md.Sequence.Stream)
-	if derr != nil || rec.Type != TypeIntent {
-		return s.poison(ctx, cfg, m, md.Sequence.Stream)
+	if derr != nil {
+		if errors.Is(derr, ErrNewerSchema) && delivered < cfg.DeliveryLimit {
+			// Written by a newer manager (a rolling upgrade): hand it
+			// back with back-off for a newer executor to take.
+			return retry
+		}
+		return s.poison(ctx, cfg, m, md.Sequence.Stream, derr, delivered)
 	}
 	if err := s.admitStored(m.Subject(), m.Data(), &rec); err != nil {
 		return s.refuse(ctx, cfg, m, rec, md.Sequence.Stream, err)
+	}
+	if rec.Type != TypeIntent {
+		// Unreachable for a record admitStored admits (its subject names
+		// its type), kept as the second line.
+		return s.refuse(ctx, cfg, m, rec, md.Sequence.Stream, fmt.Errorf("%w: a %s record on an intent subject", ErrUntrusted, rec.Type))
 	}
 	if delivered == 1 {
 		s.cfg.Metrics.observeDelivery(s.cfg.Clock.Now().Sub(rec.Time))
@@ -603,23 +615,31 @@ func (s *Store) appendRetrying(ctx context.Context, cfg ConsumerConfig, rec *Rec
 	}
 }
 
-// poison records a Failed outcome for an undecodable intent, keyed by the
-// UID in its subject, and says to ack. A message without a usable subject
-// is terminated (it can not be attributed to any object, so nothing waits
-// for it).
-func (s *Store) poison(ctx context.Context, cfg ConsumerConfig, m jetstream.Msg, seq uint64) settlement {
+// poison answers an intent message this executor can not decode (or one
+// of a newer schema version, once it was handed back DeliveryLimit times
+// without a newer executor taking it) with one Failed/UndecodableIntent
+// outcome on the object its subject names, and says to ack. The outcome's
+// ID derives from the stream sequence (UndecodableIntentID), never from
+// the message: its Nats-Msg-Id header and its content are whatever its
+// publisher chose, and an outcome keyed by them would answer, so cancel,
+// an intent of the manager's with that ID. A message whose subject names
+// no object is terminated (nothing can wait for it).
+func (s *Store) poison(ctx context.Context, cfg ConsumerConfig, m jetstream.Msg, seq uint64, why error, delivered int) settlement {
 	parts := strings.Split(strings.TrimPrefix(m.Subject(), s.cfg.SubjectPrefix+"."), ".")
-	if len(parts) != 3 {
+	if len(parts) != 3 || ValidateUID(parts[1]) != nil {
 		return term
 	}
-	causation := m.Headers().Get(jetstream.MsgIDHeader)
-	if causation == "" {
-		causation = fmt.Sprintf("%s/seq%d", parts[1], seq)
-	}
-	intent := Record{ID: causation, Operation: "Unknown", Attempt: 1,
+	intent := Record{ID: UndecodableIntentID(parts[1], seq), Operation: "Unknown", Attempt: 1,
 		Object: ObjectRef{Group: parts[0], Kind: "Unknown", Name: "unknown", UID: parts[1]}}
-	o, _ := NewOutcome(intent, Result{Class: Failed, Reason: ReasonUndecodableIntent,
-		Message: fmt.Sprintf("intent at stream sequence %d could not be decoded", seq)}, nil)
+	msg := fmt.Sprintf("intent at stream sequence %d could not be decoded", seq)
+	if errors.Is(why, ErrNewerSchema) {
+		msg = fmt.Sprintf("intent at stream sequence %d has a schema version newer than this executor reads (1..%d); delivered %d times, no newer executor took it",
+			seq, SchemaVersion, delivered)
+	}
+	o, err := NewOutcome(intent, Result{Class: Failed, Reason: ReasonUndecodableIntent, Message: msg}, nil)
+	if err != nil {
+		return term
+	}
 	o.Actor = s.cfg.Actor
 	if err := s.appendRetrying(ctx, cfg, &o); err != nil {
 		if errors.Is(err, ErrInvalidRecord) {
@@ -835,4 +855,11 @@ func (s *Store) signalOutcome(uid string) {
 		close(ch)
 		delete(s.outcomeSignals, uid)
 	}
+}
+
+// UndecodableIntentID is the causation ID of the Failed/UndecodableIntent
+// outcome an executor appends for the intent message at stream sequence
+// seq on uid's subject that it can not decode.
+func UndecodableIntentID(uid string, seq uint64) string {
+	return fmt.Sprintf("%s/undecodable/seq%d", uid, seq)
 }

@@ -3,6 +3,7 @@ package journal
 import (
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -188,8 +189,20 @@ func domainChecks(group string) []InvariantCheck {
 // in stream order with the others.
 func Verify(records []Record, undecodable []uint64) []Violation {
 	var out []Violation
+	// The executors' answers to undecodable intents, by the sequence
+	// they answer (UndecodableIntentID).
+	answers := map[uint64]Record{}
+	for _, r := range records {
+		if seq, ok := undecodableAnswer(r); ok {
+			answers[seq] = r
+		}
+	}
 	for _, seq := range undecodable {
-		out = append(out, Violation{Rule: RuleUndecodableRecord, Sequences: []uint64{seq}, Detail: "record does not decode as a journal envelope"})
+		detail := "record does not decode as a journal envelope"
+		if a, ok := answers[seq]; ok {
+			detail += fmt.Sprintf("; answered %s/%s by an executor (outcome at sequence %d)", a.Result.Class, a.Result.Reason, a.Sequence)
+		}
+		out = append(out, Violation{Rule: RuleUndecodableRecord, Sequences: []uint64{seq}, Detail: detail})
 	}
 	byUID := map[string][]Record{}
 	var order []string
@@ -258,6 +271,9 @@ func verifyUID(uid string, recs []Record) []Violation {
 				// change of the object, or a stolen signing key.
 				add(RuleUntrustedIntentRefused, obj, fmt.Sprintf("an executor refused %s intent %s, which the live objects contradict: %s",
 					r.Operation, r.CausationID, r.Result.Message), intents[r.CausationID].Sequence, r.Sequence)
+			}
+			if _, ok := undecodableAnswer(r); ok {
+				continue // reported with the undecodable record it answers
 			}
 			if _, ok := intents[r.CausationID]; !ok {
 				add(RuleOutcomeWithoutIntent, obj, fmt.Sprintf("outcome of %s has no earlier intent", r.CausationID), r.Sequence)
@@ -471,4 +487,19 @@ func DescriberOf(group string) (Describer, bool) {
 	defer describerMu.RUnlock()
 	d, ok := describers[dom]
 	return d, ok
+}
+
+// undecodableAnswer reports whether r is an executor's Failed/
+// UndecodableIntent outcome of the undecodable intent message at the
+// returned stream sequence of r's UID (UndecodableIntentID).
+func undecodableAnswer(r Record) (uint64, bool) {
+	if r.Type != TypeOutcome || r.Result == nil || r.Result.Reason != ReasonUndecodableIntent {
+		return 0, false
+	}
+	rest, ok := strings.CutPrefix(r.CausationID, r.Object.UID+"/undecodable/seq")
+	if !ok {
+		return 0, false
+	}
+	seq, err := strconv.ParseUint(rest, 10, 64)
+	return seq, err == nil && r.CausationID == UndecodableIntentID(r.Object.UID, seq)
 }

@@ -396,7 +396,8 @@ func TestPoisonIntentBecomesFailedOutcome(t *testing.T) {
 	msg := nats.NewMsg("ayatori.journal.database." + o.UID + ".intent")
 	msg.Data = []byte("{not json")
 	msg.Header.Set(jetstream.MsgIDHeader, o.UID+"/garbage")
-	if _, err := s.JetStream().PublishMsg(ctx, msg); err != nil {
+	garbage, err := s.JetStream().PublishMsg(ctx, msg)
+	if err != nil {
 		t.Fatal(err)
 	}
 	exhaust := obj()
@@ -415,7 +416,8 @@ func TestPoisonIntentBecomesFailedOutcome(t *testing.T) {
 		calls.Add(1)
 		return journal.Outcome{}, errors.New("connection refused (raw driver text must not reach the journal)")
 	}})
-	waitOutcome(t, s, o.UID, o.UID+"/garbage", journal.Failed)
+	// Keyed by its stream sequence, not by the ID in its header.
+	waitOutcome(t, s, o.UID, journal.UndecodableIntentID(o.UID, garbage.Sequence), journal.Failed)
 	out := waitOutcome(t, s, exhaust.UID, in.ID, journal.Failed)
 	if out.Result.Reason != journal.ReasonRetriesExhausted || calls.Load() != 3 {
 		t.Fatalf("exhausted: reason %s after %d calls", out.Result.Reason, calls.Load())

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -303,6 +304,144 @@ func TestUntrustedIntentNotExecuted(t *testing.T) {
 	waitOutcome(t, s, victim.UID, real.ID, journal.Succeeded)
 	if got := ran.Load(); got != 1 {
 		t.Fatalf("handler ran %d times, want 1 (the genuine intent)", got)
+	}
+}
+
+// TestUndecodableIntentAnswersOnlyItself: an intent message the executor
+// can not read is answered by its stream sequence, never by the ID its
+// publisher chose. A client that can publish on the journal's subjects but
+// holds no signing key publishes, before the manager appends an intent,
+// (a) bytes that are no JSON, (b) a decodable record that is no intent and
+// (c) a record of a newer schema version, each with a Nats-Msg-Id header
+// naming a real intent's ID. Each gets one Failed outcome keyed by its own
+// sequence (the newer one only after it was handed back for a newer
+// executor DeliveryLimit times), and the real intent appended after them
+// still runs: keyed by the header, the executor signed a Failed outcome
+// for the real intent, which then never ran.
+func TestUndecodableIntentAnswersOnlyItself(t *testing.T) {
+	n := integration.StartNATS(t)
+	s := open(t, n, journal.Config{Actor: "manager"})
+	ctx := context.Background()
+	victim, other := obj(), obj()
+	real := intent(t, victim, "DropDatabase", 1)
+	otherReal := intent(t, other, "DropDatabase", 1)
+	publish := func(o journal.ObjectRef, data []byte, msgID string) uint64 {
+		t.Helper()
+		m := nats.NewMsg("ayatori.journal.database." + o.UID + ".intent")
+		m.Data = data
+		m.Header.Set(jetstream.MsgIDHeader, msgID)
+		ack, err := s.JetStream().PublishMsg(ctx, m)
+		if err != nil || ack.Duplicate {
+			t.Fatalf("publish: %+v %v", ack, err)
+		}
+		return ack.Sequence
+	}
+	garbage := publish(victim, []byte("{not json"), real.ID)
+	forgedOutcome, err := journal.NewOutcome(*real, journal.Result{Class: journal.Failed, Reason: "Forged"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	forgedOutcome.Time = time.Now().UTC()
+	data, _ := json.Marshal(forgedOutcome)
+	notIntent := publish(victim, data, forgedOutcome.ID)
+	newer := *otherReal
+	newer.Time, newer.SchemaVersion = time.Now().UTC(), journal.SchemaVersion+1
+	data, _ = json.Marshal(newer)
+	newerSeq := publish(other, data, otherReal.ID)
+
+	var ran atomic.Int32
+	const limit = 3
+	runConsumer(t, s, journal.ConsumerConfig{Durable: "exec-undecodable", AckWait: 2 * time.Second, MaxDeliver: 2, DeliveryLimit: limit,
+		BackOff: []time.Duration{100 * time.Millisecond}}, map[string]journal.Handler{
+		"DropDatabase": func(context.Context, journal.Record) (journal.Outcome, error) {
+			ran.Add(1)
+			return journal.Outcome{Result: journal.Result{Class: journal.Succeeded}}, nil
+		},
+	})
+	scan := func(uid string) ([]journal.Record, []uint64) {
+		t.Helper()
+		var recs []journal.Record
+		var bad []uint64
+		if err := s.Scan(ctx, journal.ScanOptions{UID: uid}, func(r journal.Record, err error) error {
+			switch {
+			case err == nil:
+				recs = append(recs, r)
+			case !errors.Is(err, journal.ErrUntrusted):
+				bad = append(bad, r.Sequence)
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return recs, bad
+	}
+	want := map[string]string{
+		journal.UndecodableIntentID(victim.UID, garbage): journal.ReasonUndecodableIntent,
+		journal.UntrustedIntentID(victim.UID, notIntent): journal.ReasonUntrustedIntent,
+		journal.UndecodableIntentID(other.UID, newerSeq): journal.ReasonUndecodableIntent,
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		got := map[string]journal.Record{}
+		for _, uid := range []string{victim.UID, other.UID} {
+			recs, _ := scan(uid)
+			for _, r := range recs {
+				if r.Type == journal.TypeOutcome {
+					if _, dup := got[r.CausationID]; dup {
+						t.Fatalf("two outcomes of %s", r.CausationID)
+					}
+					got[r.CausationID] = r
+				}
+			}
+		}
+		if len(got) >= len(want) || time.Now().After(deadline) {
+			for id, r := range got {
+				if want[id] == "" || r.Result.Class != journal.Failed || r.Result.Reason != want[id] {
+					t.Fatalf("outcome %s: %s/%s (%q); want only %v", id, r.Result.Class, r.Result.Reason, r.Result.Message, want)
+				}
+				t.Logf("%s: %s", id, r.Result.Message)
+			}
+			if len(got) != len(want) {
+				t.Fatalf("outcomes %d, want %d: %v", len(got), len(want), want)
+			}
+			if m := got[journal.UndecodableIntentID(other.UID, newerSeq)].Result.Message; !strings.Contains(m, fmt.Sprintf("delivered %d times", limit)) {
+				t.Errorf("the newer-schema intent's outcome says %q, want it delivered %d times first (handed back for a newer executor)", m, limit)
+			}
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+
+	// The real intent, appended after the forgeries, runs once.
+	if res, err := s.Append(ctx, real); err != nil || res.Duplicate {
+		t.Fatalf("append of the real intent: %+v %v", res, err)
+	}
+	waitOutcome(t, s, victim.UID, real.ID, journal.Succeeded)
+	if got := ran.Load(); got != 1 {
+		t.Fatalf("handler ran %d times, want 1 (the real intent)", got)
+	}
+
+	// Verify reports each unreadable record once, says it was answered,
+	// and takes no answer for an outcome without an intent.
+	var all []journal.Record
+	var undecodable []uint64
+	for _, uid := range []string{victim.UID, other.UID} {
+		recs, bad := scan(uid)
+		all, undecodable = append(all, recs...), append(undecodable, bad...)
+	}
+	answered := 0
+	for _, v := range journal.Verify(all, undecodable) {
+		switch v.Rule {
+		case journal.RuleOutcomeWithoutIntent:
+			t.Errorf("verify: %s %v: %s", v.Rule, v.Sequences, v.Detail)
+		case journal.RuleUndecodableRecord:
+			if strings.Contains(v.Detail, "answered") {
+				answered++
+			}
+		}
+	}
+	if answered != 2 {
+		t.Errorf("verify: %d undecodable records reported as answered, want 2", answered)
 	}
 }
 
