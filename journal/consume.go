@@ -59,7 +59,8 @@ type ConsumerConfig struct {
 	// BackOff are the delays before redelivering after a transient failure,
 	// indexed by delivery count (default 1s, 5s, 15s, 30s; the last repeats).
 	// They also space the in-process retries of a failed journal read or
-	// outcome append.
+	// outcome append, and the hand-backs of an intent of a newer schema
+	// version.
 	BackOff []time.Duration
 	// Concurrency is how many intents run at once (default 4).
 	Concurrency int
@@ -407,7 +408,7 @@ func (s *Store) process(ctx context.Context, cfg ConsumerConfig, m jetstream.Msg
 	delivered := int(md.NumDelivered)
 	rec, derr := DecodeRecord(m.Data(), md.Sequence.Stream)
 	if derr != nil {
-		if errors.Is(derr, ErrNewerSchema) && delivered < cfg.DeliveryLimit {
+		if errors.Is(derr, ErrNewerSchema) && delivered < cfg.DeliveryLimit && s.holdNewer(md.Sequence.Stream) {
 			// Written by a newer manager (a rolling upgrade): hand it
 			// back with back-off for a newer executor to take.
 			return retry
@@ -633,8 +634,12 @@ func (s *Store) poison(ctx context.Context, cfg ConsumerConfig, m jetstream.Msg,
 		Object: ObjectRef{Group: parts[0], Kind: "Unknown", Name: "unknown", UID: parts[1]}}
 	msg := fmt.Sprintf("intent at stream sequence %d could not be decoded", seq)
 	if errors.Is(why, ErrNewerSchema) {
-		msg = fmt.Sprintf("intent at stream sequence %d has a schema version newer than this executor reads (1..%d); delivered %d times, no newer executor took it",
-			seq, SchemaVersion, delivered)
+		msg = fmt.Sprintf("intent at stream sequence %d has a schema version newer than this executor reads (1..%d); ", seq, SchemaVersion)
+		if delivered >= cfg.DeliveryLimit {
+			msg += fmt.Sprintf("delivered %d times, no newer executor took it", delivered)
+		} else {
+			msg += fmt.Sprintf("not handed back for a newer executor: %d such intents already are", newerHeldLimit)
+		}
 	}
 	o, err := NewOutcome(intent, Result{Class: Failed, Reason: ReasonUndecodableIntent, Message: msg}, nil)
 	if err != nil {
@@ -647,7 +652,51 @@ func (s *Store) poison(ctx context.Context, cfg ConsumerConfig, m jetstream.Msg,
 		}
 		return handBack
 	}
+	s.releaseNewer(seq)
 	return ack
+}
+
+// newerHeldLimit bounds how many intents of a newer schema version one
+// executor process hands back at a time, and newerHeldFor how long one
+// counts after it was first handed back (another replica may have answered
+// it). A handed-back message stays pending at the server and counts
+// against the consumer's MaxAckPending (1000): whoever can publish on the
+// journal's subjects, signing key or not, could otherwise keep it full of
+// "newer" messages and stall every executor of the domain. Past the limit
+// a newer intent is answered at once, as an undecodable one.
+var (
+	newerHeldLimit = 64
+	newerHeldFor   = 10 * time.Minute
+)
+
+// holdNewer reports whether the newer-schema intent at stream sequence seq
+// may be handed back (again) for a newer executor, and counts it.
+func (s *Store) holdNewer(seq uint64) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.newerHeld == nil {
+		s.newerHeld = map[uint64]time.Time{}
+	}
+	for held, since := range s.newerHeld {
+		if time.Since(since) > newerHeldFor {
+			delete(s.newerHeld, held)
+		}
+	}
+	if _, ok := s.newerHeld[seq]; ok {
+		return true
+	}
+	if len(s.newerHeld) >= newerHeldLimit {
+		return false
+	}
+	s.newerHeld[seq] = time.Now()
+	return true
+}
+
+// releaseNewer stops counting the intent at seq (it was answered).
+func (s *Store) releaseNewer(seq uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.newerHeld, seq)
 }
 
 // refuse answers an intent without a valid proof of origin (forged,

@@ -26,3 +26,10 @@ func (s *Store) CachedUIDs() int {
 	defer s.mu.Unlock()
 	return len(s.uids)
 }
+
+// SetNewerHeldLimit sets newerHeldLimit and returns a func restoring it.
+func SetNewerHeldLimit(n int) (restore func()) {
+	old := newerHeldLimit
+	newerHeldLimit = n
+	return func() { newerHeldLimit = old }
+}

@@ -197,6 +197,10 @@ func Verify(records []Record, undecodable []uint64) []Violation {
 			answers[seq] = r
 		}
 	}
+	unreadable := map[uint64]bool{}
+	for _, seq := range undecodable {
+		unreadable[seq] = true
+	}
 	for _, seq := range undecodable {
 		detail := "record does not decode as a journal envelope"
 		if a, ok := answers[seq]; ok {
@@ -213,12 +217,14 @@ func Verify(records []Record, undecodable []uint64) []Violation {
 		byUID[r.Object.UID] = append(byUID[r.Object.UID], r)
 	}
 	for _, uid := range order {
-		out = append(out, verifyUID(uid, byUID[uid])...)
+		out = append(out, verifyUID(uid, byUID[uid], unreadable)...)
 	}
 	return out
 }
 
-func verifyUID(uid string, recs []Record) []Violation {
+// verifyUID checks one UID's records; unreadable are the sequences of the
+// undecodable records read with them.
+func verifyUID(uid string, recs []Record, unreadable map[uint64]bool) []Violation {
 	var out []Violation
 	add := func(rule, obj, detail string, seqs ...uint64) {
 		out = append(out, Violation{Rule: rule, UID: uid, Object: obj, Sequences: seqs, Detail: detail})
@@ -272,7 +278,7 @@ func verifyUID(uid string, recs []Record) []Violation {
 				add(RuleUntrustedIntentRefused, obj, fmt.Sprintf("an executor refused %s intent %s, which the live objects contradict: %s",
 					r.Operation, r.CausationID, r.Result.Message), intents[r.CausationID].Sequence, r.Sequence)
 			}
-			if _, ok := undecodableAnswer(r); ok {
+			if seq, ok := undecodableAnswer(r); ok && unreadable[seq] && seq < r.Sequence {
 				continue // reported with the undecodable record it answers
 			}
 			if _, ok := intents[r.CausationID]; !ok {

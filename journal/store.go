@@ -137,6 +137,10 @@ type Store struct {
 	// the same UID (Record.After): closed when this process records an
 	// outcome of the UID (see awaitDependency), under mu.
 	outcomeSignals map[string]chan struct{}
+	// newerHeld are the stream sequences of the intents of a newer schema
+	// version this process's executor handed back for a newer executor,
+	// with when it first did (see holdNewer), under mu.
+	newerHeld map[uint64]time.Time
 	// verified are the journal messages that passed verification;
 	// verifiedCheckpoints the checkpoint stream's.
 	verified, verifiedCheckpoints verifiedCache

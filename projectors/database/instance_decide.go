@@ -265,11 +265,14 @@ func retryAfterFailure(f InstanceFacts, p InstancePolicy, st *journal.State, out
 }
 
 // consecutiveFailures counts the non-successful outcomes of this generation
-// since its last success.
+// since its last success. Only answers to the Instance's own intents
+// count: an executor's answer to a record it could not attribute or decode
+// (keyed by that record's stream sequence, journal.UntrustedIntentID and
+// UndecodableIntentID) is no failure of the Instance.
 func consecutiveFailures(st *journal.State, gen int64) int {
 	var outs []journal.Record
 	for _, o := range st.Outcomes {
-		if o.Object.Generation == gen {
+		if _, ours := st.Intents[o.CausationID]; ours && o.Object.Generation == gen {
 			outs = append(outs, o)
 		}
 	}

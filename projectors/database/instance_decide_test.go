@@ -211,3 +211,27 @@ func TestDecideInstanceIgnoresExecutorClock(t *testing.T) {
 		t.Fatalf("after the interval: %+v", d)
 	}
 }
+
+// TestForgedRecordAnswersAreNoFailures: an executor's answer to a record
+// on the Instance's intent subject it could not attribute or decode
+// (Failed, keyed by that record's stream sequence, with the generation the
+// record's publisher chose) is no failure of the Instance's own steps: it
+// does not lengthen the back-off of the next retry.
+func TestForgedRecordAnswersAreNoFailures(t *testing.T) {
+	st := history(step{op: dbcontract.OpObserveInstance, class: journal.Succeeded, payload: usable("1")},
+		step{op: dbcontract.OpObserveInstance, class: journal.Failed, reason: "ConnectionFailed", at: time.Second})
+	want := consecutiveFailures(st, 1)
+	obj := journal.ObjectRef{Group: "database.ayatori.ddupan.top", Kind: "PostgreSQLInstance", Name: "shared", UID: "uid-1", Generation: 1}
+	for i, id := range []string{journal.UntrustedIntentID("uid-1", 90), journal.UndecodableIntentID("uid-1", 91), journal.UntrustedIntentID("uid-1", 92)} {
+		forged := journal.Record{ID: id, Type: journal.TypeIntent, Operation: dbcontract.OpObserveInstance, Object: obj, Attempt: 1}
+		out, err := journal.NewOutcome(forged, journal.Result{Class: journal.Failed, Reason: journal.ReasonUntrustedIntent}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out.Sequence, out.Time = uint64(100+i), t0.Add(2*time.Second)
+		st.Apply(out)
+	}
+	if got := consecutiveFailures(st, 1); got != want {
+		t.Fatalf("consecutive failures %d after three answers to forged records, want %d", got, want)
+	}
+}

@@ -1155,3 +1155,38 @@ func TestFinishedNoteRestsUnlessDeleting(t *testing.T) {
 		}
 	}
 }
+
+// TestAnswersToForgedRecordsAreNotObservations: an executor answers a
+// record on a Job's intent subject it can not attribute or decode with a
+// signed Failed outcome keyed by that record's stream sequence, carrying
+// the operation its publisher chose. Such an answer is no observation of
+// the Job's execution: a running Job stays Running (it turned the Job
+// ResultUnknown, counted as the latest, ambiguous outcome).
+func TestAnswersToForgedRecordsAreNotObservations(t *testing.T) {
+	for _, tc := range []struct {
+		name, reason, op string
+		id               func(uid string) string
+	}{
+		{"untrusted Ensure", journal.ReasonUntrustedIntent, execution.OpEnsure, func(uid string) string { return journal.UntrustedIntentID(uid, 99) }},
+		{"untrusted Delete", journal.ReasonUntrustedIntent, execution.OpDelete, func(uid string) string { return journal.UntrustedIntentID(uid, 98) }},
+		{"undecodable", journal.ReasonUndecodableIntent, "Unknown", func(uid string) string { return journal.UndecodableIntentID(uid, 97) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newSim(t)
+			s.run()
+			forged := journal.Record{ID: tc.id(string(s.job.UID)), Type: journal.TypeIntent, Operation: tc.op, Object: objectRef(s.job), Attempt: 1}
+			out, err := journal.NewOutcome(forged, journal.Result{Class: journal.Failed, Reason: tc.reason, Message: "not executed"}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s.add(out)
+			for range 3 {
+				d := s.pass()
+				s.wantSucceeded("Unknown/Running")
+				if d.Intent != nil || d.RemoveFinalizer {
+					t.Fatalf("decided %+v after an answer to a forged record", d)
+				}
+			}
+		})
+	}
+}

@@ -57,13 +57,24 @@ type ledger struct {
 	ensuredWith string
 }
 
-// readLedger folds recs (one Job UID, stream order).
+// readLedger folds recs (one Job UID, stream order). An outcome counts
+// only as the answer to an earlier intent of recs: an executor's answer to
+// a record it could not read or attribute (Failed/UndecodableIntent,
+// Failed/UntrustedIntent, keyed by that record's stream sequence) carries
+// what its publisher chose (an operation, a step) and says nothing of the
+// Job's execution.
 func readLedger(recs []journal.Record) *ledger {
 	l := &ledger{}
 	done := map[string]bool{}
+	intents := map[string]bool{}
 	for _, r := range recs {
-		if r.Type == journal.TypeOutcome {
-			done[r.CausationID] = true
+		switch r.Type {
+		case journal.TypeIntent:
+			intents[r.ID] = true
+		case journal.TypeOutcome:
+			if intents[r.CausationID] {
+				done[r.CausationID] = true
+			}
 		}
 	}
 	for _, r := range recs {
@@ -96,6 +107,9 @@ func readLedger(recs []journal.Record) *ledger {
 				l.pending = append(l.pending, r)
 			}
 		case journal.TypeOutcome:
+			if !done[r.CausationID] {
+				continue // answers no intent of this Job (see above)
+			}
 			o := observed{rec: r}
 			decoded := len(r.Payload) > 0 && r.DecodePayload(&o.obs) == nil && o.obs.State != ""
 			switch {
