@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -408,7 +409,7 @@ func (s *Store) process(ctx context.Context, cfg ConsumerConfig, m jetstream.Msg
 	delivered := int(md.NumDelivered)
 	rec, derr := DecodeRecord(m.Data(), md.Sequence.Stream)
 	if derr != nil {
-		if errors.Is(derr, ErrNewerSchema) && delivered < cfg.DeliveryLimit && s.holdNewer(md.Sequence.Stream) {
+		if errors.Is(derr, ErrNewerSchema) && delivered < cfg.DeliveryLimit && s.holdNewer(cfg, md.Sequence.Stream) {
 			// Written by a newer manager (a rolling upgrade): hand it
 			// back with back-off for a newer executor to take.
 			return retry
@@ -657,38 +658,36 @@ func (s *Store) poison(ctx context.Context, cfg ConsumerConfig, m jetstream.Msg,
 }
 
 // newerHeldLimit bounds how many intents of a newer schema version one
-// executor process hands back at a time, and newerHeldFor how long one
-// counts after it was first handed back (another replica may have answered
-// it). A handed-back message stays pending at the server and counts
-// against the consumer's MaxAckPending (1000): whoever can publish on the
-// journal's subjects, signing key or not, could otherwise keep it full of
-// "newer" messages and stall every executor of the domain. Past the limit
-// a newer intent is answered at once, as an undecodable one.
-var (
-	newerHeldLimit = 64
-	newerHeldFor   = 10 * time.Minute
-)
+// executor process (all its consumers) holds handed back at a time. A
+// handed-back message stays pending at the server and counts against its
+// consumer's MaxAckPending (1000): whoever can publish on the journal's
+// subjects, signing key or not, could otherwise keep it full of "newer"
+// messages and stall every executor of the domain. Past the limit a newer
+// intent is answered at once, as an undecodable one.
+var newerHeldLimit = 64
 
 // holdNewer reports whether the newer-schema intent at stream sequence seq
-// may be handed back (again) for a newer executor, and counts it.
-func (s *Store) holdNewer(seq uint64) bool {
+// may be handed back (again) for a newer executor, and counts it. An entry
+// counts from its latest hand-back until its next delivery is due
+// (2 × the longest back-off + AckWait): answered by another replica or a
+// newer executor, it stops counting then.
+func (s *Store) holdNewer(cfg ConsumerConfig, seq uint64) bool {
+	ttl := 2*slices.Max(cfg.BackOff) + cfg.AckWait
+	now := time.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.newerHeld == nil {
 		s.newerHeld = map[uint64]time.Time{}
 	}
-	for held, since := range s.newerHeld {
-		if time.Since(since) > newerHeldFor {
+	for held, until := range s.newerHeld {
+		if now.After(until) {
 			delete(s.newerHeld, held)
 		}
 	}
-	if _, ok := s.newerHeld[seq]; ok {
-		return true
-	}
-	if len(s.newerHeld) >= newerHeldLimit {
+	if _, ok := s.newerHeld[seq]; !ok && len(s.newerHeld) >= newerHeldLimit {
 		return false
 	}
-	s.newerHeld[seq] = time.Now()
+	s.newerHeld[seq] = now.Add(ttl)
 	return true
 }
 

@@ -6,7 +6,10 @@ import "sort"
 // it, and what is still pending. Build it with Fold or Apply records in
 // stream order.
 type State struct {
-	// Object is the object reference of the latest record.
+	// Object is the object reference of the latest intent, note or outcome
+	// of a seen intent (of an orphan outcome only while there is none: an
+	// executor's answer to a record it could not attribute or decode names
+	// what that record's publisher chose).
 	Object ObjectRef
 	// LastSequence is the stream sequence of the latest record applied; pass
 	// it to ExpectLastSequence when appending a decision based on this state.
@@ -17,7 +20,8 @@ type State struct {
 	Intents map[string]Record
 	// Outcomes by the ID of their intent (causation).
 	Outcomes map[string]Record
-	// LastOutcome per step key (operation, or operation:step).
+	// LastOutcome per step key (operation, or operation:step), of the
+	// outcomes of seen intents (Orphans are not in it).
 	LastOutcome map[string]Record
 	// Orphans are outcomes whose intent was not seen.
 	Orphans []Record
@@ -53,21 +57,28 @@ func (s *State) Apply(r Record) {
 	if r.Sequence > s.LastSequence {
 		s.LastSequence = r.Sequence
 	}
-	s.Object = r.Object
 	switch r.Type {
 	case TypeIntent:
+		s.Object = r.Object
 		if _, dup := s.Intents[r.ID]; !dup {
 			s.intentOrder = append(s.intentOrder, r.ID)
 		}
 		s.Intents[r.ID] = r
 	case TypeOutcome:
-		if _, ok := s.Intents[r.CausationID]; !ok {
-			s.Orphans = append(s.Orphans, r)
-		}
 		if _, seen := s.Outcomes[r.CausationID]; !seen {
 			s.Outcomes[r.CausationID] = r
 		}
+		if _, ok := s.Intents[r.CausationID]; !ok {
+			s.Orphans = append(s.Orphans, r)
+			if s.Object == (ObjectRef{}) {
+				s.Object = r.Object
+			}
+			return
+		}
+		s.Object = r.Object
 		s.LastOutcome[StepKey(r)] = r
+	default:
+		s.Object = r.Object
 	}
 }
 

@@ -139,7 +139,7 @@ type Store struct {
 	outcomeSignals map[string]chan struct{}
 	// newerHeld are the stream sequences of the intents of a newer schema
 	// version this process's executor handed back for a newer executor,
-	// with when it first did (see holdNewer), under mu.
+	// with until when each counts (see holdNewer), under mu.
 	newerHeld map[uint64]time.Time
 	// verified are the journal messages that passed verification;
 	// verifiedCheckpoints the checkpoint stream's.

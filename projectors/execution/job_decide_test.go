@@ -448,9 +448,19 @@ func TestM7RepeatedPassesChangeNothing(t *testing.T) {
 	if !statusEqual(want, &s.job.Status) || len(s.recs) != n {
 		t.Fatal("terminal status or journal changed")
 	}
-	// A late, contradicting outcome never rewrites a terminal status.
-	s.add(journal.Record{ID: "late", Type: journal.TypeOutcome, Operation: execution.OpObserve, Object: objectRef(s.job), Attempt: 99,
+	// A late, contradicting outcome (of an intent of the Job's journal:
+	// an answer to no intent is no observation at all) never rewrites a
+	// terminal status.
+	late, err := journal.NewIntent(objectRef(s.job), execution.OpObserve, "", 99, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.add(late)
+	s.add(journal.Record{ID: late.ID + "/outcome", Type: journal.TypeOutcome, CausationID: late.ID, Operation: execution.OpObserve, Object: objectRef(s.job), Attempt: 99,
 		Result: &journal.Result{Class: journal.Succeeded}, Payload: []byte(`{"terminal":true,"state":"Failed","reason":"ProcessFailed"}`)})
+	if l := readLedger(s.recs); l.last() == nil || l.last().rec.CausationID != late.ID {
+		t.Fatal("the late outcome is not the ledger's latest")
+	}
 	s.pass()
 	s.wantSucceeded("True/Completed")
 }
