@@ -295,6 +295,12 @@ func (s *Store) readCheckpoint(ctx context.Context, uid string) (*Checkpoint, ui
 		return nil, 0, fmt.Errorf("%w: checkpoint of %s: %v", ErrInvalidRecord, uid, err)
 	}
 	if cp.SchemaVersion > SchemaVersion {
+		if !s.newerIsOurs(*m) {
+			// A newer checkpoint nobody can attribute: read the whole
+			// journal, as for any untrusted checkpoint.
+			s.cfg.Metrics.countUntrusted("checkpoint")
+			return nil, seq, nil
+		}
 		return nil, 0, fmt.Errorf("%w: checkpoint of %s has schema version %d", ErrNewerSchema, uid, cp.SchemaVersion)
 	}
 	if cp.UID != uid {
@@ -377,6 +383,9 @@ func (s *Store) WriteCheckpoint(ctx context.Context, v View) error {
 	}
 	msg := nats.NewMsg(s.checkpointSubject(v.UID))
 	msg.Data = data
+	if s.cfg.Signer != nil {
+		msg.Header.Set(MessageProofHeader, s.cfg.Signer.messageProof(msg.Subject, data))
+	}
 	msg.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(v.checkpointSeq, 10))
 	// An unanswered publish (its leader died or handed over with it in
 	// flight) is sent again, as Append does; if the first one was stored,

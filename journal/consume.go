@@ -409,10 +409,16 @@ func (s *Store) process(ctx context.Context, cfg ConsumerConfig, m jetstream.Msg
 	delivered := int(md.NumDelivered)
 	rec, derr := DecodeRecord(m.Data(), md.Sequence.Stream)
 	if derr != nil {
-		if errors.Is(derr, ErrNewerSchema) && delivered < cfg.DeliveryLimit && s.holdNewer(cfg, md.Sequence.Stream) {
-			// Written by a newer manager (a rolling upgrade): hand it
-			// back with back-off for a newer executor to take.
-			return retry
+		if errors.Is(derr, ErrNewerSchema) {
+			if !s.newerIsOurs(storedMsg{subject: m.Subject(), data: m.Data(), hdr: m.Headers()}) {
+				return s.refuse(ctx, cfg, m, rec, md.Sequence.Stream,
+					fmt.Errorf("%w: a record of schema version %d without a valid message proof", ErrUntrusted, rec.SchemaVersion))
+			}
+			if delivered < cfg.DeliveryLimit && s.holdNewer(cfg, md.Sequence.Stream) {
+				// Written by a newer manager (a rolling upgrade): hand
+				// it back with back-off for a newer executor to take.
+				return retry
+			}
 		}
 		return s.poison(ctx, cfg, m, md.Sequence.Stream, derr, delivered)
 	}

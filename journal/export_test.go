@@ -33,3 +33,9 @@ func SetNewerHeldLimit(n int) (restore func()) {
 	newerHeldLimit = n
 	return func() { newerHeldLimit = old }
 }
+
+// MessageProof exposes SigningKey.messageProof (a newer manager's
+// MessageProofHeader, for tests that publish as one).
+func (k *SigningKey) MessageProof(subject string, data []byte) string {
+	return k.messageProof(subject, data)
+}

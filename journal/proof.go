@@ -315,3 +315,44 @@ func (p ObjectProof) Verify(purpose, msg, proof string) bool {
 	sig, err := base64.RawURLEncoding.DecodeString(proof[i+1:])
 	return err == nil && ed25519.Verify(pub, []byte(objectContext+purpose+"\n"+msg), sig)
 }
+
+// MessageProofHeader is the NATS header of every message the manager
+// publishes on the journal and checkpoint streams: "<key ID>:<base64url
+// Ed25519 signature>" over messageContext, the subject, a newline and the
+// message's bytes as stored. Unlike a record's proof it is checked without
+// decoding the record, so a reader can attribute a record of a schema
+// version newer than it reads (whose fields it does not know, so whose
+// record proof it can not check): with a valid message proof it is a
+// newer manager's and the reader stops at it; without one it is skipped
+// as untrusted (docs/journal.md "Proof of origin"). Every schema version
+// keeps this header.
+const MessageProofHeader = "Ayatori-Message-Proof"
+
+const messageContext = "ayatori-journal-message-v1\n"
+
+// messageProof is the MessageProofHeader value for data on subject.
+func (k *SigningKey) messageProof(subject string, data []byte) string {
+	msg := append([]byte(messageContext+subject+"\n"), data...)
+	return k.id + ":" + base64.RawURLEncoding.EncodeToString(ed25519.Sign(k.priv, msg))
+}
+
+// verifyMessage checks a MessageProofHeader value for data on subject;
+// the error wraps ErrUntrusted.
+func (t *TrustedKeys) verifyMessage(subject string, data []byte, proof string) error {
+	if proof == "" {
+		return fmt.Errorf("%w: the message has no message proof", ErrUntrusted)
+	}
+	i := strings.LastIndexByte(proof, ':')
+	if i < 0 {
+		return fmt.Errorf("%w: the message proof is malformed", ErrUntrusted)
+	}
+	pub, ok := t.keys[proof[:i]]
+	if !ok {
+		return fmt.Errorf("%w: the message is signed by key %q, which is not trusted", ErrUntrusted, shorten(proof[:i]))
+	}
+	sig, err := base64.RawURLEncoding.DecodeString(proof[i+1:])
+	if err != nil || !ed25519.Verify(pub, append([]byte(messageContext+subject+"\n"), data...), sig) {
+		return fmt.Errorf("%w: the message proof does not match the message", ErrUntrusted)
+	}
+	return nil
+}

@@ -414,6 +414,9 @@ func (s *Store) append(ctx context.Context, rec *Record, opts ...AppendOption) (
 		msg := nats.NewMsg(subject)
 		msg.Data = data
 		msg.Header.Set(jetstream.MsgIDHeader, msgID)
+		if s.cfg.Signer != nil {
+			msg.Header.Set(MessageProofHeader, s.cfg.Signer.messageProof(subject, data))
+		}
 		msg.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(expected, 10))
 		msg.Header.Set("Nats-Expected-Last-Subject-Sequence-Subject", s.uidFilter(rec.Object.UID))
 		actx, cancel := context.WithTimeout(ctx, attemptTimeout(unansweredRetries+1))
@@ -729,6 +732,7 @@ type msgGetResponse struct {
 	Message *struct {
 		Subject string `json:"subject"`
 		Seq     uint64 `json:"seq"`
+		Header  []byte `json:"hdrs"`
 		Data    []byte `json:"data"`
 	} `json:"message"`
 	Error *jetstream.APIError `json:"error"`
@@ -783,7 +787,12 @@ func (s *Store) leaderGet(ctx context.Context, stream, what string, req msgGetRe
 	case resp.Message == nil:
 		return nil, fmt.Errorf("journal: read %s: an answer without a message", what)
 	}
-	return &storedMsg{subject: resp.Message.Subject, data: resp.Message.Data, seq: resp.Message.Seq}, nil
+	out := &storedMsg{subject: resp.Message.Subject, data: resp.Message.Data, seq: resp.Message.Seq}
+	if len(resp.Message.Header) > 0 {
+		// Unreadable headers leave hdr nil: a message proof then fails.
+		out.hdr, _ = nats.DecodeHeadersMsg(resp.Message.Header)
+	}
+	return out, nil
 }
 
 // Read returns every record of one UID in stream order, up to the UID's
@@ -793,7 +802,9 @@ func (s *Store) leaderGet(ctx context.Context, stream, what string, req msgGetRe
 // it to catch up, up to ctx's deadline, and is an error rather than a
 // journal without the newest records. Undecodable records are skipped (Scan and `ayatori-journal verify`
 // report them); a record with a newer schema version is an ErrNewerSchema
-// error, never skipped. A uid that is not a UID (ValidateUID: wildcards,
+// error, never skipped, when the manager wrote it (a valid
+// MessageProofHeader; with Config.Trust, one without is skipped as
+// untrusted). A uid that is not a UID (ValidateUID: wildcards,
 // '.', white space, empty) is an error wrapping ErrInvalidSubjectToken.
 func (s *Store) Read(ctx context.Context, uid string) ([]Record, error) {
 	return s.readFrom(ctx, uid, 1, 0, true)
@@ -909,7 +920,10 @@ func (s *Store) readFrom(ctx context.Context, uid string, startSeq, upTo uint64,
 		r, err := DecodeRecord(m.data, m.seq)
 		if err != nil {
 			if strict && errors.Is(err, ErrNewerSchema) {
-				return err
+				if s.newerIsOurs(m) {
+					return err
+				}
+				s.cfg.Metrics.countUntrusted("read")
 			}
 			return nil
 		}
@@ -968,6 +982,17 @@ func (s *Store) Scan(ctx context.Context, opts ScanOptions, fn func(Record, erro
 // decodable or not; used by the secret canary scan.
 func (s *Store) ScanRaw(ctx context.Context, fn func(data []byte, hdr nats.Header, seq uint64) error) error {
 	return s.eachMsgOf(ctx, s.stream, s.cfg.SubjectPrefix+".>", 0, nil, 0, func(m storedMsg) error { return fn(m.data, m.hdr, m.seq) })
+}
+
+// newerIsOurs reports whether m, a record of a schema version newer than
+// this build reads, is attributable to the manager: it carries a valid
+// MessageProofHeader (always, without Config.Trust: nothing can be told
+// then). A reader stops at such a record and skips any other as untrusted.
+func (s *Store) newerIsOurs(m storedMsg) bool {
+	if s.cfg.Trust == nil {
+		return true
+	}
+	return s.cfg.Trust.verifyMessage(m.subject, m.data, m.hdr.Get(MessageProofHeader)) == nil
 }
 
 // storedMsg is one message read from a stream.

@@ -326,11 +326,17 @@ func TestUndecodableIntentAnswersOnlyItself(t *testing.T) {
 	victim, other := obj(), obj()
 	genuine := intent(t, victim, "DropDatabase", 1)
 	otherReal := intent(t, other, "DropDatabase", 1)
-	publish := func(o journal.ObjectRef, data []byte, msgID string) uint64 {
+	// publish sends data on o's intent subject; asManager adds the
+	// message proof a newer manager sends (no record proof this build
+	// could check).
+	publish := func(o journal.ObjectRef, data []byte, msgID string, asManager ...bool) uint64 {
 		t.Helper()
 		m := nats.NewMsg("ayatori.journal.database." + o.UID + ".intent")
 		m.Data = data
 		m.Header.Set(jetstream.MsgIDHeader, msgID)
+		if len(asManager) > 0 && asManager[0] {
+			m.Header.Set(journal.MessageProofHeader, testKey(t).MessageProof(m.Subject, data))
+		}
 		ack, err := s.JetStream().PublishMsg(ctx, m)
 		if err != nil || ack.Duplicate {
 			t.Fatalf("publish: %+v %v", ack, err)
@@ -348,14 +354,20 @@ func TestUndecodableIntentAnswersOnlyItself(t *testing.T) {
 	newer := *otherReal
 	newer.Time, newer.SchemaVersion = time.Now().UTC(), journal.SchemaVersion+1
 	data, _ = json.Marshal(newer)
-	newerSeq := publish(other, data, otherReal.ID)
+	newerSeq := publish(other, data, otherReal.ID, true)
 	// A second one past the limit of newer intents an executor holds.
 	defer journal.SetNewerHeldLimit(1)()
 	third := obj()
 	newer2 := *intent(t, third, "DropDatabase", 1)
 	newer2.Time, newer2.SchemaVersion = time.Now().UTC(), journal.SchemaVersion+1
 	data, _ = json.Marshal(newer2)
-	newer2Seq := publish(third, data, newer2.ID)
+	newer2Seq := publish(third, data, newer2.ID, true)
+	// One without a message proof is nobody's: refused at once, never held.
+	fourth := obj()
+	forgedNewer := *intent(t, fourth, "DropDatabase", 1)
+	forgedNewer.Time, forgedNewer.SchemaVersion = time.Now().UTC(), journal.SchemaVersion+1
+	data, _ = json.Marshal(forgedNewer)
+	forgedNewerSeq := publish(fourth, data, forgedNewer.ID)
 
 	var ran atomic.Int32
 	const limit = 3
@@ -384,15 +396,16 @@ func TestUndecodableIntentAnswersOnlyItself(t *testing.T) {
 		return recs, bad
 	}
 	want := map[string]string{
-		journal.UndecodableIntentID(victim.UID, garbage):  journal.ReasonUndecodableIntent,
-		journal.UntrustedIntentID(victim.UID, notIntent):  journal.ReasonUntrustedIntent,
-		journal.UndecodableIntentID(other.UID, newerSeq):  journal.ReasonUndecodableIntent,
-		journal.UndecodableIntentID(third.UID, newer2Seq): journal.ReasonUndecodableIntent,
+		journal.UndecodableIntentID(victim.UID, garbage):      journal.ReasonUndecodableIntent,
+		journal.UntrustedIntentID(victim.UID, notIntent):      journal.ReasonUntrustedIntent,
+		journal.UndecodableIntentID(other.UID, newerSeq):      journal.ReasonUndecodableIntent,
+		journal.UndecodableIntentID(third.UID, newer2Seq):     journal.ReasonUndecodableIntent,
+		journal.UntrustedIntentID(fourth.UID, forgedNewerSeq): journal.ReasonUntrustedIntent,
 	}
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		got := map[string]journal.Record{}
-		for _, uid := range []string{victim.UID, other.UID, third.UID} {
+		for _, uid := range []string{victim.UID, other.UID, third.UID, fourth.UID} {
 			recs, _ := scan(uid)
 			for _, r := range recs {
 				if r.Type == journal.TypeOutcome {
@@ -595,5 +608,66 @@ func TestFollowAsReader(t *testing.T) {
 	stop()
 	if err := <-done; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestForgedNewerRecordDoesNotStallReads: a reader stops at a record of a
+// schema version newer than it reads only when the manager wrote it (a
+// valid message proof): so an older replica never decides past a newer
+// manager's record. One without a message proof, on the journal or as a
+// checkpoint, is skipped as untrusted: it stopped every read of its object
+// (until retention removed it), with nothing but NATS credentials.
+func TestForgedNewerRecordDoesNotStallReads(t *testing.T) {
+	n := integration.StartNATS(t)
+	s := open(t, n, journal.Config{Actor: "manager"})
+	ctx := context.Background()
+	o := obj()
+	in := intent(t, o, "ObserveInstance", 1)
+	if _, err := s.Append(ctx, in); err != nil {
+		t.Fatal(err)
+	}
+	newerOn := func(subject string, v any, asManager bool) {
+		t.Helper()
+		data, _ := json.Marshal(v)
+		m := nats.NewMsg(subject)
+		m.Data = data
+		if asManager {
+			m.Header.Set(journal.MessageProofHeader, testKey(t).MessageProof(subject, data))
+		}
+		if _, err := s.JetStream().PublishMsg(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	forged := *intent(t, o, "DropDatabase", 1)
+	forged.Time, forged.SchemaVersion = time.Now().UTC(), journal.SchemaVersion+1
+	newerOn("ayatori.journal.database."+o.UID+".intent", forged, false)
+	newerOn("ayatori.journal_checkpoint."+o.UID, map[string]any{"schemaVersion": journal.SchemaVersion + 1, "uid": o.UID, "through": 1}, false)
+	fresh := open(t, n, journal.Config{Actor: "manager"}) // no cached state
+	for name, st := range map[string]*journal.Store{"writer": s, "fresh": fresh} {
+		recs, err := st.Read(ctx, o.UID)
+		if err != nil || len(recs) != 1 || recs[0].ID != in.ID {
+			t.Fatalf("%s: Read past a forged newer record: %d records, %v", name, len(recs), err)
+		}
+		v, err := st.ReadView(ctx, o.UID)
+		if err != nil || len(v.Records) != 1 {
+			t.Fatalf("%s: ReadView past a forged newer record and checkpoint: %+v, %v", name, v, err)
+		}
+	}
+	// The manager's own newer record (a newer replica's) stops them.
+	genuine := *intent(t, o, "DropDatabase", 2)
+	genuine.Time, genuine.SchemaVersion = time.Now().UTC(), journal.SchemaVersion+1
+	newerOn("ayatori.journal.database."+o.UID+".intent", genuine, true)
+	for name, st := range map[string]*journal.Store{"writer": s, "fresh": fresh} {
+		if _, err := st.Read(ctx, o.UID); !errors.Is(err, journal.ErrNewerSchema) {
+			t.Errorf("%s: Read of a newer manager's record: %v, want ErrNewerSchema", name, err)
+		}
+		if _, err := st.ReadView(ctx, o.UID); !errors.Is(err, journal.ErrNewerSchema) {
+			t.Errorf("%s: ReadView of a newer manager's record: %v, want ErrNewerSchema", name, err)
+		}
+	}
+	other := obj()
+	newerOn("ayatori.journal_checkpoint."+other.UID, map[string]any{"schemaVersion": journal.SchemaVersion + 1, "uid": other.UID, "through": 1}, true)
+	if _, err := fresh.ReadView(ctx, other.UID); !errors.Is(err, journal.ErrNewerSchema) {
+		t.Errorf("ReadView under a newer manager's checkpoint: %v, want ErrNewerSchema", err)
 	}
 }

@@ -225,7 +225,10 @@ func (s *Store) readAfterCached(ctx context.Context, uid string, after, last uin
 		r, err := DecodeRecord(m.data, m.seq)
 		if err != nil {
 			if errors.Is(err, ErrNewerSchema) {
-				return nil, false, err
+				if s.newerIsOurs(*m) {
+					return nil, false, err
+				}
+				s.cfg.Metrics.countUntrusted("read")
 			}
 			continue
 		}
