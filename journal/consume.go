@@ -411,7 +411,10 @@ func (s *Store) process(ctx context.Context, cfg ConsumerConfig, m jetstream.Msg
 	if derr != nil {
 		if errors.Is(derr, ErrNewerSchema) {
 			if !s.newerIsOurs(storedMsg{subject: m.Subject(), data: m.Data(), hdr: m.Headers()}) {
-				return s.refuse(ctx, cfg, m, rec, md.Sequence.Stream,
+				// Nothing of it but its ID (in the message) is kept: its
+				// other fields need not be valid in this version.
+				unknown := Record{ID: rec.ID, Operation: "Unknown", Object: ObjectRef{Kind: "Unknown", Name: "unknown"}, Attempt: 1}
+				return s.refuse(ctx, cfg, m, unknown, md.Sequence.Stream,
 					fmt.Errorf("%w: a record of schema version %d without a valid message proof", ErrUntrusted, rec.SchemaVersion))
 			}
 			if delivered < cfg.DeliveryLimit && s.holdNewer(cfg, md.Sequence.Stream) {

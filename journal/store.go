@@ -1250,17 +1250,26 @@ func (s *Store) directBatchReply(ctx context.Context, sub *nats.Subscription, up
 		if err != nil {
 			return last, false, false, fmt.Errorf("journal: read: %w", err)
 		}
-		switch m.Header.Get("Status") {
-		case "":
-		case "204": // end of batch
-			pending, _ := strconv.ParseUint(m.Header.Get("Nats-Num-Pending"), 10, 64)
-			return last, complete, pending > 0, nil
-		case "404":
-			return last, complete, false, nil
-		default:
-			return last, false, false, fmt.Errorf("journal: read: status %s %s", m.Header.Get("Status"), m.Header.Get("Description"))
+		// A stored message's reply carries the headers its publisher
+		// stored first and the server's own (Nats-Subject, Nats-Sequence)
+		// after them: only the last value of each is the server's, and
+		// only a reply without any Nats-Sequence is a status (the server
+		// sends no stored headers with one). A publisher's "Status: 204"
+		// or "Nats-Sequence" ended the read early and hid the records
+		// after it from the read-only tools.
+		seqs := m.Header.Values(jetstream.SequenceHeader)
+		if len(seqs) == 0 {
+			switch m.Header.Get("Status") {
+			case "204": // end of batch
+				pending, _ := strconv.ParseUint(m.Header.Get("Nats-Num-Pending"), 10, 64)
+				return last, complete, pending > 0, nil
+			case "404":
+				return last, complete, false, nil
+			default:
+				return last, false, false, fmt.Errorf("journal: read: status %q %q", shorten(m.Header.Get("Status")), shorten(m.Header.Get("Description")))
+			}
 		}
-		seq, _ := strconv.ParseUint(m.Header.Get(jetstream.SequenceHeader), 10, 64)
+		seq, _ := strconv.ParseUint(seqs[len(seqs)-1], 10, 64)
 		if seq > upTo || complete {
 			// Stored after the read started: the next read gets it. The
 			// rest of this batch is drained and ignored.
@@ -1268,7 +1277,11 @@ func (s *Store) directBatchReply(ctx context.Context, sub *nats.Subscription, up
 			continue
 		}
 		last = seq
-		if err := fn(storedMsg{subject: m.Header.Get(jetstream.SubjectHeader), data: m.Data, hdr: m.Header, seq: seq}); err != nil {
+		subjects := m.Header.Values(jetstream.SubjectHeader)
+		if len(subjects) == 0 {
+			return last, false, false, fmt.Errorf("journal: read: a direct get reply at sequence %d without its subject", seq)
+		}
+		if err := fn(storedMsg{subject: subjects[len(subjects)-1], data: m.Data, hdr: m.Header, seq: seq}); err != nil {
 			return last, true, false, drainBatch(rctx, sub, err)
 		}
 	}
@@ -1279,7 +1292,7 @@ func (s *Store) directBatchReply(ctx context.Context, sub *nats.Subscription, up
 func drainBatch(ctx context.Context, sub *nats.Subscription, err error) error {
 	for {
 		m, rerr := sub.NextMsgWithContext(ctx)
-		if rerr != nil || m.Header.Get("Status") != "" {
+		if rerr != nil || (len(m.Header.Values(jetstream.SequenceHeader)) == 0 && m.Header.Get("Status") != "") {
 			return err
 		}
 	}

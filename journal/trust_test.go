@@ -366,6 +366,7 @@ func TestUndecodableIntentAnswersOnlyItself(t *testing.T) {
 	fourth := obj()
 	forgedNewer := *intent(t, fourth, "DropDatabase", 1)
 	forgedNewer.Time, forgedNewer.SchemaVersion = time.Now().UTC(), journal.SchemaVersion+1
+	forgedNewer.Operation, forgedNewer.Object.Name = "not an operation", "" // need not be valid in a newer version
 	data, _ = json.Marshal(forgedNewer)
 	forgedNewerSeq := publish(fourth, data, forgedNewer.ID)
 
@@ -653,10 +654,32 @@ func TestForgedNewerRecordDoesNotStallReads(t *testing.T) {
 			t.Fatalf("%s: ReadView past a forged newer record and checkpoint: %+v, %v", name, v, err)
 		}
 	}
+	// One more after the Views were kept: the cached read skips it too.
+	later := *intent(t, o, "DropDatabase", 3)
+	later.Time, later.SchemaVersion = time.Now().UTC(), journal.SchemaVersion+1
+	newerOn("ayatori.journal.database."+o.UID+".intent", later, false)
+	for name, st := range map[string]*journal.Store{"writer": s, "fresh": fresh} {
+		if v, err := st.ReadView(ctx, o.UID); err != nil || len(v.Records) != 1 {
+			t.Fatalf("%s: cached ReadView past a forged newer record: %+v, %v", name, v, err)
+		}
+	}
 	// The manager's own newer record (a newer replica's) stops them.
 	genuine := *intent(t, o, "DropDatabase", 2)
 	genuine.Time, genuine.SchemaVersion = time.Now().UTC(), journal.SchemaVersion+1
 	newerOn("ayatori.journal.database."+o.UID+".intent", genuine, true)
+	// Its bytes and message proof copied onto another object's subject
+	// prove nothing there: the proof binds the subject.
+	copied := obj()
+	data, _ := json.Marshal(genuine)
+	cm := nats.NewMsg("ayatori.journal.database." + copied.UID + ".intent")
+	cm.Data = data
+	cm.Header.Set(journal.MessageProofHeader, testKey(t).MessageProof("ayatori.journal.database."+o.UID+".intent", data))
+	if _, err := s.JetStream().PublishMsg(ctx, cm); err != nil {
+		t.Fatal(err)
+	}
+	if recs, err := fresh.Read(ctx, copied.UID); err != nil || len(recs) != 0 {
+		t.Fatalf("Read of a copied newer record: %d records, %v; want it skipped", len(recs), err)
+	}
 	for name, st := range map[string]*journal.Store{"writer": s, "fresh": fresh} {
 		if _, err := st.Read(ctx, o.UID); !errors.Is(err, journal.ErrNewerSchema) {
 			t.Errorf("%s: Read of a newer manager's record: %v, want ErrNewerSchema", name, err)
@@ -669,5 +692,63 @@ func TestForgedNewerRecordDoesNotStallReads(t *testing.T) {
 	newerOn("ayatori.journal_checkpoint."+other.UID, map[string]any{"schemaVersion": journal.SchemaVersion + 1, "uid": other.UID, "through": 1}, true)
 	if _, err := fresh.ReadView(ctx, other.UID); !errors.Is(err, journal.ErrNewerSchema) {
 		t.Errorf("ReadView under a newer manager's checkpoint: %v, want ErrNewerSchema", err)
+	}
+}
+
+// TestDirectReadsTakeNoServerHeaderFromThePublisher: the read-only tools
+// read with direct gets, whose replies carry a message's stored headers
+// first and the server's own (Nats-Sequence, Nats-Subject) after them. A
+// publisher without a signing key stores a message with its own Status,
+// Nats-Sequence and Nats-Subject headers: taken as the server's, it ended
+// the read early and hid every record after it from `ayatori-journal`
+// (verify, export, timeline), or moved a record onto another subject.
+func TestDirectReadsTakeNoServerHeaderFromThePublisher(t *testing.T) {
+	n := integration.StartNATS(t)
+	s := open(t, n, journal.Config{Actor: "manager"})
+	ctx := context.Background()
+	o, other := obj(), obj()
+	before := intent(t, o, "Step", 1)
+	if _, err := s.Append(ctx, before); err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range []map[string]string{
+		{"Status": "404"},
+		{"Status": "204", "Nats-Num-Pending": "0"},
+		{jetstream.SequenceHeader: "999999"},
+		{jetstream.SubjectHeader: "ayatori.journal.database." + other.UID + ".intent"},
+	} {
+		m := nats.NewMsg("ayatori.journal.database." + o.UID + ".intent")
+		m.Data = []byte(`{"forged":true}`)
+		for k, v := range h {
+			m.Header.Set(k, v)
+		}
+		if _, err := s.JetStream().PublishMsg(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	after := intent(t, o, "Step", 2)
+	if _, err := s.Append(ctx, after); err != nil {
+		t.Fatal(err)
+	}
+	ro, err := journal.OpenExisting(ctx, connect(t, n), journal.Config{Trust: s.Config().Trust})
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs, err := ro.Read(ctx, o.UID)
+	if err != nil || len(recs) != 2 || recs[0].ID != before.ID || recs[1].ID != after.ID {
+		t.Fatalf("read-only Read: %d records, %v; want the two real ones", len(recs), err)
+	}
+	var seqs []uint64
+	if err := ro.Scan(ctx, journal.ScanOptions{}, func(r journal.Record, err error) error {
+		seqs = append(seqs, r.Sequence)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(seqs) != "[1 2 3 4 5 6]" {
+		t.Fatalf("read-only Scan saw sequences %v, want [1 2 3 4 5 6]", seqs)
+	}
+	if recs, err := ro.Read(ctx, other.UID); err != nil || len(recs) != 0 {
+		t.Fatalf("read-only Read of the other object: %d records, %v", len(recs), err)
 	}
 }
