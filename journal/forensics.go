@@ -397,7 +397,8 @@ type ObjectSummary struct {
 	LastReason string      `json:"lastReason,omitempty"`
 }
 
-// Summaries groups records by UID, newest (by last record time) first.
+// Summaries groups records by UID, newest (by latest record time) first;
+// FirstTime and LastTime are the earliest and latest record times.
 func Summaries(records []Record) []ObjectSummary {
 	byUID := map[string]*ObjectSummary{}
 	states := map[string]*State{}
@@ -410,7 +411,14 @@ func Summaries(records []Record) []ObjectSummary {
 		}
 		states[r.Object.UID].Apply(r)
 		s.Object = r.Object
-		s.LastTime = r.Time
+		// By time, not stream order: a record stored again later (a
+		// replayed copy) moves neither.
+		if r.Time.Before(s.FirstTime) {
+			s.FirstTime = r.Time
+		}
+		if r.Time.After(s.LastTime) {
+			s.LastTime = r.Time
+		}
 		s.Records++
 		s.LastSeq = r.Sequence
 	}

@@ -2,6 +2,7 @@ package journal_test
 
 import (
 	"testing"
+	"time"
 
 	"git.ddupan.top/panxiao81/ayatori/journal"
 )
@@ -100,5 +101,38 @@ func TestRepeatedSteps(t *testing.T) {
 	}
 	if v := journal.Verify(s.recs, nil); len(v) != 0 {
 		t.Fatalf("Verify flags a legitimate stream: %+v", v)
+	}
+}
+
+// TestSummariesTakeTimesNotStreamOrder: an object's first and last times
+// are its records' earliest and latest times, not those of its first and
+// last stored records. A signed record stored again later (a replay of a
+// kept copy) moved an object's last time back, which `ayatori-journal`
+// shows and orders objects of one name by.
+func TestSummariesTakeTimesNotStreamOrder(t *testing.T) {
+	t0 := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	current := journal.ObjectRef{Group: "database.ayatori.ddupan.top", Kind: "PostgreSQLTenant", Namespace: "a", Name: "app", UID: "7d3c0e52-1c1a-4b8e-9a53-0000000000a1", Generation: 1}
+	older := current
+	older.UID = "7d3c0e52-1c1a-4b8e-9a53-0000000000a0"
+	s := &seq{t: t}
+	at := func(r journal.Record, d time.Duration) journal.Record {
+		r.Time = t0.Add(d)
+		return s.add(r)
+	}
+	rec := func(o journal.ObjectRef, op string) journal.Record {
+		r, err := journal.NewIntent(o, op, "", 1, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	at(rec(older, "ClaimOwnership"), 0)
+	first := at(rec(current, "ClaimOwnership"), 2*time.Hour)
+	at(rec(current, "CreateRole"), 3*time.Hour)
+	first.Sequence = 0
+	at(first, 2*time.Hour) // stored again
+	got := journal.Summaries(s.recs)
+	if len(got) != 2 || got[0].Object.UID != current.UID || !got[0].LastTime.Equal(t0.Add(3*time.Hour)) || !got[0].FirstTime.Equal(t0.Add(2*time.Hour)) {
+		t.Fatalf("summaries: %+v; want the current object first, last time +3h, first time +2h", got)
 	}
 }

@@ -330,10 +330,15 @@ const MessageProofHeader = "Ayatori-Message-Proof"
 
 const messageContext = "ayatori-journal-message-v1\n"
 
+// signedMessage is what a message proof signs: messageContext, the
+// subject, a newline and data.
+func signedMessage(subject string, data []byte) []byte {
+	return append([]byte(messageContext+subject+"\n"), data...)
+}
+
 // messageProof is the MessageProofHeader value for data on subject.
 func (k *SigningKey) messageProof(subject string, data []byte) string {
-	msg := append([]byte(messageContext+subject+"\n"), data...)
-	return k.id + ":" + base64.RawURLEncoding.EncodeToString(ed25519.Sign(k.priv, msg))
+	return k.id + ":" + base64.RawURLEncoding.EncodeToString(ed25519.Sign(k.priv, signedMessage(subject, data)))
 }
 
 // verifyMessage checks a MessageProofHeader value for data on subject;
@@ -351,7 +356,7 @@ func (t *TrustedKeys) verifyMessage(subject string, data []byte, proof string) e
 		return fmt.Errorf("%w: the message is signed by key %q, which is not trusted", ErrUntrusted, shorten(proof[:i]))
 	}
 	sig, err := base64.RawURLEncoding.DecodeString(proof[i+1:])
-	if err != nil || !ed25519.Verify(pub, append([]byte(messageContext+subject+"\n"), data...), sig) {
+	if err != nil || !ed25519.Verify(pub, signedMessage(subject, data), sig) {
 		return fmt.Errorf("%w: the message proof does not match the message", ErrUntrusted)
 	}
 	return nil

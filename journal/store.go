@@ -763,27 +763,34 @@ func (s *Store) firstSince(ctx context.Context, stream, subject string, since ti
 // <filter> since <time>"). A "no message found" answer is (nil, nil).
 //
 // Each request waits attemptTimeout; an unanswered one (the leader
-// died or handed over with it in flight, or there is no leader yet) is
+// died or handed over with it in flight, or there is no leader yet) or
+// one answered with an election's error (10008 in the reply's body) is
 // sent again until ctx's deadline, or for requestBudget without one.
 func (s *Store) leaderGet(ctx context.Context, stream, what string, req msgGetRequest) (*storedMsg, error) {
 	body, _ := json.Marshal(req)
-	var m *nats.Msg
-	if err := untilAnswered(ctx, func(actx context.Context) (err error) {
+	var resp msgGetResponse
+	if err := untilAnswered(ctx, func(actx context.Context) error {
 		s.cfg.Metrics.countRequest("message_get")
-		m, err = s.nc.RequestWithContext(actx, "$JS.API.STREAM.MSG.GET."+stream, body)
-		return err
+		m, err := s.nc.RequestWithContext(actx, "$JS.API.STREAM.MSG.GET."+stream, body)
+		if err != nil {
+			return err
+		}
+		resp = msgGetResponse{}
+		if err := json.Unmarshal(m.Data, &resp); err != nil {
+			return err
+		}
+		if resp.Error != nil && resp.Error.ErrorCode != jetstream.JSErrCodeMessageNotFound {
+			// An election's answer (10008) is sent again like a
+			// timeout (unanswered); any other error is final.
+			return resp.Error
+		}
+		return nil
 	}); err != nil {
 		return nil, fmt.Errorf("journal: read %s: %w", what, err)
 	}
-	var resp msgGetResponse
-	if err := json.Unmarshal(m.Data, &resp); err != nil {
-		return nil, fmt.Errorf("journal: read %s: %w", what, err)
-	}
 	switch {
-	case resp.Error != nil && resp.Error.ErrorCode == jetstream.JSErrCodeMessageNotFound:
-		return nil, nil
 	case resp.Error != nil:
-		return nil, fmt.Errorf("journal: read %s: %w", what, resp.Error)
+		return nil, nil
 	case resp.Message == nil:
 		return nil, fmt.Errorf("journal: read %s: an answer without a message", what)
 	}
@@ -954,7 +961,11 @@ type ScanOptions struct {
 // decoding each one; an undecodable record is passed as an error with its
 // sequence, and (with Config.Trust) a record without a valid proof is
 // passed with an error wrapping ErrUntrusted (fn decides whether to stop
-// by returning an error). It stops at the end of the stream as it was
+// by returning an error). A record of a newer schema version is passed
+// with an error wrapping ErrNewerSchema when the manager wrote it (a valid
+// MessageProofHeader, or no Config.Trust) and, with Config.Trust, with
+// one wrapping ErrUntrusted (not ErrNewerSchema) when it did not: a
+// forged newer record is no reason to stop a read. It stops at the end of the stream as it was
 // when the scan started (its last selected record at the stream leader;
 // a replica behind it is waited for as in Read). A UID that is not a UID
 // is an error wrapping ErrInvalidSubjectToken.
@@ -970,12 +981,24 @@ func (s *Store) Scan(ctx context.Context, opts ScanOptions, fn func(Record, erro
 		filter = s.cfg.SubjectPrefix + ".>"
 	}
 	return s.eachMsgOf(ctx, s.stream, filter, opts.StartSequence, opts.Since, 0, func(m storedMsg) error {
-		r, err := DecodeRecord(m.data, m.seq)
-		if err == nil {
-			err = s.admitStored(m.subject, m.data, &r)
-		}
-		return fn(r, err)
+		return fn(s.decodeStored(m))
 	})
+}
+
+// decodeStored decodes m for a reader that reports every record (Scan,
+// Follow): the record with a nil error, an undecodable one's error, an
+// ErrNewerSchema error for a newer record the manager wrote (newerIsOurs)
+// and, with Config.Trust, an error wrapping ErrUntrusted (and not
+// ErrNewerSchema) for any record without a valid proof, newer or not.
+func (s *Store) decodeStored(m storedMsg) (Record, error) {
+	r, err := DecodeRecord(m.data, m.seq)
+	switch {
+	case err == nil:
+		err = s.admitStored(m.subject, m.data, &r)
+	case errors.Is(err, ErrNewerSchema) && !s.newerIsOurs(m):
+		err = fmt.Errorf("%w: sequence %d: a record of schema version %d without a valid message proof", ErrUntrusted, m.seq, r.SchemaVersion)
+	}
+	return r, err
 }
 
 // ScanRaw delivers every stored message of the stream (data and headers),

@@ -688,6 +688,23 @@ func TestForgedNewerRecordDoesNotStallReads(t *testing.T) {
 			t.Errorf("%s: ReadView of a newer manager's record: %v, want ErrNewerSchema", name, err)
 		}
 	}
+	// Scan (the forensics read) passes the forged newer records as
+	// untrusted and the manager's as newer.
+	var untrusted, newer int
+	err := fresh.Scan(ctx, journal.ScanOptions{UID: o.UID}, func(r journal.Record, err error) error {
+		switch {
+		case errors.Is(err, journal.ErrNewerSchema) && !errors.Is(err, journal.ErrUntrusted):
+			newer++
+		case errors.Is(err, journal.ErrUntrusted) && !errors.Is(err, journal.ErrNewerSchema):
+			untrusted++
+		case err != nil:
+			t.Errorf("Scan: sequence %d: %v", r.Sequence, err)
+		}
+		return nil
+	})
+	if err != nil || untrusted != 2 || newer != 1 {
+		t.Errorf("Scan: %d untrusted, %d newer (want 2, 1): %v", untrusted, newer, err)
+	}
 	other := obj()
 	newerOn("ayatori.journal_checkpoint."+other.UID, map[string]any{"schemaVersion": journal.SchemaVersion + 1, "uid": other.UID, "through": 1}, true)
 	if _, err := fresh.ReadView(ctx, other.UID); !errors.Is(err, journal.ErrNewerSchema) {

@@ -69,11 +69,7 @@ func (s *Store) Follow(ctx context.Context, uid string, afterSeq uint64, fn func
 		return fmt.Errorf("journal: uid %w", err)
 	}
 	deliver := func(m storedMsg) error {
-		r, err := DecodeRecord(m.data, m.seq)
-		if err == nil {
-			err = s.admitStored(m.subject, m.data, &r)
-		}
-		fn(r, err)
+		fn(s.decodeStored(m))
 		return nil
 	}
 	if s.readOnly {

@@ -3,6 +3,7 @@ package journalcli
 import (
 	"bufio"
 	"encoding/json"
+	"fmt"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -16,7 +17,9 @@ func newExportCommand(g *globalOptions) *cobra.Command {
 		Short: "Write records as NDJSON (one object, a filter, or the whole stream) for offline analysis",
 		Long: `export writes one JSON record per line, in stream order, with its stream sequence ("seq").
 An undecodable stream message is written as {"seq":N,"invalid":true}. Every command reads
-such a file back with --from-file.`,
+such a file back with --from-file. With --trusted-keys, a record without a valid proof of
+origin carries why ("untrusted"): the file keeps no subject nor message proof, so only
+the live read can tell a signed record copied onto another subject; export with the keys.`,
 		Example: `  ayatori-journal export > journal.ndjson
   ayatori-journal export --uid 3f0c... > tenant.ndjson
   ayatori-journal timeline --from-file tenant.ndjson --uid 3f0c...`,
@@ -35,6 +38,12 @@ such a file back with --from-file.`,
 				return err
 			}
 			defer l.close()
+			if l.untrusted == nil {
+				// Only the live read with the keys can tell a signed
+				// record copied onto another subject: the file keeps no
+				// subject nor message proof.
+				fmt.Fprintln(cmd.ErrOrStderr(), "note: exported without --trusted-keys: the file records no verdict of origin; read back with --trusted-keys, its records' own proofs are checked, not the subject each was stored on")
+			}
 			recs, bad := l.recs, l.bad
 			w := bufio.NewWriter(cmd.OutOrStdout())
 			enc := json.NewEncoder(w)
@@ -49,7 +58,7 @@ such a file back with --from-file.`,
 					sinceT != nil && r.Time.Before(*sinceT) || untilT != nil && r.Time.After(*untilT) {
 					continue
 				}
-				if err := enc.Encode(r); err != nil {
+				if err := enc.Encode(exportLine{Record: r, Untrusted: l.untrusted[r.Sequence]}); err != nil {
 					return err
 				}
 			}

@@ -54,7 +54,7 @@ whether it was deleted, by its TTL or otherwise), or while it runs its last obse
 			if err != nil {
 				return err
 			}
-			l := &loaded{recs: all, untrusted: g.checkTrust(all, "")}
+			l := &loaded{recs: all, untrusted: g.checkTrust(all, "", src.verdicts())}
 			recs := l.trusted()
 			if len(l.untrusted) > 0 {
 				l.warnUntrusted(cmd.ErrOrStderr())

@@ -96,6 +96,9 @@ Ensure (finished without an execution: nothing to clean up). Exit status 1 on a 
 			if len(l.untrusted) > 0 {
 				l.warnUntrusted(cmd.ErrOrStderr())
 			}
+			if len(recs) == 0 {
+				return &exitError{code: 3, msg: "no trusted records for uid " + l.uid}
+			}
 			st := journal.NewState()
 			steps := make([]replayStep, 0, len(recs))
 			for _, r := range recs {

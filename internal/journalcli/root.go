@@ -143,8 +143,16 @@ type source interface {
 	uid(ctx context.Context, uid string) ([]journal.Record, error)
 	// all returns every record (and the sequences of undecodable ones).
 	all(ctx context.Context, since *time.Time) ([]journal.Record, []uint64, error)
-	// follow streams records of uid after seq until ctx is done.
-	follow(ctx context.Context, uid string, after uint64, fn func(journal.Record)) error
+	// follow streams records of uid after seq until ctx is done: each
+	// to fn with a nil error, or, for one left out (undecodable; with
+	// --trusted-keys without a valid proof), with why.
+	follow(ctx context.Context, uid string, after uint64, fn func(journal.Record, error)) error
+	// verdicts are the records (by sequence) that uid and all delivered
+	// but the source found without a valid proof of origin, with why: the
+	// store's check (proof, newer schema without a message proof, a record
+	// stored on another object's or type's subject), or an export's note
+	// of it. checkTrust adds its own. Empty without --trusted-keys.
+	verdicts() map[uint64]string
 	close()
 }
 
@@ -157,7 +165,7 @@ func (g *globalOptions) open(ctx context.Context) (source, error) {
 		g.trust = t
 	}
 	if g.fromFile != "" {
-		return openFile(g.fromFile)
+		return openFile(g.fromFile, g.trust != nil)
 	}
 	auth := journal.ClientAuth{Identity: journal.IdentityReader, NKeySeedFile: g.nkey, CredsFile: g.creds,
 		TLSCAFile: g.tlsCA, TLSCertFile: g.tlsCert, TLSKeyFile: g.tlsKey}
@@ -176,12 +184,15 @@ func (g *globalOptions) open(ctx context.Context) (source, error) {
 		// The URL and the client's error may quote a password or token.
 		return nil, redact.Error(fmt.Errorf("connect to %s: %w", g.server, err), g.server)
 	}
-	st, err := journal.OpenExisting(ctx, nc, journal.Config{StreamName: g.stream, SubjectPrefix: g.prefix})
+	// With Trust the store passes a newer-schema record without a valid
+	// message proof as untrusted rather than as newer (a forged one stops
+	// no read) and follow leaves out records without a valid proof.
+	st, err := journal.OpenExisting(ctx, nc, journal.Config{StreamName: g.stream, SubjectPrefix: g.prefix, Trust: g.trust})
 	if err != nil {
 		nc.Close()
 		return nil, refused(nc, err)
 	}
-	return &natsSource{nc: nc, st: st}, nil
+	return &natsSource{nc: nc, st: st, untrusted: map[uint64]string{}}, nil
 }
 
 // refused explains an error that followed a permissions violation: the
@@ -194,17 +205,22 @@ func refused(nc *nats.Conn, err error) error {
 }
 
 type natsSource struct {
-	nc *nats.Conn
-	st *journal.Store
+	nc        *nats.Conn
+	st        *journal.Store
+	untrusted map[uint64]string
 }
 
+// uid and all keep the records the store reports untrusted (checkTrust
+// flags them again, with why, and verify reports them) and stop at a
+// newer-schema record the manager wrote: this build can not tell what it
+// says.
 func (n *natsSource) uid(ctx context.Context, uid string) ([]journal.Record, error) {
 	var recs []journal.Record
 	err := n.st.Scan(ctx, journal.ScanOptions{UID: uid}, func(r journal.Record, err error) error {
 		if errors.Is(err, journal.ErrNewerSchema) {
 			return err
 		}
-		if err == nil {
+		if n.keep(r, err) {
 			recs = append(recs, r)
 		}
 		return nil
@@ -212,52 +228,69 @@ func (n *natsSource) uid(ctx context.Context, uid string) ([]journal.Record, err
 	return recs, refused(n.nc, err)
 }
 
+// keep reports whether a record Scan delivered is kept (decoded, trusted
+// or not), noting an untrusted one's verdict.
+func (n *natsSource) keep(r journal.Record, err error) bool {
+	if errors.Is(err, journal.ErrUntrusted) {
+		n.untrusted[r.Sequence] = err.Error()
+		return true
+	}
+	return err == nil
+}
+
+func (n *natsSource) verdicts() map[uint64]string { return n.untrusted }
+
 func (n *natsSource) all(ctx context.Context, since *time.Time) ([]journal.Record, []uint64, error) {
 	var recs []journal.Record
 	var bad []uint64
 	err := n.st.Scan(ctx, journal.ScanOptions{Since: since}, func(r journal.Record, err error) error {
-		if err != nil {
-			if errors.Is(err, journal.ErrNewerSchema) {
-				return err
-			}
+		switch {
+		case errors.Is(err, journal.ErrNewerSchema):
+			return err
+		case n.keep(r, err):
+			recs = append(recs, r)
+		default:
 			bad = append(bad, r.Sequence)
-			return nil
 		}
-		recs = append(recs, r)
 		return nil
 	})
 	return recs, bad, refused(n.nc, err)
 }
 
-func (n *natsSource) follow(ctx context.Context, uid string, after uint64, fn func(journal.Record)) error {
-	return refused(n.nc, n.st.Follow(ctx, uid, after, func(r journal.Record, err error) {
-		if err == nil {
-			fn(r)
-		}
-	}))
+func (n *natsSource) follow(ctx context.Context, uid string, after uint64, fn func(journal.Record, error)) error {
+	return refused(n.nc, n.st.Follow(ctx, uid, after, fn))
 }
 
 func (n *natsSource) close() { n.nc.Close() }
 
 // exportLine is one NDJSON line: a record, or a marker for an undecodable
-// stream message (invalid=true with its sequence).
+// stream message (invalid=true with its sequence). Untrusted is why the
+// exporting read found the record without a valid proof of origin (with
+// --trusted-keys): an export keeps neither a record's subject nor its
+// message proof, so a read of the file takes the note over (it can only
+// take trust away, never give it).
 type exportLine struct {
 	journal.Record
-	Invalid bool `json:"invalid,omitempty"`
+	Invalid   bool   `json:"invalid,omitempty"`
+	Untrusted string `json:"untrusted,omitempty"`
 }
 
 type fileSource struct {
-	recs []journal.Record
-	bad  []uint64
+	recs      []journal.Record
+	bad       []uint64
+	untrusted map[uint64]string
 }
 
-func openFile(path string) (*fileSource, error) {
+// openFile reads an export. A record of a newer schema version stops the
+// read, or, with trusted (--trusted-keys), is kept for checkTrust to flag:
+// an export keeps no message proof, so nothing in a file can attribute it.
+func openFile(path string, trusted bool) (*fileSource, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	fs := &fileSource{}
+	fs := &fileSource{untrusted: map[uint64]string{}}
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 1<<20), 16<<20)
 	line := 0
@@ -279,11 +312,18 @@ func openFile(path string) (*fileSource, error) {
 			fs.bad = append(fs.bad, l.Sequence)
 			continue
 		}
+		if l.Untrusted != "" {
+			fs.untrusted[l.Sequence] = l.Untrusted
+		}
 		if err := l.Record.Validate(); err != nil {
-			if errors.Is(err, journal.ErrNewerSchema) {
+			switch {
+			case errors.Is(err, journal.ErrNewerSchema) && trusted:
+				fs.recs = append(fs.recs, l.Record)
+			case errors.Is(err, journal.ErrNewerSchema):
 				return nil, fmt.Errorf("%s:%d: %w", path, line, err)
+			default:
+				fs.bad = append(fs.bad, l.Sequence)
 			}
-			fs.bad = append(fs.bad, l.Sequence)
 			continue
 		}
 		fs.recs = append(fs.recs, l.Record)
@@ -314,9 +354,11 @@ func (f *fileSource) all(_ context.Context, since *time.Time) ([]journal.Record,
 	return out, f.bad, nil
 }
 
-func (f *fileSource) follow(context.Context, string, uint64, func(journal.Record)) error {
+func (f *fileSource) follow(context.Context, string, uint64, func(journal.Record, error)) error {
 	return errors.New("--follow needs a live server, not --from-file")
 }
+
+func (f *fileSource) verdicts() map[uint64]string { return f.untrusted }
 
 func (f *fileSource) close() {}
 
@@ -387,8 +429,10 @@ func (o *objectSelector) validate() error {
 // kind/namespace/name. By name, the most recently active UID of that
 // kind/namespace/name wins (a recreated object has a new UID); the others
 // are returned newest first, and noted on stderr unless the command shows
-// them itself.
-func (o *objectSelector) resolve(ctx context.Context, src source, stderr io.Writer) (string, []journal.ObjectSummary, error) {
+// them itself. With --trusted-keys only records with a valid proof of
+// origin count: a forged record naming an object under another UID
+// decides nothing.
+func (o *objectSelector) resolve(ctx context.Context, g *globalOptions, src source, stderr io.Writer) (string, []journal.ObjectSummary, error) {
 	if o.uid != "" {
 		if o.name != "" || o.kind != "" {
 			return "", nil, errors.New("give either --uid or --kind/--name, not both")
@@ -398,10 +442,11 @@ func (o *objectSelector) resolve(ctx context.Context, src source, stderr io.Writ
 	if o.name == "" || o.kind == "" {
 		return "", nil, errors.New("select an object with --uid (or a UID argument), or with --kind and --name/--namespace (or a [NAMESPACE/]NAME argument)")
 	}
-	recs, _, err := src.all(ctx, nil)
+	all, _, err := src.all(ctx, nil)
 	if err != nil {
 		return "", nil, err
 	}
+	recs := (&loaded{recs: all, untrusted: g.checkTrust(all, "", src.verdicts())}).trusted()
 	var matches []journal.ObjectSummary
 	for _, s := range journal.Summaries(recs) {
 		if strings.EqualFold(s.Object.Kind, o.kind) && s.Object.Name == o.name && s.Object.Namespace == o.namespace {
@@ -494,16 +539,24 @@ func (l *loaded) warnUntrusted(w io.Writer) {
 }
 
 // checkTrust flags, with g.trust, every record without a valid proof of
-// origin, and in one UID's records any that names another object (a
-// record copied onto this UID's subject).
-func (g *globalOptions) checkTrust(recs []journal.Record, uid string) map[uint64]string {
+// origin: those the source found (verdicts, by sequence), any whose proof
+// does not verify, and in one UID's records any that names another object
+// (a record copied onto this UID's subject).
+func (g *globalOptions) checkTrust(recs []journal.Record, uid string, verdicts map[uint64]string) map[uint64]string {
 	if g.trust == nil {
 		return nil
 	}
 	out := map[uint64]string{}
 	for i := range recs {
 		r := &recs[i]
-		if err := g.trust.Verify(r); err != nil {
+		if why, ok := verdicts[r.Sequence]; ok {
+			out[r.Sequence] = why
+		} else if r.SchemaVersion > journal.SchemaVersion {
+			// A newer record read from an export: nothing in the file
+			// can attribute it.
+			out[r.Sequence] = fmt.Sprintf("%v: a record of schema version %d (this build reads 1..%d), read from an export, which keeps no message proof",
+				journal.ErrUntrusted, r.SchemaVersion, journal.SchemaVersion)
+		} else if err := g.trust.Verify(r); err != nil {
 			out[r.Sequence] = err.Error()
 		} else if uid != "" && r.Object.UID != uid {
 			out[r.Sequence] = fmt.Sprintf("%v: the record names uid %s but is stored on the subject of %s", journal.ErrUntrusted, r.Object.UID, uid)
@@ -541,10 +594,10 @@ func (g *globalOptions) load(cmd *cobra.Command, args []string, sel *objectSelec
 			l.close()
 			return nil, err
 		}
-		l.untrusted = g.checkTrust(l.recs, "")
+		l.untrusted = g.checkTrust(l.recs, "", src.verdicts())
 		return l, nil
 	}
-	if l.uid, l.older, err = sel.resolve(ctx, src, cmd.ErrOrStderr()); err == nil {
+	if l.uid, l.older, err = sel.resolve(ctx, g, src, cmd.ErrOrStderr()); err == nil {
 		l.recs, err = src.uid(ctx, l.uid)
 	}
 	if err == nil && requireRecords && len(l.recs) == 0 {
@@ -554,6 +607,6 @@ func (g *globalOptions) load(cmd *cobra.Command, args []string, sel *objectSelec
 		l.close()
 		return nil, err
 	}
-	l.untrusted = g.checkTrust(l.recs, l.uid)
+	l.untrusted = g.checkTrust(l.recs, l.uid, src.verdicts())
 	return l, nil
 }

@@ -86,7 +86,7 @@ func ReadObject(ctx context.Context, s Source, uid string) (recs []journal.Recor
 	if err != nil {
 		return nil, 0, err
 	}
-	bad := g.checkTrust(all, uid)
+	bad := g.checkTrust(all, uid, src.verdicts())
 	if bad == nil {
 		return all, -1, nil
 	}

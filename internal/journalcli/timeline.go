@@ -61,8 +61,24 @@ code, reason), a Finished note's result, a TTLExpired note's TTL.`,
 			}
 			fctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			last := recs[len(recs)-1].Sequence
-			return src.follow(fctx, uid, last, func(r journal.Record) {
+			// After every record read, trusted or not (those left out were
+			// counted above).
+			last := l.recs[len(l.recs)-1].Sequence
+			var newer error
+			err = src.follow(fctx, uid, last, func(r journal.Record, err error) {
+				switch {
+				case newer != nil:
+					return
+				case errors.Is(err, journal.ErrNewerSchema):
+					// The manager's own newer record: this build can
+					// not tell what it or anything after it means.
+					newer = err
+					stop()
+					return
+				case err != nil:
+					fmt.Fprintf(cmd.ErrOrStderr(), "warning: record #%d left out: %v\n", r.Sequence, err)
+					return
+				}
 				if g.output == "json" {
 					_ = writeJSON(out, r)
 					return
@@ -74,6 +90,10 @@ code, reason), a Finished note's result, a TTLExpired note's TTL.`,
 				}
 				fmt.Fprintln(out, strings.TrimRight(line, " "))
 			})
+			if newer != nil {
+				return newer
+			}
+			return err
 		},
 	}
 	sel.flags(cmd)

@@ -3,6 +3,7 @@ package journalcli
 import (
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 
@@ -72,19 +73,36 @@ Each violation is reported with the stream sequences involved. Exit status: 0 cl
 	return cmd
 }
 
-// untrustedViolations reports each record without a valid proof of origin.
+// untrustedViolations reports each record without a valid proof of
+// origin, with the executor's refusal of it (a trusted outcome answering
+// it) when there is one.
 func untrustedViolations(l *loaded) []journal.Violation {
 	var out []journal.Violation
+	// The stream sequence each trusted refusal answers: the executor names
+	// the untrusted record by the UID of the subject it was read from,
+	// which is the refusal's own (never the UID the record claims).
+	refusals := map[uint64]uint64{}
+	for _, o := range l.trusted() {
+		if o.Type != journal.TypeOutcome {
+			continue
+		}
+		i := strings.LastIndex(o.CausationID, "seq")
+		if i < 0 {
+			continue
+		}
+		seq, err := strconv.ParseUint(o.CausationID[i+len("seq"):], 10, 64)
+		if err == nil && o.CausationID == journal.UntrustedIntentID(o.Object.UID, seq) {
+			refusals[seq] = o.Sequence
+		}
+	}
 	for _, r := range l.recs {
 		why, bad := l.untrusted[r.Sequence]
 		if !bad {
 			continue
 		}
 		refused := ""
-		for _, o := range l.recs {
-			if o.Type == journal.TypeOutcome && o.CausationID == journal.UntrustedIntentID(o.Object.UID, r.Sequence) {
-				refused = fmt.Sprintf("; refused by an executor (outcome at sequence %d)", o.Sequence)
-			}
+		if seq, ok := refusals[r.Sequence]; ok {
+			refused = fmt.Sprintf("; refused by an executor (outcome at sequence %d)", seq)
 		}
 		out = append(out, journal.Violation{Rule: "untrusted-record", Sequences: []uint64{r.Sequence}, Object: r.Object.String(), UID: r.Object.UID,
 			Detail: fmt.Sprintf("%s %s: %s%s", r.Type, r.Operation, why, refused)})
