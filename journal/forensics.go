@@ -398,7 +398,8 @@ type ObjectSummary struct {
 }
 
 // Summaries groups records by UID, newest (by latest record time) first;
-// FirstTime and LastTime are the earliest and latest record times.
+// FirstTime and LastTime are the earliest and latest record times, Object
+// is as the latest record (by time; of equal times, the last stored) names it.
 func Summaries(records []Record) []ObjectSummary {
 	byUID := map[string]*ObjectSummary{}
 	states := map[string]*State{}
@@ -410,9 +411,12 @@ func Summaries(records []Record) []ObjectSummary {
 			states[r.Object.UID] = NewState()
 		}
 		states[r.Object.UID].Apply(r)
-		s.Object = r.Object
 		// By time, not stream order: a record stored again later (a
-		// replayed copy) moves neither.
+		// replayed copy) moves neither time nor the object (its name and
+		// generation as of the latest record).
+		if !r.Time.Before(s.LastTime) {
+			s.Object = r.Object
+		}
 		if r.Time.Before(s.FirstTime) {
 			s.FirstTime = r.Time
 		}

@@ -128,11 +128,16 @@ func TestSummariesTakeTimesNotStreamOrder(t *testing.T) {
 	}
 	at(rec(older, "ClaimOwnership"), 0)
 	first := at(rec(current, "ClaimOwnership"), 2*time.Hour)
-	at(rec(current, "CreateRole"), 3*time.Hour)
+	next := current
+	next.Generation = 2
+	at(rec(next, "CreateRole"), 3*time.Hour)
 	first.Sequence = 0
 	at(first, 2*time.Hour) // stored again
 	got := journal.Summaries(s.recs)
 	if len(got) != 2 || got[0].Object.UID != current.UID || !got[0].LastTime.Equal(t0.Add(3*time.Hour)) || !got[0].FirstTime.Equal(t0.Add(2*time.Hour)) {
 		t.Fatalf("summaries: %+v; want the current object first, last time +3h, first time +2h", got)
+	}
+	if got[0].Object.Generation != 2 {
+		t.Errorf("summary object at generation %d, want 2 (the latest record's; a copy stored later is older)", got[0].Object.Generation)
 	}
 }
