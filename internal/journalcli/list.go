@@ -55,7 +55,7 @@ whether it was deleted, by its TTL or otherwise), or while it runs its last obse
 				return err
 			}
 			l := &loaded{recs: all, untrusted: g.checkTrust(all, "", src.verdicts())}
-			recs := l.trusted()
+			recs := l.named()
 			if len(l.untrusted) > 0 {
 				l.warnUntrusted(cmd.ErrOrStderr())
 			}

@@ -446,7 +446,7 @@ func (o *objectSelector) resolve(ctx context.Context, g *globalOptions, src sour
 	if err != nil {
 		return "", nil, err
 	}
-	recs := (&loaded{recs: all, untrusted: g.checkTrust(all, "", src.verdicts())}).trusted()
+	recs := (&loaded{recs: all, untrusted: g.checkTrust(all, "", src.verdicts())}).named()
 	var matches []journal.ObjectSummary
 	for _, s := range journal.Summaries(recs) {
 		if strings.EqualFold(s.Object.Kind, o.kind) && s.Object.Name == o.name && s.Object.Namespace == o.namespace {
@@ -520,6 +520,20 @@ func (l *loaded) trusted() []journal.Record {
 	out := make([]journal.Record, 0, len(l.recs))
 	for _, r := range l.recs {
 		if _, bad := l.untrusted[r.Sequence]; !bad {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// named is trusted() without an executor's refusals of untrusted records
+// (journal.RefusalOf): a refusal names the object the record it answers
+// claims, so it decides no name (resolve) and makes no object (list);
+// verify reports each.
+func (l *loaded) named() []journal.Record {
+	var out []journal.Record
+	for _, r := range l.trusted() {
+		if _, refusal := journal.RefusalOf(r); !refusal {
 			out = append(out, r)
 		}
 	}

@@ -3,7 +3,6 @@ package journalcli
 import (
 	"fmt"
 	"sort"
-	"strconv"
 	"strings"
 	"text/tabwriter"
 
@@ -83,15 +82,7 @@ func untrustedViolations(l *loaded) []journal.Violation {
 	// which is the refusal's own (never the UID the record claims).
 	refusals := map[uint64]uint64{}
 	for _, o := range l.trusted() {
-		if o.Type != journal.TypeOutcome {
-			continue
-		}
-		i := strings.LastIndex(o.CausationID, "seq")
-		if i < 0 {
-			continue
-		}
-		seq, err := strconv.ParseUint(o.CausationID[i+len("seq"):], 10, 64)
-		if err == nil && o.CausationID == journal.UntrustedIntentID(o.Object.UID, seq) {
+		if seq, ok := journal.RefusalOf(o); ok {
 			refusals[seq] = o.Sequence
 		}
 	}
