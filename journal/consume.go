@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -750,28 +749,6 @@ func (s *Store) refuse(ctx context.Context, cfg ConsumerConfig, m jetstream.Msg,
 // seq on uid's subject.
 func UntrustedIntentID(uid string, seq uint64) string {
 	return fmt.Sprintf("%s/untrusted/seq%d", uid, seq)
-}
-
-// RefusalOf reports whether r is an executor's refusal of an untrusted
-// record (a Failed/UntrustedIntent outcome answering UntrustedIntentID of
-// its own UID) and the stream sequence of the record it refuses. Such an
-// outcome names the object the refused record claims, so its kind, name
-// and generation are a forger's words: only its UID (the subject's) and
-// the sequence are the executor's. Whether r itself is trusted is the
-// caller's check.
-func RefusalOf(r Record) (seq uint64, ok bool) {
-	if r.Type != TypeOutcome || r.Result == nil || r.Result.Reason != ReasonUntrustedIntent {
-		return 0, false
-	}
-	rest, found := strings.CutPrefix(r.CausationID, r.Object.UID+"/untrusted/seq")
-	if !found {
-		return 0, false
-	}
-	seq, err := strconv.ParseUint(rest, 10, 64)
-	if err != nil || r.CausationID != UntrustedIntentID(r.Object.UID, seq) {
-		return 0, false
-	}
-	return seq, true
 }
 
 func (c ConsumerConfig) backoff(delivered uint64) time.Duration {

@@ -267,7 +267,7 @@ func verifyUID(uid string, recs []Record, unreadable map[uint64]bool) []Violatio
 					add(RuleDependencyOrder, obj, fmt.Sprintf("%s intent %s was skipped although the intent it is ordered after (%s) succeeded before it", r.Operation, r.CausationID, in.After), dep.Sequence, r.Sequence)
 				}
 			}
-			if r.Result.Reason == ReasonUntrustedIntent && strings.HasPrefix(r.CausationID, r.Object.UID+"/untrusted/seq") {
+			if _, refusal := RefusalOf(r); refusal {
 				add(RuleUntrustedIntentRefused, obj, fmt.Sprintf("an executor refused an intent without a valid proof of origin (%s): %s",
 					strings.TrimPrefix(r.CausationID, r.Object.UID+"/untrusted/"), r.Result.Message), r.Sequence)
 				continue
@@ -399,7 +399,7 @@ type ObjectSummary struct {
 
 // Summaries groups records by UID, newest (by latest record time) first;
 // FirstTime and LastTime are the earliest and latest record times, Object
-// is as the latest record (by time; of equal times, the last stored) names it.
+// is as the records of its highest generation name it.
 func Summaries(records []Record) []ObjectSummary {
 	byUID := map[string]*ObjectSummary{}
 	states := map[string]*State{}
@@ -411,10 +411,11 @@ func Summaries(records []Record) []ObjectSummary {
 			states[r.Object.UID] = NewState()
 		}
 		states[r.Object.UID].Apply(r)
-		// By time, not stream order: a record stored again later (a
-		// replayed copy) moves neither time nor the object (its name and
-		// generation as of the latest record).
-		if !r.Time.Before(s.LastTime) {
+		// Not by stream order: a record stored again later (a replayed
+		// copy) moves neither time nor the object, which is as its
+		// newest generation names it (not the latest time: an
+		// executor's clock may run ahead of the manager's).
+		if r.Object.Generation >= s.Object.Generation {
 			s.Object = r.Object
 		}
 		if r.Time.Before(s.FirstTime) {
@@ -511,13 +512,41 @@ func DescriberOf(group string) (Describer, bool) {
 // UndecodableIntent outcome of the undecodable intent message at the
 // returned stream sequence of r's UID (UndecodableIntentID).
 func undecodableAnswer(r Record) (uint64, bool) {
-	if r.Type != TypeOutcome || r.Result == nil || r.Result.Reason != ReasonUndecodableIntent {
+	return answerTo(r, ReasonUndecodableIntent, UndecodableIntentID)
+}
+
+// RefusalOf reports whether r is an executor's refusal of an untrusted
+// record (a Failed/UntrustedIntent outcome answering UntrustedIntentID of
+// its own UID) and the stream sequence of the record it refuses. Whether
+// r itself is trusted is the caller's check.
+func RefusalOf(r Record) (seq uint64, ok bool) {
+	return answerTo(r, ReasonUntrustedIntent, UntrustedIntentID)
+}
+
+// StrayAnswer reports whether r is an executor's answer to a stream
+// message it could not take as the manager's intent: a refusal of an
+// untrusted record (RefusalOf) or the failure of an undecodable one. Its
+// object's kind, name and generation are then not the manager's (a
+// refusal names what the refused record claims; an undecodable one's is
+// Unknown/unknown): only its UID, that of the subject the message was
+// read from, is. Forensics take no object name from it.
+func StrayAnswer(r Record) bool {
+	_, refusal := RefusalOf(r)
+	_, undecodable := undecodableAnswer(r)
+	return refusal || undecodable
+}
+
+// answerTo reports whether r is a Failed outcome with reason answering
+// id(r's UID, seq), and seq: the stream sequence of the message answered.
+func answerTo(r Record, reason string, id func(string, uint64) string) (uint64, bool) {
+	if r.Type != TypeOutcome || r.Result == nil || r.Result.Reason != reason {
 		return 0, false
 	}
-	rest, ok := strings.CutPrefix(r.CausationID, r.Object.UID+"/undecodable/seq")
+	prefix := id(r.Object.UID, 0)
+	rest, ok := strings.CutPrefix(r.CausationID, prefix[:len(prefix)-1])
 	if !ok {
 		return 0, false
 	}
 	seq, err := strconv.ParseUint(rest, 10, 64)
-	return seq, err == nil && r.CausationID == UndecodableIntentID(r.Object.UID, seq)
+	return seq, err == nil && r.CausationID == id(r.Object.UID, seq)
 }

@@ -526,14 +526,15 @@ func (l *loaded) trusted() []journal.Record {
 	return out
 }
 
-// named is trusted() without an executor's refusals of untrusted records
-// (journal.RefusalOf): a refusal names the object the record it answers
-// claims, so it decides no name (resolve) and makes no object (list);
-// verify reports each.
+// named is trusted() without an executor's answers to messages it could
+// not take as the manager's (journal.StrayAnswer: a refusal names the
+// object the refused record claims, an undecodable one's answer
+// Unknown/unknown), so those decide no name (resolve) and make no object
+// or name one (list); verify reports each, timeline shows them.
 func (l *loaded) named() []journal.Record {
 	var out []journal.Record
 	for _, r := range l.trusted() {
-		if _, refusal := journal.RefusalOf(r); !refusal {
+		if !journal.StrayAnswer(r) {
 			out = append(out, r)
 		}
 	}

@@ -110,6 +110,25 @@ func TestForgedRecordsMisleadNoRead(t *testing.T) {
 	fakeRefusal.Actor = "attacker"
 	publish("ayatori.journal.database."+forgedUID+".outcome", fakeRefusal, false)
 
+	// Bytes no reader can decode on the real Tenant's intent subject, and
+	// an executor's answer to them (Unknown/unknown on the Tenant's UID,
+	// later than its records): the Tenant keeps its name.
+	garbage, err := js.Publish(ctx, "ayatori.journal.database."+tenantUID+".intent", []byte("{not json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	undecodable, err := journal.NewOutcome(journal.Record{ID: journal.UndecodableIntentID(tenantUID, garbage.Sequence), Operation: "Unknown", Attempt: 1,
+		Object: journal.ObjectRef{Group: "database", Kind: "Unknown", Name: "unknown", UID: tenantUID}},
+		journal.Result{Class: journal.Failed, Reason: journal.ReasonUndecodableIntent, Message: "could not be decoded"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	answered, err := s.Append(ctx, &undecodable)
+	if err != nil {
+		t.Fatal(err)
+	}
+	followFrom := answered.Sequence
+
 	out, errOut, code := run(t, append(liveArgs(n), "verify")...)
 	if code != 1 {
 		t.Fatalf("verify: exit %d, want 1 (violations)\n%s%s", code, out, errOut)
@@ -157,6 +176,9 @@ func TestForgedRecordsMisleadNoRead(t *testing.T) {
 		if code != 0 || strings.Contains(out+errOut, forgedUID) || strings.Contains(out+errOut, subjectUID) || strings.Contains(out, "attacker") {
 			t.Errorf("%v: exit %d, or a forged record shown:\n%s%s", args, code, out, errOut)
 		}
+		if args[0] == "list" && (!strings.Contains(out, tenantUID) || strings.Contains(out, "Unknown")) {
+			t.Errorf("list does not show the Tenant by its name:\n%s", out)
+		}
 		if args[0] == "timeline" && (!strings.Contains(out, "CreateDatabase") || strings.Count(out, "WriteCredential") != 1) {
 			t.Errorf("%v does not show the real Tenant, or shows a copied record:\n%s", args, out)
 		}
@@ -186,7 +208,7 @@ func TestForgedRecordsMisleadNoRead(t *testing.T) {
 	got := make(chan delivery, 8)
 	followed := make(chan error, 1)
 	go func() {
-		followed <- src.follow(fctx, tenantUID, copies[len(copies)-1], func(r journal.Record, err error) { got <- delivery{r, err} })
+		followed <- src.follow(fctx, tenantUID, followFrom, func(r journal.Record, err error) { got <- delivery{r, err} })
 	}()
 	forgedNote := journal.Record{ID: tenantUID + "/g1/note/Forged/1", Type: journal.TypeNote, Operation: "Forged", Object: ten, Attempt: 1, SchemaVersion: journal.SchemaVersion, Actor: "attacker", Time: time.Now().UTC()}
 	publish("ayatori.journal.database."+tenantUID+".note", forgedNote, false)
