@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -186,27 +187,40 @@ func NewWorkload(cp *ControlPlane, opts WorkloadOptions) (_ *Workload, err error
 	// not-ready; the node lifecycle controller (not run here: the fake nodes
 	// send no heartbeats) would lift it once Ready. Lift it ourselves.
 	for _, name := range w.Nodes {
-		n := &corev1.Node{}
-		if err := cp.Client.Get(ctx, client.ObjectKey{Name: name}, n); err != nil {
-			return nil, err
-		}
-		var keep []corev1.Taint
-		for _, t := range n.Spec.Taints {
-			if t.Key != corev1.TaintNodeNotReady && t.Key != corev1.TaintNodeUnreachable {
-				keep = append(keep, t)
-			}
-		}
-		if len(keep) != len(n.Spec.Taints) {
-			n.Spec.Taints = keep
-			if err := cp.Client.Update(ctx, n); err != nil {
-				return nil, fmt.Errorf("lift the not-ready taint of %s: %w", name, err)
-			}
+		if err := liftNotReadyTaints(ctx, cp.Client, name); err != nil {
+			return nil, fmt.Errorf("lift the not-ready taint of %s: %w", name, err)
 		}
 	}
 	if err := w.WaitServiceAccount(ctx, "default"); err != nil {
 		return nil, err
 	}
 	return w, nil
+}
+
+// liftNotReadyTaints removes the not-ready and unreachable taints from node
+// name. Each try reads the node afresh; an update conflict (another writer,
+// such as kwok's status patches, moved its resourceVersion) is retried with
+// client-go's default back-off.
+func liftNotReadyTaints(ctx context.Context, c client.Client, name string) error {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error { return liftNotReadyTaintsOnce(ctx, c, name) })
+}
+
+func liftNotReadyTaintsOnce(ctx context.Context, c client.Client, name string) error {
+	n := &corev1.Node{}
+	if err := c.Get(ctx, client.ObjectKey{Name: name}, n); err != nil {
+		return err
+	}
+	var keep []corev1.Taint
+	for _, t := range n.Spec.Taints {
+		if t.Key != corev1.TaintNodeNotReady && t.Key != corev1.TaintNodeUnreachable {
+			keep = append(keep, t)
+		}
+	}
+	if len(keep) == len(n.Spec.Taints) {
+		return nil
+	}
+	n.Spec.Taints = keep
+	return c.Update(ctx, n)
 }
 
 func nodeReady(n *corev1.Node) bool {
