@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	authorizationv1 "k8s.io/api/authorization/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -81,8 +82,40 @@ func TestAdmissionPolicies(t *testing.T) {
 	}
 	mallory, jobController, manager, olga := as("mallory"), as("system:serviceaccount:kube-system:job-controller"),
 		as("system:serviceaccount:ayatori-system:ayatori-manager"), as("olga")
+	// The requests deny repeats are dry runs: admission runs, nothing is
+	// stored. A create the policy let through before it was in force
+	// would otherwise make every later try AlreadyExists.
+	malloryDry, olgaDry := client.NewDryRunClient(mallory), client.NewDryRunClient(olga)
+	// waitAllowed waits until the API server's RBAC authorizer (its cache
+	// trails the bindings just created) lets user do verb on the resource,
+	// so neither an RBAC refusal passes for a policy's nor an allow fails
+	// on it.
+	waitAllowed := func(user, verb, group, resource, name string) {
+		t.Helper()
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{User: user,
+				ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: ns, Verb: verb, Group: group, Resource: resource, Name: name}}}
+			if err := cp.Client.Create(ctx, sar); err != nil {
+				t.Fatal(err)
+			}
+			if sar.Status.Allowed {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("RBAC never let %s %s %s/%s %s", user, verb, group, resource, name)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	for _, u := range []string{"mallory", "system:serviceaccount:kube-system:job-controller", "system:serviceaccount:ayatori-system:ayatori-manager", "olga"} {
+		waitAllowed(u, "create", "", "pods", "")
+		waitAllowed(u, "create", "batch", "jobs", "")
+		waitAllowed(u, "update", executionv1alpha1.GroupVersion.Group, "jobs", "")
+	}
+	waitAllowed("olga", "confirm-backend-lost", executionv1alpha1.GroupVersion.Group, "jobs", "lost")
 	// deny waits until the policy is in force (policies compile
-	// asynchronously), then requires create to be refused.
+	// asynchronously), then requires the request to be refused.
 	deny := func(what string, do func() error) {
 		t.Helper()
 		deadline := time.Now().Add(30 * time.Second)
@@ -117,7 +150,7 @@ func TestAdmissionPolicies(t *testing.T) {
 	}
 	for _, label := range []string{"batch.kubernetes.io/controller-uid", "controller-uid", execution.LabelJobUID} {
 		deny("a user's pod labelled "+label, func() error {
-			return mallory.Create(ctx, pod("forged-"+strings.ReplaceAll(label, "/", "-"), map[string]string{label: "x"}))
+			return malloryDry.Create(ctx, pod("forged-"+strings.ReplaceAll(label, "/", "-"), map[string]string{label: "x"}))
 		})
 	}
 	allow("a user's unlabelled pod", mallory.Create(ctx, pod("plain", nil)))
@@ -127,7 +160,7 @@ func TestAdmissionPolicies(t *testing.T) {
 			return err
 		}
 		p.Labels = map[string]string{execution.LabelJobUID: "x"}
-		return mallory.Update(ctx, p)
+		return malloryDry.Update(ctx, p)
 	})
 	allow("the Job controller's pod", jobController.Create(ctx, pod("task", map[string]string{"batch.kubernetes.io/controller-uid": "u", execution.LabelJobUID: "x"})))
 
@@ -136,7 +169,7 @@ func TestAdmissionPolicies(t *testing.T) {
 			Spec: batchv1.JobSpec{Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever,
 				Containers: []corev1.Container{{Name: "task", Image: "x"}}}}}}
 	}
-	deny("a user's batch Job with Ayatori's label", func() error { return mallory.Create(ctx, job("ayatori-forged")) })
+	deny("a user's batch Job with Ayatori's label", func() error { return malloryDry.Create(ctx, job("ayatori-forged")) })
 	allow("the manager's native Job", manager.Create(ctx, job("ayatori-real")))
 	// Others may still update it when the label stays (the Job
 	// controller's writes, the garbage collector's finalizers).
@@ -168,6 +201,8 @@ func TestAdmissionPolicies(t *testing.T) {
 		RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "read-one"}, Subjects: []rbacv1.Subject{user("mallory")}}); err != nil {
 		t.Fatal(err)
 	}
+	waitAllowed("mallory", "get", "", "secrets", "readable")
+	waitAllowed("mallory", "get", "", "configmaps", "readable")
 	withRefs := func(name, secret, configMap, pull string) *executionv1alpha1.Job {
 		j := &executionv1alpha1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
 			Spec: executionv1alpha1.JobSpec{Task: executionv1alpha1.TaskSpec{Image: "x"}}}
@@ -184,13 +219,13 @@ func TestAdmissionPolicies(t *testing.T) {
 		}
 		return j
 	}
-	deny("a Job with env from a Secret its author may not read", func() error { return mallory.Create(ctx, withRefs("env-secret", "tenant-password", "", "")) })
-	deny("a Job with env from a ConfigMap its author may not read", func() error { return mallory.Create(ctx, withRefs("env-cm", "", "private", "")) })
-	deny("a Job with a pull Secret its author may not read", func() error { return mallory.Create(ctx, withRefs("pull", "", "", "registry")) })
+	deny("a Job with env from a Secret its author may not read", func() error { return malloryDry.Create(ctx, withRefs("env-secret", "tenant-password", "", "")) })
+	deny("a Job with env from a ConfigMap its author may not read", func() error { return malloryDry.Create(ctx, withRefs("env-cm", "", "private", "")) })
+	deny("a Job with a pull Secret its author may not read", func() error { return malloryDry.Create(ctx, withRefs("pull", "", "", "registry")) })
 	allow("a Job with references its author may read", mallory.Create(ctx, withRefs("readable", "readable", "readable", "readable")))
 
-	deny("a user confirming a lost execution", func() error { return confirm(mallory, "mallory") })
-	deny("an operator confirming in someone else's name", func() error { return confirm(olga, "mallory") })
-	deny("an operator confirming without saying who", func() error { return confirm(olga, "") })
+	deny("a user confirming a lost execution", func() error { return confirm(malloryDry, "mallory") })
+	deny("an operator confirming in someone else's name", func() error { return confirm(olgaDry, "mallory") })
+	deny("an operator confirming without saying who", func() error { return confirm(olgaDry, "") })
 	allow("an operator confirming", confirm(olga, "olga"))
 }

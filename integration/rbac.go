@@ -7,9 +7,12 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -86,6 +89,9 @@ func (cp *ControlPlane) writeManagerKubeconfig(ctx context.Context) (string, err
 	if err := cp.ApplyKustomization(ctx, "deploy/rbac"); err != nil {
 		return "", err
 	}
+	if err := waitManagerRBAC(ctx, cs); err != nil {
+		return "", err
+	}
 	exp := int64(managerTokenSeconds)
 	tr, err := cs.CoreV1().ServiceAccounts(ControllerNamespace).CreateToken(ctx, ManagerServiceAccount,
 		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &exp}}, metav1.CreateOptions{})
@@ -108,6 +114,57 @@ func (cp *ControlPlane) writeManagerKubeconfig(ctx context.Context) (string, err
 	// manager's OpenBao Kubernetes auth login (role ayatori-manager).
 	cp.managerTokenPath = filepath.Join(cp.dir, "manager.token")
 	return path, os.WriteFile(cp.managerTokenPath, []byte(tr.Status.Token), 0o600)
+}
+
+// waitManagerRBAC waits (30 s at most) until the API server's RBAC
+// authorizer, whose cache trails the bindings just applied, grants the
+// manager's ServiceAccount one verb of every rule of deploy/rbac's
+// ClusterRole and Role: a manager started earlier logs refusals a stack's
+// "forbidden" check would take for a missing rule.
+func waitManagerRBAC(ctx context.Context, cs kubernetes.Interface) error {
+	type check struct {
+		ns   string
+		rule rbacv1.PolicyRule
+	}
+	var checks []check
+	cr, err := cs.RbacV1().ClusterRoles().Get(ctx, ManagerServiceAccount, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	for _, r := range cr.Rules {
+		checks = append(checks, check{"", r})
+	}
+	role, err := cs.RbacV1().Roles(ControllerNamespace).Get(ctx, ManagerServiceAccount, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	for _, r := range role.Rules {
+		checks = append(checks, check{ControllerNamespace, r})
+	}
+	user := "system:serviceaccount:" + ControllerNamespace + ":" + ManagerServiceAccount
+	return pollReady(30*time.Second, func() error {
+		for _, c := range checks {
+			r := c.rule
+			if len(r.APIGroups) == 0 || len(r.Resources) == 0 || len(r.Verbs) == 0 {
+				continue // a non-resource rule
+			}
+			resource, sub, _ := strings.Cut(r.Resources[0], "/")
+			attrs := &authorizationv1.ResourceAttributes{Namespace: c.ns, Verb: r.Verbs[0], Group: r.APIGroups[0], Resource: resource, Subresource: sub}
+			if len(r.ResourceNames) > 0 {
+				attrs.Name = r.ResourceNames[0]
+			}
+			sar, err := cs.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{
+				Spec: authorizationv1.SubjectAccessReviewSpec{User: user, Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + ControllerNamespace, "system:authenticated"},
+					ResourceAttributes: attrs}}, metav1.CreateOptions{})
+			if err != nil {
+				return err
+			}
+			if !sar.Status.Allowed {
+				return fmt.Errorf("RBAC does not yet grant %s %s %s.%s in %q", user, attrs.Verb, resource, attrs.Group, c.ns)
+			}
+		}
+		return nil
+	})
 }
 
 // ManagerTokenPath is the file holding the manager ServiceAccount's token

@@ -202,7 +202,7 @@ func NewWorkload(cp *ControlPlane, opts WorkloadOptions) (_ *Workload, err error
 // such as kwok's status patches, moved its resourceVersion) is retried with
 // client-go's default back-off.
 func liftNotReadyTaints(ctx context.Context, c client.Client, name string) error {
-	return retry.RetryOnConflict(retry.DefaultRetry, func() error { return liftNotReadyTaintsOnce(ctx, c, name) })
+	return retry.RetryOnConflict(retry.DefaultBackoff, func() error { return liftNotReadyTaintsOnce(ctx, c, name) })
 }
 
 func liftNotReadyTaintsOnce(ctx context.Context, c client.Client, name string) error {

@@ -292,7 +292,11 @@ func (s *Store) readCheckpoint(ctx context.Context, uid string) (*Checkpoint, ui
 	seq := m.seq
 	var cp Checkpoint
 	if err := json.Unmarshal(m.data, &cp); err != nil {
-		return nil, 0, fmt.Errorf("%w: checkpoint of %s: %v", ErrInvalidRecord, uid, err)
+		// Not a checkpoint: the manager never wrote these bytes. Read the
+		// whole journal, as for any untrusted checkpoint; failing here
+		// stopped every read of the object for good.
+		s.cfg.Metrics.countUntrusted("checkpoint")
+		return nil, seq, nil
 	}
 	if cp.SchemaVersion > SchemaVersion {
 		if !s.newerIsOurs(*m) {
@@ -304,7 +308,10 @@ func (s *Store) readCheckpoint(ctx context.Context, uid string) (*Checkpoint, ui
 		return nil, 0, fmt.Errorf("%w: checkpoint of %s has schema version %d", ErrNewerSchema, uid, cp.SchemaVersion)
 	}
 	if cp.UID != uid {
-		return nil, 0, fmt.Errorf("%w: checkpoint under %s names uid %q", ErrInvalidRecord, uid, cp.UID)
+		// Another object's checkpoint (whatever its proof) says nothing
+		// about this one: untrusted here.
+		s.cfg.Metrics.countUntrusted("checkpoint")
+		return nil, seq, nil
 	}
 	if err := s.admitCheckpoint(seq, m.data, &cp); err != nil {
 		// Not the manager's: read the whole journal instead (the next

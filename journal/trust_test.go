@@ -769,3 +769,56 @@ func TestDirectReadsTakeNoServerHeaderFromThePublisher(t *testing.T) {
 		t.Fatalf("read-only Read of the other object: %d records, %v", len(recs), err)
 	}
 }
+
+// TestUnreadableCheckpointDoesNotStallReads: a checkpoint the manager can
+// not have written for this object (bytes that are not a checkpoint, or a
+// checkpoint naming another UID, even with the manager's message proof for
+// its own subject) is ignored like any untrusted checkpoint: the read takes
+// the whole journal and the next checkpoint written replaces it. Before,
+// either one stopped every fresh read of the object (ErrInvalidRecord), its
+// deletion included, with nothing but NATS credentials.
+func TestUnreadableCheckpointDoesNotStallReads(t *testing.T) {
+	n := integration.StartNATS(t)
+	s := open(t, n, journal.Config{Actor: "manager"})
+	ctx := context.Background()
+	publish := func(subject string, data []byte, proof bool) {
+		t.Helper()
+		m := nats.NewMsg(subject)
+		m.Data = data
+		if proof {
+			m.Header.Set(journal.MessageProofHeader, testKey(t).MessageProof(subject, data))
+		}
+		if _, err := s.JetStream().PublishMsg(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for name, forged := range map[string]func(uid string) ([]byte, bool){
+		"not a checkpoint": func(string) ([]byte, bool) { return []byte("not json"), false },
+		"another object's, signed for this subject": func(string) ([]byte, bool) {
+			data, _ := json.Marshal(map[string]any{"schemaVersion": journal.SchemaVersion, "uid": obj().UID, "through": 1})
+			return data, true
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			o := obj()
+			in := intent(t, o, "ObserveInstance", 1)
+			if _, err := s.Append(ctx, in); err != nil {
+				t.Fatal(err)
+			}
+			data, proof := forged(o.UID)
+			publish("ayatori.journal_checkpoint."+o.UID, data, proof)
+			fresh := open(t, n, journal.Config{Actor: "manager"}) // no cached View
+			v, err := fresh.ReadView(ctx, o.UID)
+			if err != nil || len(v.Records) != 1 || v.Records[0].ID != in.ID || v.Through != 0 {
+				t.Fatalf("ReadView under a %s checkpoint: %+v, %v; want the journal's one record", name, v, err)
+			}
+			if err := fresh.WriteCheckpoint(ctx, v); err != nil {
+				t.Fatalf("WriteCheckpoint over it: %v", err)
+			}
+			again := open(t, n, journal.Config{Actor: "manager"})
+			if v, err := again.ReadView(ctx, o.UID); err != nil || v.Through != v.Last || len(v.Records) != 1 {
+				t.Fatalf("ReadView after the checkpoint replaced it: %+v, %v", v, err)
+			}
+		})
+	}
+}
