@@ -3,6 +3,7 @@ package integration
 import (
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -109,8 +110,21 @@ func NewControlPlane(opts ControlPlaneOptions) (_ *ControlPlane, err error) {
 		// average 18 failed to start an apiserver five times).
 		ControlPlaneStartTimeout: 90 * time.Second,
 	}
-	cp.env.ControlPlane.Etcd = &envtest.Etcd{Path: etcd}
+	// Ports from FreePort, not envtest's (the kernel's ephemeral range,
+	// where an outgoing connection can take a port between its pick and
+	// the server's bind: "control plane did not start").
+	ports := make([]int, 3)
+	for i := range ports {
+		if ports[i], err = FreePort(); err != nil {
+			return nil, err
+		}
+	}
+	cp.env.ControlPlane.Etcd = &envtest.Etcd{Path: etcd,
+		URL: &url.URL{Scheme: "http", Host: net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0]))}}
+	cp.env.ControlPlane.Etcd.Configure().Set("listen-peer-urls", "http://"+net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[1])))
 	cp.env.ControlPlane.APIServer = &envtest.APIServer{Path: apiserver}
+	cp.env.ControlPlane.APIServer.SecureServing.Address = "127.0.0.1"
+	cp.env.ControlPlane.APIServer.SecureServing.Port = strconv.Itoa(ports[2])
 	if p, _, _ := SelectProvider(); p == ProviderTestcontainers {
 		// Containers (OpenBao's TokenReview) must reach the apiserver: it
 		// serves on the host's Docker bridge address, which its serving

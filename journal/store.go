@@ -68,6 +68,10 @@ type Config struct {
 	// (0: 10,000; negative: none, every ReadView starts from the
 	// checkpoint).
 	ViewCache int
+	// ViewCacheBytes bounds the estimated memory of those Views, in bytes
+	// (0: DefaultViewCacheBytes, 64 MiB). A View larger than a quarter of
+	// it is not kept.
+	ViewCacheBytes int
 }
 
 func (c *Config) defaults() {
@@ -130,6 +134,8 @@ type Store struct {
 	// views are the Views this process read or wrote, by UID (see
 	// viewEntry), under mu; each entry is replaced, never changed.
 	views map[string]*viewEntry
+	// viewBytes is the sum of the cached Views' bytes (s.mu).
+	viewBytes int
 	// inflight holds the intent IDs this process's executor is processing
 	// (see takeIntent), under mu.
 	inflight map[string]chan struct{}

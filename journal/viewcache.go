@@ -23,13 +23,50 @@ type viewEntry struct {
 	// filled is when the entry was first read from the server (this
 	// process's monotonic clock), for viewMaxAge.
 	filled time.Time
+	// bytes is the entry's estimated memory (viewFootprint), counted in
+	// Store.viewBytes while it is cached.
+	bytes int
 }
 
 // DefaultViewCache is the number of cached Views (Store.views) when
-// Config.ViewCache is 0; past the limit the cache is dropped wholesale, as
-// the UID cache is. A View holds a checkpoint's records and at most about
+// Config.ViewCache is 0; past the limit, or past the byte bound
+// (DefaultViewCacheBytes), expired entries and then others are evicted
+// (makeRoomLocked). A View holds a checkpoint's records and at most about
 // CheckpointEvery records after it.
 const DefaultViewCache = 10_000
+
+// DefaultViewCacheBytes bounds the estimated memory of the cached Views
+// (viewFootprint) when Config.ViewCacheBytes is 0: 64 MiB. A settled
+// Tenant's View (its checkpoint's records and a short tail) is some tens of
+// KiB, so the count alone let 10,000 of them grow past the manager's memory
+// limit.
+const DefaultViewCacheBytes = 64 << 20
+
+func (s *Store) viewCacheBytes() int {
+	if s.cfg.ViewCacheBytes > 0 {
+		return s.cfg.ViewCacheBytes
+	}
+	return DefaultViewCacheBytes
+}
+
+// viewFootprint estimates the heap a View's records hold, in bytes: each
+// record's strings, payload and proof, and a fixed 512 bytes for the
+// record itself and the slices and maps around it.
+func viewFootprint(recs []Record) int {
+	n := 0
+	for i := range recs {
+		r := &recs[i]
+		n += 512 + len(r.ID) + len(r.Type) + len(r.Operation) + len(r.Step) + len(r.After) + len(r.CausationID) + len(r.Actor) + len(r.Payload) +
+			len(r.Object.Group) + len(r.Object.Kind) + len(r.Object.Namespace) + len(r.Object.Name) + len(r.Object.UID)
+		if r.Result != nil {
+			n += len(r.Result.Class) + len(r.Result.Reason) + len(r.Result.Message)
+		}
+		if r.Proof != nil {
+			n += len(r.Proof.KeyID) + len(r.Proof.Signature)
+		}
+	}
+	return n
+}
 
 func (s *Store) viewCacheLimit() int {
 	switch n := s.cfg.ViewCache; {
@@ -66,10 +103,41 @@ func (s *Store) cachedView(uid string) *viewEntry {
 	defer s.mu.Unlock()
 	e := s.views[uid]
 	if e != nil && time.Since(e.filled) > s.viewMaxAge() {
-		delete(s.views, uid)
+		s.dropViewLocked(uid)
 		return nil
 	}
 	return e
+}
+
+// dropViewLocked removes uid's entry and its bytes (s.mu held).
+func (s *Store) dropViewLocked(uid string) {
+	if e, ok := s.views[uid]; ok {
+		s.viewBytes -= e.bytes
+		delete(s.views, uid)
+	}
+}
+
+// makeRoomLocked evicts entries (s.mu held) so that one more of size
+// bytes fits both bounds: the expired ones first, then others in the
+// map's (random) order down to three quarters of each bound, so that an
+// eviction is not needed again at the next entry.
+func (s *Store) makeRoomLocked(bytes int) {
+	limit, budget := s.viewCacheLimit(), s.viewCacheBytes()
+	if len(s.views) < limit && s.viewBytes+bytes <= budget {
+		return
+	}
+	maxAge := s.viewMaxAge()
+	for uid, e := range s.views {
+		if time.Since(e.filled) > maxAge {
+			s.dropViewLocked(uid)
+		}
+	}
+	for uid := range s.views {
+		if len(s.views) <= limit*3/4 && s.viewBytes+bytes <= budget*3/4 {
+			break
+		}
+		s.dropViewLocked(uid)
+	}
 }
 
 // swapView replaces uid's entry prev (nil: none) with next (nil: none).
@@ -83,18 +151,22 @@ func (s *Store) swapView(uid string, prev, next *viewEntry) {
 	if s.views == nil || s.viewCacheLimit() == 0 {
 		return // read-only stores, and stores without a cache, keep none
 	}
-	cur, ok := s.views[uid]
+	cur := s.views[uid]
 	switch {
 	case cur != prev:
-		delete(s.views, uid)
+		s.dropViewLocked(uid)
 	case next == nil:
-		delete(s.views, uid)
+		s.dropViewLocked(uid)
 	default:
-		if !ok && len(s.views) >= s.viewCacheLimit() {
-			s.views = map[string]*viewEntry{}
-		}
+		s.dropViewLocked(uid)
 		next.v.Records = slices.Clip(next.v.Records)
+		next.bytes = viewFootprint(next.v.Records)
+		if next.bytes > s.viewCacheBytes()/4 {
+			return // a View this large is read again instead
+		}
+		s.makeRoomLocked(next.bytes)
 		s.views[uid] = next
+		s.viewBytes += next.bytes
 	}
 }
 
@@ -102,7 +174,7 @@ func (s *Store) swapView(uid string, prev, next *viewEntry) {
 // another writer's).
 func (s *Store) forgetView(uid string) {
 	s.mu.Lock()
-	delete(s.views, uid)
+	s.dropViewLocked(uid)
 	s.mu.Unlock()
 }
 

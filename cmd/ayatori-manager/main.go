@@ -149,7 +149,7 @@ func run(args []string) error {
 	defer nc.Close()
 	metrics := journal.NewMetrics(crmetrics.Registry)
 	store, err := journal.Open(ctx, nc, journal.Config{StreamName: o.journalStream, SubjectPrefix: o.journalPrefix,
-		MaxAge: o.journalMaxAge, Replicas: o.journalReplicas, ViewCache: viewCache(o.journalViews), Actor: o.actor, Metrics: metrics, Signer: signer, Trust: trust})
+		MaxAge: o.journalMaxAge, Replicas: o.journalReplicas, ViewCache: viewCache(o.journalViews), ViewCacheBytes: o.journalViewMiB << 20, Actor: o.actor, Metrics: metrics, Signer: signer, Trust: trust})
 	if err != nil {
 		return err
 	}

@@ -36,6 +36,7 @@ type options struct {
 	journalPrefix   string
 	journalMaxAge   time.Duration
 	journalViews    int
+	journalViewMiB  int
 	journalReplicas int
 
 	projectors []string
@@ -104,6 +105,7 @@ func (o *options) bind(fs *flag.FlagSet) {
 	fs.DurationVar(&o.journalMaxAge, "journal-max-age", journal.DefaultMaxAge, "how long journal records are kept (> 0)")
 	fs.IntVar(&o.journalReplicas, "journal-replicas", 1, "journal stream replicas (1, 3 or 5)")
 	fs.IntVar(&o.journalViews, "journal-view-cache", journal.DefaultViewCache, "objects whose journal View a projector pass continues from its last read instead of reading its checkpoint again (0: none)")
+	fs.IntVar(&o.journalViewMiB, "journal-view-cache-mib", journal.DefaultViewCacheBytes>>20, "bound on the estimated memory of those Views, in MiB; past it the expired and then arbitrary Views are evicted")
 
 	fs.Func("projectors", "comma-separated projectors to run: "+strings.Join(allProjectors, ", ")+" (default: all)", func(v string) error {
 		o.projectors = splitList(v)
@@ -242,6 +244,9 @@ func (o *options) validate() error {
 	}
 	if o.journalViews < 0 {
 		bad("--journal-view-cache must not be negative")
+	}
+	if o.journalViewMiB < 1 {
+		bad("--journal-view-cache-mib must be at least 1")
 	}
 	for _, name := range slices.Sorted(maps.Keys(o.backendConcurrency)) {
 		if !slices.Contains(allExecutors, name) {

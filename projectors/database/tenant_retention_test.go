@@ -98,14 +98,7 @@ func TestTenantRecheckAfterJournalRetention(t *testing.T) {
 	waitCheckpointed(t, s, string(tn.UID))
 	ageOut(t, s, string(tn.UID))
 	// A wiped status forces a re-check of every step.
-	cur := &databasev1alpha1.PostgreSQLTenant{}
-	if err := s.CP.Client.Get(ctx, client.ObjectKeyFromObject(tn), cur); err != nil {
-		t.Fatal(err)
-	}
-	cur.Status = databasev1alpha1.PostgreSQLTenantStatus{}
-	if err := s.CP.Client.Status().Update(ctx, cur); err != nil {
-		t.Fatal(err)
-	}
+	wipeStatus(t, s, "aged", "recheck")
 	st := journalStore(t, s)
 	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
 		recs, err := st.Read(ctx, string(tn.UID))

@@ -289,10 +289,20 @@ func (e *jobEnv) matrix(t *testing.T) {
 			t.Fatalf("Cancelled while %d pods still run", n)
 		}
 		// Cancelled → Running is refused by the API.
-		cur := &executionv1alpha1.Job{}
-		_ = e.c.Get(context.Background(), client.ObjectKeyFromObject(j), cur)
-		cur.Spec.DesiredState = executionv1alpha1.JobDesiredStateRunning
-		if err := e.c.Update(context.Background(), cur); !apierrors.IsInvalid(err) {
+		// Read afresh and again on a conflict (answered before
+		// validation, it would hide the rule).
+		var err error
+		for try := 0; try < 10; try++ {
+			cur := &executionv1alpha1.Job{}
+			if err = e.c.Get(context.Background(), client.ObjectKeyFromObject(j), cur); err != nil {
+				t.Fatal(err)
+			}
+			cur.Spec.DesiredState = executionv1alpha1.JobDesiredStateRunning
+			if err = e.c.Update(context.Background(), cur); !apierrors.IsConflict(err) {
+				break
+			}
+		}
+		if !apierrors.IsInvalid(err) {
 			t.Fatalf("Cancelled → Running: %v, want Invalid", err)
 		}
 	})
