@@ -630,14 +630,7 @@ func TestForgedNewerRecordDoesNotStallReads(t *testing.T) {
 	newerOn := func(subject string, v any, asManager bool) {
 		t.Helper()
 		data, _ := json.Marshal(v)
-		m := nats.NewMsg(subject)
-		m.Data = data
-		if asManager {
-			m.Header.Set(journal.MessageProofHeader, testKey(t).MessageProof(subject, data))
-		}
-		if _, err := s.JetStream().PublishMsg(ctx, m); err != nil {
-			t.Fatal(err)
-		}
+		publishRaw(t, s, subject, data, asManager)
 	}
 	forged := *intent(t, o, "DropDatabase", 1)
 	forged.Time, forged.SchemaVersion = time.Now().UTC(), journal.SchemaVersion+1
@@ -770,6 +763,21 @@ func TestDirectReadsTakeNoServerHeaderFromThePublisher(t *testing.T) {
 	}
 }
 
+// publishRaw publishes data on subject through s's connection, as whoever
+// holds NATS credentials can: with the manager's message proof (the test
+// key) when asManager, else with none.
+func publishRaw(t *testing.T, s *journal.Store, subject string, data []byte, asManager bool) {
+	t.Helper()
+	m := nats.NewMsg(subject)
+	m.Data = data
+	if asManager {
+		m.Header.Set(journal.MessageProofHeader, testKey(t).MessageProof(subject, data))
+	}
+	if _, err := s.JetStream().PublishMsg(context.Background(), m); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestUnreadableCheckpointDoesNotStallReads: a checkpoint the manager can
 // not have written for this object (bytes that are not a checkpoint, or a
 // checkpoint naming another UID, even with the manager's message proof for
@@ -781,17 +789,6 @@ func TestUnreadableCheckpointDoesNotStallReads(t *testing.T) {
 	n := integration.StartNATS(t)
 	s := open(t, n, journal.Config{Actor: "manager"})
 	ctx := context.Background()
-	publish := func(subject string, data []byte, proof bool) {
-		t.Helper()
-		m := nats.NewMsg(subject)
-		m.Data = data
-		if proof {
-			m.Header.Set(journal.MessageProofHeader, testKey(t).MessageProof(subject, data))
-		}
-		if _, err := s.JetStream().PublishMsg(ctx, m); err != nil {
-			t.Fatal(err)
-		}
-	}
 	for name, forged := range map[string]func(uid string) ([]byte, bool){
 		"not a checkpoint": func(string) ([]byte, bool) { return []byte("not json"), false },
 		"another object's, signed for this subject": func(string) ([]byte, bool) {
@@ -806,7 +803,7 @@ func TestUnreadableCheckpointDoesNotStallReads(t *testing.T) {
 				t.Fatal(err)
 			}
 			data, proof := forged(o.UID)
-			publish("ayatori.journal_checkpoint."+o.UID, data, proof)
+			publishRaw(t, s, "ayatori.journal_checkpoint."+o.UID, data, proof)
 			fresh := open(t, n, journal.Config{Actor: "manager"}) // no cached View
 			v, err := fresh.ReadView(ctx, o.UID)
 			if err != nil || len(v.Records) != 1 || v.Records[0].ID != in.ID || v.Through != 0 {
