@@ -292,9 +292,22 @@ func (s *Store) readCheckpoint(ctx context.Context, uid string) (*Checkpoint, ui
 	seq := m.seq
 	var cp Checkpoint
 	if err := json.Unmarshal(m.data, &cp); err != nil {
-		// Not a checkpoint: the manager never wrote these bytes. Read the
-		// whole journal, as for any untrusted checkpoint; failing here
-		// stopped every read of the object for good.
+		// Not a checkpoint this build reads. A newer manager's (a field
+		// changed shape) stops the read, as a newer one that decodes does;
+		// so do bytes the manager signed (its message proof) and this build
+		// can not read: both are the manager's, and failing safe beats
+		// deciding without them. Anything else the manager never wrote:
+		// read the whole journal, as for any untrusted checkpoint (failing
+		// here stopped every read of the object for good).
+		var probe struct {
+			SchemaVersion int `json:"schemaVersion"`
+		}
+		if json.Unmarshal(m.data, &probe) == nil && probe.SchemaVersion > SchemaVersion && s.newerIsOurs(*m) {
+			return nil, 0, fmt.Errorf("%w: checkpoint of %s has schema version %d", ErrNewerSchema, uid, probe.SchemaVersion)
+		}
+		if s.cfg.Trust != nil && s.newerIsOurs(*m) {
+			return nil, 0, fmt.Errorf("%w: checkpoint of %s, signed by the manager: %v", ErrInvalidRecord, uid, err)
+		}
 		s.cfg.Metrics.countUntrusted("checkpoint")
 		return nil, seq, nil
 	}

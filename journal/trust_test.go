@@ -818,4 +818,32 @@ func TestUnreadableCheckpointDoesNotStallReads(t *testing.T) {
 			}
 		})
 	}
+	// A checkpoint this build can not decode that the manager wrote (its
+	// message proof) still stops the read: a newer manager's, whose field
+	// changed shape, with ErrNewerSchema; one of this version (a bug) with
+	// ErrInvalidRecord. Without the proof the same bytes are ignored.
+	for _, c := range []struct {
+		name  string
+		data  string
+		proof bool
+		want  error
+	}{
+		{"a newer manager's", `{"schemaVersion":` + fmt.Sprint(journal.SchemaVersion+1) + `,"through":"next"}`, true, journal.ErrNewerSchema},
+		{"the manager's, unreadable", `{"schemaVersion":` + fmt.Sprint(journal.SchemaVersion) + `,"through":"next"}`, true, journal.ErrInvalidRecord},
+		{"a keyless newer one", `{"schemaVersion":` + fmt.Sprint(journal.SchemaVersion+1) + `,"through":"next"}`, false, nil},
+	} {
+		o := obj()
+		if _, err := s.Append(ctx, intent(t, o, "ObserveInstance", 1)); err != nil {
+			t.Fatal(err)
+		}
+		publishRaw(t, s, "ayatori.journal_checkpoint."+o.UID, []byte(c.data), c.proof)
+		fresh := open(t, n, journal.Config{Actor: "manager"})
+		v, err := fresh.ReadView(ctx, o.UID)
+		if c.want != nil && !errors.Is(err, c.want) {
+			t.Errorf("%s checkpoint: %v, want %v", c.name, err, c.want)
+		}
+		if c.want == nil && (err != nil || len(v.Records) != 1) {
+			t.Errorf("%s checkpoint: %+v, %v; want it ignored", c.name, v, err)
+		}
+	}
 }

@@ -140,12 +140,19 @@ func (s *Store) makeRoomLocked(bytes int) {
 	}
 }
 
-// swapView replaces uid's entry prev (nil: none) with next (nil: none).
+// swapView replaces uid's entry prev (nil: none) with next (nil: none),
+// sizing next (viewFootprint) unless its bytes are set.
 // When the entry is no longer prev (another read, append or checkpoint of
 // the UID got there first), neither is kept: the entry is dropped and the
 // next read is a fresh one. So an entry only ever follows from the one
 // before it, and a race costs a read, never a View that is not complete.
 func (s *Store) swapView(uid string, prev, next *viewEntry) {
+	if next != nil { // still private: sized outside the lock
+		next.v.Records = slices.Clip(next.v.Records)
+		if next.bytes == 0 {
+			next.bytes = viewFootprint(next.v.Records)
+		}
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.views == nil || s.viewCacheLimit() == 0 {
@@ -159,8 +166,6 @@ func (s *Store) swapView(uid string, prev, next *viewEntry) {
 		s.dropViewLocked(uid)
 	default:
 		s.dropViewLocked(uid)
-		next.v.Records = slices.Clip(next.v.Records)
-		next.bytes = viewFootprint(next.v.Records)
 		if next.bytes > s.viewCacheBytes()/4 {
 			return // a View this large is read again instead
 		}
@@ -196,13 +201,14 @@ func (s *Store) extendView(uid, subject string, expected uint64, data []byte, se
 		s.swapView(uid, e, nil)
 		return
 	}
-	v := e.v
+	v, bytes := e.v, e.bytes
 	if s.admitStored(subject, data, &r) == nil {
 		v.Records = append(slices.Clip(v.Records), r)
 		v.Tail++
+		bytes += viewFootprint(v.Records[len(v.Records)-1:])
 	}
 	v.Last = seq
-	s.swapView(uid, e, &viewEntry{v: v, filled: e.filled})
+	s.swapView(uid, e, &viewEntry{v: v, filled: e.filled, bytes: bytes})
 }
 
 // checkpointWritten makes uid's entry the View a fresh read returns after
