@@ -122,27 +122,27 @@ func (cp *ControlPlane) writeManagerKubeconfig(ctx context.Context) (string, err
 // ClusterRole and Role: a manager started earlier logs refusals a stack's
 // "forbidden" check would take for a missing rule.
 func waitManagerRBAC(ctx context.Context, cs kubernetes.Interface) error {
-	type check struct {
+	type rbacCheck struct {
 		ns   string
 		rule rbacv1.PolicyRule
 	}
-	var checks []check
+	var checks []rbacCheck
 	cr, err := cs.RbacV1().ClusterRoles().Get(ctx, ManagerServiceAccount, metav1.GetOptions{})
 	if err != nil {
 		return err
 	}
 	for _, r := range cr.Rules {
-		checks = append(checks, check{"", r})
+		checks = append(checks, rbacCheck{"", r})
 	}
 	role, err := cs.RbacV1().Roles(ControllerNamespace).Get(ctx, ManagerServiceAccount, metav1.GetOptions{})
 	if err != nil {
 		return err
 	}
 	for _, r := range role.Rules {
-		checks = append(checks, check{ControllerNamespace, r})
+		checks = append(checks, rbacCheck{ControllerNamespace, r})
 	}
 	user := "system:serviceaccount:" + ControllerNamespace + ":" + ManagerServiceAccount
-	return pollReady(30*time.Second, func() error {
+	allowed := func() error {
 		for _, c := range checks {
 			r := c.rule
 			if len(r.APIGroups) == 0 || len(r.Resources) == 0 || len(r.Verbs) == 0 {
@@ -164,7 +164,18 @@ func waitManagerRBAC(ctx context.Context, cs kubernetes.Interface) error {
 			}
 		}
 		return nil
-	})
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		err := allowed()
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil || time.Now().After(deadline) {
+			return fmt.Errorf("manager RBAC not in force: %w", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 // ManagerTokenPath is the file holding the manager ServiceAccount's token
