@@ -27,7 +27,7 @@ func TestContainersOfAKilledTestAreSwept(t *testing.T) {
 		t.Skip("containers only (make test-containers)")
 	}
 	cmd := exec.Command(os.Args[0], "-test.run=^TestContainersOfAKilledTestAreSwept$", "-test.v")
-	cmd.Env = append(os.Environ(), "AYATORI_TC_SWEEP_CHILD=1")
+	cmd.Env = integration.ChildTestEnv(t, "AYATORI_TC_SWEEP_CHILD=1")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	out, err := cmd.StdoutPipe()
 	if err != nil {

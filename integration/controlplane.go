@@ -133,12 +133,10 @@ func NewControlPlane(opts ControlPlaneOptions) (_ *ControlPlane, err error) {
 		if err != nil {
 			return nil, fmt.Errorf("control plane for containers: %w", err)
 		}
-		l, err := net.Listen("tcp", net.JoinHostPort(gw, "0"))
+		port, err := FreePortOn(gw)
 		if err != nil {
 			return nil, fmt.Errorf("control plane for containers: %w", err)
 		}
-		port := l.Addr().(*net.TCPAddr).Port
-		l.Close()
 		cp.env.ControlPlane.APIServer.SecureServing.Address = gw
 		cp.env.ControlPlane.APIServer.SecureServing.Port = strconv.Itoa(port)
 	}
@@ -166,7 +164,9 @@ func NewControlPlane(opts ControlPlaneOptions) (_ *ControlPlane, err error) {
 
 // Close stops the control plane and removes its files.
 func (cp *ControlPlane) Close() {
-	if cp.env != nil && cp.Config != nil {
+	if cp.env != nil {
+		// Also after a Start that failed part way: envtest's directories
+		// and whatever server it started go with it.
 		_ = cp.env.Stop()
 		cp.Config = nil
 	}

@@ -119,7 +119,7 @@ func NewExecutionStack(ctx context.Context, opts ExecutionStackOptions) (_ *Exec
 	if s.NATS, err = NewNATS(NATSOptions{}); err != nil {
 		return nil, err
 	}
-	if s.JournalKeys, err = TestJournalKeys(); err != nil {
+	if s.JournalKeys, err = WriteJournalKeys(s.Dir); err != nil {
 		return nil, err
 	}
 	port, err := FreePort()

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -94,7 +95,9 @@ func (a *NATSAuth) ReaderArgs() []string {
 // files the manager reads it from (--journal-signing-key,
 // --journal-trusted-keys). One key per process: every store a test opens
 // and every manager it starts sign with it, as the replicas of one
-// deployment do.
+// deployment do. The key lives in memory; its files are written into a
+// directory their owner removes (a stack's Dir, a test's TempDir), never
+// into one of the process's own that nothing would remove.
 type JournalKeys struct {
 	Key *journal.SigningKey
 	// SigningKeyFile is the PEM private key; TrustedKeysFile the PEM
@@ -103,38 +106,45 @@ type JournalKeys struct {
 }
 
 var (
-	journalKeysOnce sync.Once
-	journalKeys     *JournalKeys
-	journalKeysErr  error
+	journalKeyOnce sync.Once
+	journalKey     *journal.SigningKey
+	journalKeyErr  error
 )
 
-// TestJournalKeys returns the process's journal keys, made on first use
-// (files in a temp dir removed at exit).
-func TestJournalKeys() (*JournalKeys, error) {
-	journalKeysOnce.Do(func() {
-		k, err := journal.NewSigningKey()
-		if err != nil {
-			journalKeysErr = err
-			return
-		}
-		dir, err := os.MkdirTemp("", "ayatori-journal-keys-")
-		if err != nil {
-			journalKeysErr = err
-			return
-		}
-		registerCleanup(func() { _ = os.RemoveAll(dir) })
-		jk := &JournalKeys{Key: k, SigningKeyFile: filepath.Join(dir, "signing.pem"), TrustedKeysFile: filepath.Join(dir, "trusted.pem")}
-		if err := os.WriteFile(jk.SigningKeyFile, k.MarshalPrivatePEM(), 0o600); err != nil {
-			journalKeysErr = err
-			return
-		}
-		if err := os.WriteFile(jk.TrustedKeysFile, k.MarshalPublicPEM(), 0o644); err != nil {
-			journalKeysErr = err
-			return
-		}
-		journalKeys = jk
-	})
-	return journalKeys, journalKeysErr
+// JournalSigningKey returns the process's journal signing key, made on
+// first use and kept in memory only.
+func JournalSigningKey() (*journal.SigningKey, error) {
+	journalKeyOnce.Do(func() { journalKey, journalKeyErr = journal.NewSigningKey() })
+	return journalKey, journalKeyErr
+}
+
+// WriteJournalKeys writes the process's journal key into dir, which the
+// caller owns and removes: signing.pem (0600, the private key) and
+// trusted.pem (0644, the public key).
+func WriteJournalKeys(dir string) (*JournalKeys, error) {
+	k, err := JournalSigningKey()
+	if err != nil {
+		return nil, err
+	}
+	jk := &JournalKeys{Key: k, SigningKeyFile: filepath.Join(dir, "signing.pem"), TrustedKeysFile: filepath.Join(dir, "trusted.pem")}
+	if err := os.WriteFile(jk.SigningKeyFile, k.MarshalPrivatePEM(), 0o600); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(jk.TrustedKeysFile, k.MarshalPublicPEM(), 0o644); err != nil {
+		return nil, err
+	}
+	return jk, nil
+}
+
+// TestJournalKeys writes the process's journal key into a directory of
+// t's (removed when t ends).
+func TestJournalKeys(t testing.TB) *JournalKeys {
+	t.Helper()
+	jk, err := WriteJournalKeys(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return jk
 }
 
 // ManagerJournalArgs are the manager's journal key flags.

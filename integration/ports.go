@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"testing"
 )
 
 // FreePort returns a TCP port on 127.0.0.1 for a server the harness is
@@ -22,10 +23,15 @@ import (
 // server is down before its restart on the same port. It is free when
 // picked, never returned twice by this process, and locked against other
 // test processes on the machine (an flock on a file under
-// $TMPDIR/ayatori-ports, released when this process exits). Where no
-// range below or above the ephemeral one is usable it falls back to a
-// kernel-chosen port.
+// portLockDir, released when this process exits). Where no range below or
+// above the ephemeral one is usable it falls back to a kernel-chosen port.
 func FreePort() (int, error) {
+	return FreePortOn("127.0.0.1")
+}
+
+// FreePortOn is FreePort for a server that listens on host (an address of
+// this machine, such as the Docker bridge's gateway).
+func FreePortOn(host string) (int, error) {
 	portsMu.Lock()
 	defer portsMu.Unlock()
 	if lo, hi, ok := portPool(); ok {
@@ -37,7 +43,7 @@ func FreePort() (int, error) {
 			if !reservePort(p) {
 				continue
 			}
-			l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
+			l, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(p)))
 			if err != nil {
 				continue // in use by something outside the harness; keep it reserved
 			}
@@ -46,7 +52,7 @@ func FreePort() (int, error) {
 		}
 	}
 	for range 100 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+		l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
 		if err != nil {
 			return 0, err
 		}
@@ -87,7 +93,7 @@ func portPool() (lo, hi int, ok bool) {
 // skips it. It reports false when another process holds p.
 func reservePort(p int) bool {
 	portsTaken[p] = true
-	dir := filepath.Join(os.TempDir(), "ayatori-ports")
+	dir := portLockDir()
 	if err := os.MkdirAll(dir, os.ModeSticky|0o777); err != nil {
 		return true
 	}
@@ -103,6 +109,30 @@ func reservePort(p int) bool {
 	}
 	portsLocks = append(portsLocks, f)
 	return true
+}
+
+// portLockEnv names the port lock directory for a child test binary whose
+// TMPDIR is not its parent's (ChildTestEnv).
+const portLockEnv = "AYATORI_PORT_LOCK_DIR"
+
+// portLockDir is where FreePort's locks live: $AYATORI_PORT_LOCK_DIR, else
+// $TMPDIR/ayatori-ports. Every test process on the machine shares it.
+func portLockDir() string {
+	if d := os.Getenv(portLockEnv); d != "" {
+		return d
+	}
+	return filepath.Join(os.TempDir(), "ayatori-ports")
+}
+
+// ChildTestEnv is the environment for a child test binary that t starts
+// and may kill before its cleanups run: this process's, with extra added,
+// TMPDIR a directory of t's (whatever the killed child leaves there goes
+// when t ends, envtest's directories included), and the port locks still
+// shared with every other test process.
+func ChildTestEnv(t testing.TB, extra ...string) []string {
+	t.Helper()
+	env := append(os.Environ(), portLockEnv+"="+portLockDir(), "TMPDIR="+t.TempDir())
+	return append(env, extra...)
 }
 
 // ephemeralRange reads the kernel's range of local ports for outgoing

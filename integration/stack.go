@@ -147,7 +147,7 @@ func StartStack(ctx context.Context, opts StackOptions) (_ *Stack, err error) {
 		}
 		s.NATSURL, s.NATSAuth = s.NATS.URL, s.NATS.Auth
 	}
-	if s.JournalKeys, err = TestJournalKeys(); err != nil {
+	if s.JournalKeys, err = WriteJournalKeys(s.Dir); err != nil {
 		return nil, err
 	}
 	s.logf("starting PostgreSQL 15 (TLS only, per-run CA)")

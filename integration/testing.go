@@ -133,11 +133,11 @@ func StartWorkload(t testing.TB, opts WorkloadOptions) *Workload {
 // opens itself.
 func JournalSigner(t testing.TB) *journal.SigningKey {
 	t.Helper()
-	k, err := TestJournalKeys()
+	k, err := JournalSigningKey()
 	if err != nil {
 		t.Fatal(err)
 	}
-	return k.Key
+	return k
 }
 
 // JournalTrust trusts the test process's journal signing key.

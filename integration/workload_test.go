@@ -221,7 +221,7 @@ func TestWorkloadNoProcessOutlivesKilledTest(t *testing.T) {
 	}
 	integration.Servers(t)
 	cmd := exec.Command(os.Args[0], "-test.run=^TestWorkloadNoProcessOutlivesKilledTest$", "-test.v")
-	cmd.Env = append(os.Environ(), "AYATORI_WORKLOAD_CHILD=1")
+	cmd.Env = integration.ChildTestEnv(t, "AYATORI_WORKLOAD_CHILD=1")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	out, err := cmd.StdoutPipe()
 	if err != nil {

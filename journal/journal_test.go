@@ -42,11 +42,11 @@ func open(t *testing.T, n *integration.NATS, cfg journal.Config) *journal.Store 
 
 func testKey(t testing.TB) *journal.SigningKey {
 	t.Helper()
-	k, err := integration.TestJournalKeys()
+	k, err := integration.JournalSigningKey()
 	if err != nil {
 		t.Fatal(err)
 	}
-	return k.Key
+	return k
 }
 
 var uidCounter atomic.Int64

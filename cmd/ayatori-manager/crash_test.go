@@ -63,10 +63,7 @@ func TestManagerKilledBetweenIntentAndOutcome(t *testing.T) {
 	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
 		t.Fatalf("build: %v\n%s", err, out)
 	}
-	keys, err := integration.TestJournalKeys()
-	if err != nil {
-		t.Fatal(err)
-	}
+	keys := integration.TestJournalKeys(t)
 	var logs bytes.Buffer
 	start := func(failpoints string) *exec.Cmd {
 		args := append(append([]string{"--kubeconfig", cp.KubeconfigPath, "--namespace", "ayatori-system", "--nats-url", n.URL,

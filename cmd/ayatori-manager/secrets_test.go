@@ -89,10 +89,7 @@ current-context: c
 func TestManagerHidesCredentialsInURLs(t *testing.T) {
 	const canary = "CANARY-mgr-8d41"
 	kubeconfig := discoveryOnlyKubeconfig(t)
-	keys, err := integration.TestJournalKeys()
-	if err != nil {
-		t.Fatal(err)
-	}
+	keys := integration.TestJournalKeys(t)
 	kp, _ := nkeys.CreateUser()
 	seed, _ := kp.Seed()
 	seedFile := filepath.Join(t.TempDir(), "manager.nk")

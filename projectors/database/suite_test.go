@@ -131,11 +131,11 @@ func startEnv() (_ *env, err error) {
 		return nil, err
 	}
 	e.cleanup = append(e.cleanup, nc.Close)
-	keys, err := integration.TestJournalKeys()
+	key, err := integration.JournalSigningKey()
 	if err != nil {
 		return nil, err
 	}
-	if e.store, err = journal.Open(ctx, nc, journal.Config{Actor: "test-manager", Signer: keys.Key}); err != nil {
+	if e.store, err = journal.Open(ctx, nc, journal.Config{Actor: "test-manager", Signer: key}); err != nil {
 		return nil, err
 	}
 	ctrl.SetLogger(zap.New(zap.WriteTo(e.logs), zap.UseDevMode(true)))
