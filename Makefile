@@ -91,12 +91,23 @@ test-unit: ## Fast loop: unit tests only (no servers; test files that only run o
 TEST_PREREQS := postgres tools $(if $(filter testcontainers,$(AYATORI_TEST_PROVIDER)),images)
 
 .PHONY: test
-test: $(TEST_PREREQS) ## Unit + envtest + integration + stack tests on real servers (local processes; AYATORI_TEST_PROVIDER=testcontainers: containers, images built first).
-	go test $(GO_TEST_FLAGS) -count=1 -timeout 25m ./...
+# The harness's temporary directories (servers' data, keys, certificates,
+# envtest's etcd): every one is removed by its owner, a killed child test
+# binary's with its parent test's TMPDIR. LEFTOVERS lists them;
+# CHECK_LEFTOVERS fails when the run left one that was not there before.
+LEFTOVERS = ( cd "$${TMPDIR:-/tmp}" && ls -d ayatori-* envtest-* k8s_test_framework_* 2>/dev/null | grep -vx ayatori-ports | sort)
+CHECK_LEFTOVERS = left="$$(comm -13 <(echo "$$tmp_before") <( $(LEFTOVERS) ))"; \
+	if [[ -n "$$left" ]]; then echo "$@: the tests left these directories in $${TMPDIR:-/tmp}:" $$left; exit 1; fi
+
+test: $(TEST_PREREQS) ## Unit + envtest + integration + stack tests on real servers (local processes; AYATORI_TEST_PROVIDER=testcontainers: containers, images built first); fails if a test leaves a temporary directory behind.
+	@tmp_before="$$( $(LEFTOVERS) )"; rc=0; \
+	echo "go test $(GO_TEST_FLAGS) -count=1 -timeout 25m ./..."; \
+	go test $(GO_TEST_FLAGS) -count=1 -timeout 25m ./... || rc=$$?; \
+	$(CHECK_LEFTOVERS); exit $$rc
 
 .PHONY: test-containers
-test-containers: images tools postgres ## Every suite again under AYATORI_TEST_PROVIDER=testcontainers (PostgreSQL, OpenBao, JetStream in containers of the `make images` images; the product image as manager in a smoke test; reaper off); fails if a test leaves a container behind.
-	@before="$$(docker ps -aq --filter label=org.testcontainers=true | sort)"; rc=0; start=$$SECONDS; \
+test-containers: images tools postgres ## Every suite again under AYATORI_TEST_PROVIDER=testcontainers (PostgreSQL, OpenBao, JetStream in containers of the `make images` images; the product image as manager in a smoke test; reaper off); fails if a test leaves a container or a temporary directory behind.
+	@before="$$(docker ps -aq --filter label=org.testcontainers=true | sort)"; tmp_before="$$( $(LEFTOVERS) )"; rc=0; start=$$SECONDS; \
 	AYATORI_TEST_PROVIDER=testcontainers TESTCONTAINERS_RYUK_DISABLED=true $(LOCAL_IMAGES_ENV) \
 		go test $(GO_TEST_FLAGS) -count=1 -timeout 25m ./... || rc=$$?; \
 	echo "test-containers: go test took $$((SECONDS - start))s"; \
@@ -105,7 +116,7 @@ test-containers: images tools postgres ## Every suite again under AYATORI_TEST_P
 	if [[ -n "$$left" ]]; then \
 		echo "test-containers: the tests left these containers behind (remove them with: docker rm -f -v $$(echo $$left)):"; \
 		docker ps -a --filter label=org.testcontainers=true | grep -E "$$(echo $$left | tr ' ' '|')"; exit 1; fi; \
-	echo "test-containers: no container left behind"; exit $$rc
+	echo "test-containers: no container left behind"; $(CHECK_LEFTOVERS); exit $$rc
 
 ##@ End to end
 
