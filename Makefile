@@ -95,7 +95,7 @@ TEST_PREREQS := postgres tools $(if $(filter testcontainers,$(AYATORI_TEST_PROVI
 # envtest's etcd): every one is removed by its owner, a killed child test
 # binary's with its parent test's TMPDIR. LEFTOVERS lists them;
 # CHECK_LEFTOVERS fails when the run left one that was not there before.
-LEFTOVERS = ( cd "$${TMPDIR:-/tmp}" && ls -d ayatori-* envtest-* k8s_test_framework_* 2>/dev/null | grep -vx ayatori-ports | sort)
+LEFTOVERS = find "$${TMPDIR:-/tmp}" -mindepth 1 -maxdepth 1 -type d \( -name 'ayatori-*' -o -name 'envtest-*' -o -name 'k8s_test_framework_*' \) ! -name ayatori-ports -printf '%f\n' | sort
 CHECK_LEFTOVERS = left="$$(comm -13 <(echo "$$tmp_before") <( $(LEFTOVERS) ))"; \
 	if [[ -n "$$left" ]]; then echo "$@: the tests left these directories in $${TMPDIR:-/tmp}:" $$left; exit 1; fi
 
