@@ -92,23 +92,27 @@ TEST_PREREQS := postgres tools $(if $(filter testcontainers,$(AYATORI_TEST_PROVI
 
 .PHONY: test
 # The harness's temporary directories (servers' data, keys, certificates,
-# envtest's etcd): every one is removed by its owner, a killed child test
-# binary's with its parent test's TMPDIR. LEFTOVERS lists them;
-# CHECK_LEFTOVERS fails when the run left one that was not there before.
-LEFTOVERS = find "$${TMPDIR:-/tmp}" -mindepth 1 -maxdepth 1 -type d \( -name 'ayatori-*' -o -name 'envtest-*' -o -name 'k8s_test_framework_*' \) ! -name ayatori-ports -printf '%f\n' | sort
-CHECK_LEFTOVERS = left="$$(comm -13 <(echo "$$tmp_before") <( $(LEFTOVERS) ))"; \
-	if [[ -n "$$left" ]]; then echo "$@: the tests left these directories in $${TMPDIR:-/tmp}:" $$left; exit 1; fi
+# envtest's etcd and certificates) are removed by their owners, a killed
+# child test binary's with its parent test's TMPDIR. GO_TEST_TMP gives
+# `go test` a TMPDIR of its own (under the caller's; the port locks stay in
+# the caller's, shared with every other test process on the machine) and
+# removes it at the end whatever happened; CHECK_LEFTOVERS fails the run
+# when the tests left one of the harness's directories there.
+GO_TEST_TMP = gotmp="$$(mktemp -d "$${TMPDIR:-/tmp}/ayatori-go-test-XXXXXX")"; chmod 0755 "$$gotmp"; \
+	trap 'rm -rf "$$gotmp"' EXIT; \
+	export AYATORI_PORT_LOCK_DIR="$${AYATORI_PORT_LOCK_DIR:-$${TMPDIR:-/tmp}/ayatori-ports}"
+CHECK_LEFTOVERS = left="$$(find "$$gotmp" -mindepth 1 -maxdepth 1 -type d \( -name 'ayatori-*' -o -name 'envtest-*' -o -name 'k8s_test_framework_*' \) -printf '%f\n' | sort)"; \
+	if [[ -n "$$left" ]]; then echo "$@: the tests left these directories behind (removed now):" $$left; exit 1; fi
 
 test: $(TEST_PREREQS) ## Unit + envtest + integration + stack tests on real servers (local processes; AYATORI_TEST_PROVIDER=testcontainers: containers, images built first); fails if a test leaves a temporary directory behind.
-	@tmp_before="$$( $(LEFTOVERS) )"; rc=0; \
-	echo "go test $(GO_TEST_FLAGS) -count=1 -timeout 25m ./..."; \
-	go test $(GO_TEST_FLAGS) -count=1 -timeout 25m ./... || rc=$$?; \
+	@$(GO_TEST_TMP); rc=0; \
+	TMPDIR="$$gotmp" go test $(GO_TEST_FLAGS) -count=1 -timeout 25m ./... || rc=$$?; \
 	$(CHECK_LEFTOVERS); exit $$rc
 
 .PHONY: test-containers
 test-containers: images tools postgres ## Every suite again under AYATORI_TEST_PROVIDER=testcontainers (PostgreSQL, OpenBao, JetStream in containers of the `make images` images; the product image as manager in a smoke test; reaper off); fails if a test leaves a container or a temporary directory behind.
-	@before="$$(docker ps -aq --filter label=org.testcontainers=true | sort)"; tmp_before="$$( $(LEFTOVERS) )"; rc=0; start=$$SECONDS; \
-	AYATORI_TEST_PROVIDER=testcontainers TESTCONTAINERS_RYUK_DISABLED=true $(LOCAL_IMAGES_ENV) \
+	@before="$$(docker ps -aq --filter label=org.testcontainers=true | sort)"; $(GO_TEST_TMP); rc=0; start=$$SECONDS; \
+	TMPDIR="$$gotmp" AYATORI_TEST_PROVIDER=testcontainers TESTCONTAINERS_RYUK_DISABLED=true $(LOCAL_IMAGES_ENV) \
 		go test $(GO_TEST_FLAGS) -count=1 -timeout 25m ./... || rc=$$?; \
 	echo "test-containers: go test took $$((SECONDS - start))s"; \
 	after="$$(docker ps -aq --filter label=org.testcontainers=true)" || { echo "test-containers: docker ps failed; cannot check for containers left behind"; exit 1; }; \

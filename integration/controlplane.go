@@ -119,10 +119,18 @@ func NewControlPlane(opts ControlPlaneOptions) (_ *ControlPlane, err error) {
 			return nil, err
 		}
 	}
-	cp.env.ControlPlane.Etcd = &envtest.Etcd{Path: etcd,
+	// etcd's data and the apiserver's certificates in dir, not in
+	// directories of envtest's own: a start that envtest tries again reuses
+	// its first try's directory and then never removes it.
+	for _, sub := range []string{"etcd", "apiserver"} {
+		if err := os.Mkdir(filepath.Join(dir, sub), 0o700); err != nil {
+			return nil, err
+		}
+	}
+	cp.env.ControlPlane.Etcd = &envtest.Etcd{Path: etcd, DataDir: filepath.Join(dir, "etcd"),
 		URL: &url.URL{Scheme: "http", Host: net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0]))}}
 	cp.env.ControlPlane.Etcd.Configure().Set("listen-peer-urls", "http://"+net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[1])))
-	cp.env.ControlPlane.APIServer = &envtest.APIServer{Path: apiserver}
+	cp.env.ControlPlane.APIServer = &envtest.APIServer{Path: apiserver, CertDir: filepath.Join(dir, "apiserver")}
 	cp.env.ControlPlane.APIServer.SecureServing.Address = "127.0.0.1"
 	cp.env.ControlPlane.APIServer.SecureServing.Port = strconv.Itoa(ports[2])
 	if p, _, _ := SelectProvider(); p == ProviderTestcontainers {

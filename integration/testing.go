@@ -129,7 +129,7 @@ func StartWorkload(t testing.TB, opts WorkloadOptions) *Workload {
 }
 
 // JournalSigner returns the test process's journal signing key (the one
-// every stack's manager signs with, TestJournalKeys), for stores a test
+// every stack's manager signs with, JournalSigningKey), for stores a test
 // opens itself.
 func JournalSigner(t testing.TB) *journal.SigningKey {
 	t.Helper()
