@@ -290,7 +290,8 @@ func TestAlertsOnRealPrometheus(t *testing.T) {
 			t.Errorf("why of a Tenant waiting on an Instance: %+v", e)
 		}
 
-		// A Job being cancelled (its pod takes 3 s to stop).
+		// A Job being cancelled: its pod takes 20 s to stop, so the
+		// Cancelling window outlasts the `why` calls of a slow machine.
 		jobNamespace(t, s, "cancel")
 		j := &executionv1alpha1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: "cancel", Name: "stop-me"},
 			Spec: executionv1alpha1.JobSpec{Task: executionv1alpha1.TaskSpec{Image: integration.ImageSlowStop, Command: []string{"/bin/task"}}}}
@@ -298,6 +299,19 @@ func TestAlertsOnRealPrometheus(t *testing.T) {
 			t.Fatal(err)
 		}
 		waitJob(t, s, j, func(j *executionv1alpha1.Job) bool { return j.Status.StartTime != nil })
+		pods := &corev1.PodList{}
+		if err := c.List(ctx, pods, client.InNamespace("cancel")); err != nil || len(pods.Items) != 1 {
+			t.Fatalf("the pod of Job cancel/stop-me: %d pods, %v", len(pods.Items), err)
+		}
+		pod := &pods.Items[0]
+		podPatch := client.MergeFrom(pod.DeepCopy())
+		if pod.Annotations == nil {
+			pod.Annotations = map[string]string{}
+		}
+		pod.Annotations[integration.AnnotationStopDelay] = "20s"
+		if err := c.Patch(ctx, pod, podPatch); err != nil {
+			t.Fatal(err)
+		}
 		cur := &executionv1alpha1.Job{}
 		if err := c.Get(ctx, client.ObjectKeyFromObject(j), cur); err != nil {
 			t.Fatal(err)
